@@ -1,0 +1,77 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// Micro benchmarks (ordo-one/benchmark) are only part of the graph when
+// PORTCULLIS_BENCHMARKS=1, so `swift build` and `swift test` stay lean.
+let benchmarksEnabled = Context.environment["PORTCULLIS_BENCHMARKS"] == "1"
+
+var package = Package(
+    name: "Portcullis",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "portcullis", targets: ["portcullis"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+    ],
+    targets: [
+        // C libraries, each wrapped once in a system-library target with a shim header.
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl",
+                       providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CNGHTTP2", pkgConfig: "libnghttp2",
+                       providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(name: "CHiredis", pkgConfig: "hiredis",
+                       providers: [.apt(["libhiredis-dev"])]),
+        // The few POSIX calls Glibc's Swift module does not export.
+        .target(name: "CPortcullisSystem"),
+
+        // Pure layers: no I/O.
+        .target(name: "PortcullisCore"),
+        .target(name: "PortcullisHTTP"),
+        .target(name: "PortcullisAuth", dependencies: ["COpenSSL"]),
+
+        // I/O: Dispatch event loops and sockets.
+        .target(name: "PortcullisIO", dependencies: [
+            "CPortcullisSystem", "PortcullisCore",
+        ]),
+        // Routing, upstream pools, forwarding, header hygiene.
+        .target(name: "PortcullisProxy", dependencies: [
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // Configuration, wiring, admin endpoints, lifecycle.
+        .target(name: "Portcullis", dependencies: [
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Yams", package: "Yams"),
+        ]),
+        .executableTarget(name: "portcullis", dependencies: [
+            "Portcullis",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+
+        .testTarget(name: "PortcullisHTTPTests", dependencies: ["PortcullisHTTP"]),
+        .testTarget(name: "PortcullisAuthTests", dependencies: ["PortcullisAuth"],
+                    resources: [.copy("Fixtures")]),
+        .testTarget(name: "PortcullisProxyTests", dependencies: ["PortcullisProxy", "Portcullis"]),
+        .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis"]),
+    ]
+)
+
+if benchmarksEnabled {
+    package.dependencies.append(
+        .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1",
+                 traits: ["MallocInterposer"]))
+    package.targets.append(
+        .executableTarget(
+            name: "AuthVerification",
+            dependencies: [
+                "PortcullisAuth", "COpenSSL",
+                .product(name: "Benchmark", package: "benchmark"),
+            ],
+            path: "Benchmarks/AuthVerification",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]))
+}

@@ -1,0 +1,4 @@
+#ifndef PORTCULLIS_CNGHTTP2_SHIM_H
+#define PORTCULLIS_CNGHTTP2_SHIM_H
+#include <nghttp2/nghttp2.h>
+#endif

@@ -1,0 +1,1 @@
+// PortcullisAuth module

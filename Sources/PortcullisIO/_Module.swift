@@ -1,0 +1,1 @@
+// PortcullisIO module
