@@ -1,0 +1,55 @@
+/// Helpers for reading header fields in place, on raw bytes, ASCII case-insensitively.
+public enum HTTPBytes {
+    /// Whether `bytes[range]` equals `lowercaseASCII` ignoring ASCII case. `lowercaseASCII` must be lower case.
+    public static func equalsCaseInsensitive(
+        _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ lowercaseASCII: StaticString
+    ) -> Bool {
+        guard range.count == lowercaseASCII.utf8CodeUnitCount else { return false }
+        let q = lowercaseASCII.utf8Start
+        var k = 0
+        for i in range {
+            if ByteClass.lower(bytes[i]) != q[k] { return false }
+            k &+= 1
+        }
+        return true
+    }
+
+    /// Name comparison for identity-header stripping: ASCII case-insensitive and treating '_' and '-'
+    /// as the same byte, so `X_User_Id`, `x-user-id` and `X-USER_ID` all match `x-user-id`
+    /// (frameworks such as CGI/WSGI/Rack map both spellings to one variable).
+    public static func equalsIdentityName(
+        _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ lowercaseASCII: [UInt8]
+    ) -> Bool {
+        guard range.count == lowercaseASCII.count else { return false }
+        @inline(__always) func fold(_ b: UInt8) -> UInt8 { b == 0x5F ? 0x2D : ByteClass.lower(b) }
+        var k = 0
+        for i in range {
+            if fold(bytes[i]) != fold(lowercaseASCII[k]) { return false }
+            k &+= 1
+        }
+        return true
+    }
+
+    /// Calls `body` with each non-empty element of a comma-separated field value (RFC 9110 §5.6.1),
+    /// trimmed of OWS, e.g. the tokens of `Connection: keep-alive, Upgrade`.
+    public static func forEachToken(
+        _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ body: (Range<Int>) -> Void
+    ) {
+        var start = range.lowerBound
+        while start <= range.upperBound {
+            var end = start
+            while end < range.upperBound && bytes[end] != ByteClass.comma { end &+= 1 }
+            let element = trimOWS(bytes, start..<end)
+            if !element.isEmpty { body(element) }
+            start = end &+ 1
+        }
+    }
+
+    /// `range` without leading and trailing SP / HTAB.
+    static func trimOWS(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> Range<Int> {
+        var lo = range.lowerBound, hi = range.upperBound
+        while lo < hi && ByteClass.isOWS(bytes[lo]) { lo &+= 1 }
+        while hi > lo && ByteClass.isOWS(bytes[hi &- 1]) { hi &-= 1 }
+        return lo..<hi
+    }
+}

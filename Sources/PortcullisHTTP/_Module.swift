@@ -1,1 +1,0 @@
-// PortcullisHTTP module
