@@ -1,0 +1,107 @@
+import Dispatch
+import Foundation
+import Logging
+import PortcullisIO
+import PortcullisProxy
+
+/// Starts everything a configuration describes and runs until SIGTERM/SIGINT.
+public enum Gateway {
+    /// A local app served in-process next to the gateway (the demo upstreams).
+    public struct LocalApp {
+        public var address: SocketAddress
+        public var handler: any LocalHandler
+        public init(address: SocketAddress, handler: any LocalHandler) {
+            self.address = address
+            self.handler = handler
+        }
+    }
+
+    public struct StartupError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Binds all listeners and starts serving; returns the running server.
+    /// `onSignal` is called once a shutdown completed (normally: exit).
+    public static func start(_ configuration: GatewayConfiguration, localApps: [LocalApp] = [],
+                             logger: Logger) throws -> (ProxyServer, AdminHandler?) {
+        System.ignoreSIGPIPE()
+        let loopCount = configuration.workers == 0 ? max(1, ProcessInfo.processInfo.activeProcessorCount) : configuration.workers
+        let group = EventLoopGroup(count: loopCount)
+        let accessLogFD: Int32?
+        switch configuration.accessLog {
+        case .off: accessLogFD = nil
+        case .stdout: accessLogFD = 1
+        case .stderr: accessLogFD = 2
+        case .file(let path):
+            let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+            guard fd >= 0 else {
+                throw StartupError(description: "\(configuration.file): access_log: cannot open \(path): \(String(cString: strerror(errno)))")
+            }
+            accessLogFD = fd
+        }
+        let authenticator = NoProvidersAuthenticator(realm: configuration.proxy.realm)
+        let server = ProxyServer(group: group, configuration: configuration.proxy, authenticator: authenticator,
+                                 accessLogFD: accessLogFD, logger: logger)
+        func bind(_ address: SocketAddress, _ mode: ListenerMode, _ what: String) throws {
+            do {
+                try server.addListener(address: address, mode: mode)
+            } catch {
+                throw StartupError(description: "cannot listen on \(address) (\(what)): \(error)")
+            }
+        }
+        for app in localApps { try bind(app.address, .local(app.handler), "demo app") }
+        for listen in configuration.listen { try bind(listen.address, .gateway, "listen") }
+        var admin: AdminHandler?
+        if let adminConfiguration = configuration.admin {
+            let handler = AdminHandler(token: adminConfiguration.token)
+            admin = handler
+            try bind(adminConfiguration.address, .local(handler), "admin")
+        }
+        server.start()
+        logger.info("portcullis started", metadata: [
+            "listen": "\(configuration.listen.map { $0.address.description }.joined(separator: ","))",
+            "admin": "\(configuration.admin?.address.description ?? "off")",
+            "loops": "\(loopCount)",
+            "routes": "\(configuration.proxy.routes.count)",
+            "upstreams": "\(configuration.proxy.upstreams.count)",
+        ])
+        return (server, admin)
+    }
+
+    /// Runs until SIGTERM or SIGINT, then drains (up to `shutdown_grace`) and exits.
+    public static func runForever(_ configuration: GatewayConfiguration, localApps: [LocalApp] = [],
+                                  logger: Logger) throws -> Never {
+        let (server, admin) = try start(configuration, localApps: localApps, logger: logger)
+        signal(SIGTERM, SIG_IGN)
+        signal(SIGINT, SIG_IGN)
+        var sources: [DispatchSourceSignal] = []
+        let once = ShutdownOnce()
+        for sig in [SIGTERM, SIGINT] {
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .main)
+            source.setEventHandler {
+                guard once.begin() else { return }
+                logger.info("shutting down", metadata: ["signal": "\(sig == SIGTERM ? "SIGTERM" : "SIGINT")",
+                                                        "grace_seconds": "\(configuration.shutdownGrace)"])
+                admin?.draining = true
+                server.shutdown(gracePeriod: configuration.shutdownGrace) {
+                    logger.info("stopped")
+                    exit(0)
+                }
+            }
+            source.resume()
+            sources.append(source)
+        }
+        withExtendedLifetime(sources) { dispatchMain() }
+    }
+}
+
+/// A flag set once, from the main queue.
+final class ShutdownOnce: @unchecked Sendable {
+    // @unchecked Sendable: only touched from the main queue (signal handlers).
+    private var started = false
+    func begin() -> Bool {
+        if started { return false }
+        started = true
+        return true
+    }
+}

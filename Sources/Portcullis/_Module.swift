@@ -1,1 +1,0 @@
-// Portcullis module

@@ -1,2 +1,0 @@
-/// Shared vocabulary for Portcullis modules: no I/O, no C.
-public enum PortcullisCore {}

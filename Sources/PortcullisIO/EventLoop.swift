@@ -1,0 +1,114 @@
+import Dispatch
+import PortcullisCore
+
+/// Something with a deadline that the loop's ticker checks (connections, pooled
+/// upstream sockets). Confined to the loop's queue.
+public protocol DeadlineTarget: AnyObject {
+    /// Monotonic nanoseconds; 0 means no deadline.
+    var deadline: UInt64 { get }
+    func deadlineExpired(now: UInt64)
+}
+
+/// One serial Dispatch queue that owns a set of sockets and everything attached to
+/// them. Each connection is pinned to exactly one loop for its whole life, so its
+/// state needs no locks: every handler runs on `queue`.
+///
+/// Timeouts: instead of one `DispatchSourceTimer` per connection (an allocation and a
+/// timerfd update per request), each target keeps a `deadline` and one repeating
+/// ticker per loop visits the registered targets. Resolution is the tick interval.
+public final class EventLoop: @unchecked Sendable {
+    // @unchecked Sendable: every mutable member is touched only on `queue` (documented per member).
+
+    public let index: Int
+    public let queue: DispatchQueue
+    /// Scratch space for reads; used only on `queue`, never retained across events.
+    public let readScratch: UnsafeMutableRawBufferPointer
+    /// Scratch space for building outgoing heads; used only on `queue`.
+    public var headScratch = ByteBuffer()
+
+    /// Targets with deadlines, checked by the ticker. Only on `queue`.
+    private var deadlineTargets: [ObjectIdentifier: any DeadlineTarget] = [:]
+    private var ticker: DispatchSourceTimer?
+    private let tickNanoseconds: UInt64
+
+    /// Monotonic time at the last event, refreshed by `now()`.
+    public private(set) var lastNow: UInt64 = MonotonicClock.nowNanoseconds()
+
+    public init(index: Int, scratchBytes: Int = 64 * 1024, tickMilliseconds: Int = 100) {
+        self.index = index
+        self.queue = DispatchQueue(label: "portcullis.loop.\(index)", qos: .userInitiated)
+        self.readScratch = UnsafeMutableRawBufferPointer.allocate(byteCount: scratchBytes, alignment: 16)
+        self.tickNanoseconds = UInt64(tickMilliseconds) * 1_000_000
+    }
+
+    deinit { readScratch.deallocate() }
+
+    @inline(__always)
+    public func now() -> UInt64 {
+        lastNow = MonotonicClock.nowNanoseconds()
+        return lastNow
+    }
+
+    public func execute(_ work: @escaping @Sendable () -> Void) {
+        queue.async(execute: work)
+    }
+
+    public func assertInLoop() {
+        #if DEBUG
+        dispatchPrecondition(condition: .onQueue(queue))
+        #endif
+    }
+
+    /// Registers a target for deadline checks. On `queue` only.
+    public func watchDeadline(_ target: any DeadlineTarget) {
+        deadlineTargets[ObjectIdentifier(target)] = target
+        if ticker == nil { startTicker() }
+    }
+
+    public func unwatchDeadline(_ target: any DeadlineTarget) {
+        deadlineTargets.removeValue(forKey: ObjectIdentifier(target))
+    }
+
+    public var watchedCount: Int { deadlineTargets.count }
+
+    private func startTicker() {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + .nanoseconds(Int(tickNanoseconds)),
+                       repeating: .nanoseconds(Int(tickNanoseconds)),
+                       leeway: .nanoseconds(Int(tickNanoseconds / 4)))
+        timer.setEventHandler { [unowned self] in self.tick() }
+        timer.resume()
+        ticker = timer
+    }
+
+    private func tick() {
+        let now = self.now()
+        var expired: [any DeadlineTarget] = []
+        for target in deadlineTargets.values {
+            let d = target.deadline
+            if d != 0 && d <= now { expired.append(target) }
+        }
+        for target in expired where target.deadline != 0 && target.deadline <= now {
+            target.deadlineExpired(now: now)
+        }
+    }
+}
+
+/// A fixed set of event loops, one per core by default.
+public final class EventLoopGroup: @unchecked Sendable {
+    // @unchecked Sendable: `loops` is immutable after init; the round-robin counter is
+    // only used by callers on a single queue (configuration time) or is advisory.
+    public let loops: [EventLoop]
+    private var nextIndex = 0
+
+    public init(count: Int) {
+        precondition(count > 0)
+        loops = (0..<count).map { EventLoop(index: $0) }
+    }
+
+    public func next() -> EventLoop {
+        let loop = loops[nextIndex % loops.count]
+        nextIndex &+= 1
+        return loop
+    }
+}

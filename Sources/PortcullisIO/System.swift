@@ -1,0 +1,115 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CPortcullisSystem
+
+/// A failed system call: which call and its errno. Created only on real failures;
+/// `EAGAIN` and `EINTR` never become an `IOError`.
+public struct IOError: Error, CustomStringConvertible, Sendable {
+    public var call: StaticString
+    public var errno: Int32
+    public init(_ call: StaticString, errno: Int32) { self.call = call; self.errno = errno }
+    public var description: String { "\(call): \(String(cString: strerror(errno)))" }
+}
+
+/// The outcome of a non-blocking read or write.
+public enum IOResult: Equatable, Sendable {
+    /// This many bytes moved (always > 0).
+    case bytes(Int)
+    /// The kernel has no data or no room now; wait for the next event.
+    case wouldBlock
+    /// The peer closed its side (reads only).
+    case endOfFile
+    /// A hard error, with errno (ECONNRESET, EPIPE, …).
+    case failed(Int32)
+}
+
+/// Every system call Portcullis makes, wrapped once: EINTR retried, EAGAIN a value.
+public enum System {
+    @inline(__always)
+    public static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
+        while true {
+            let n = Glibc.read(fd, buffer.baseAddress, buffer.count)
+            if n > 0 { return .bytes(n) }
+            if n == 0 { return .endOfFile }
+            let e = Glibc.errno
+            if e == EINTR { continue }
+            if e == EAGAIN || e == EWOULDBLOCK { return .wouldBlock }
+            return .failed(e)
+        }
+    }
+
+    @inline(__always)
+    public static func write(_ fd: Int32, _ buffer: UnsafeRawBufferPointer) -> IOResult {
+        while true {
+            let n = Glibc.send(fd, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL))
+            if n >= 0 { return n == 0 ? .wouldBlock : .bytes(n) }
+            let e = Glibc.errno
+            if e == EINTR { continue }
+            if e == EAGAIN || e == EWOULDBLOCK { return .wouldBlock }
+            return .failed(e)
+        }
+    }
+
+    /// Writes two buffers with one `writev` (head + body), to save a system call.
+    @inline(__always)
+    public static func write(_ fd: Int32, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) -> IOResult {
+        var iov = (iovec(iov_base: UnsafeMutableRawPointer(mutating: first.baseAddress), iov_len: first.count),
+                   iovec(iov_base: UnsafeMutableRawPointer(mutating: second.baseAddress), iov_len: second.count))
+        return withUnsafeMutablePointer(to: &iov) { pointer in
+            pointer.withMemoryRebound(to: iovec.self, capacity: 2) { vec in
+                while true {
+                    let n = Glibc.writev(fd, vec, 2)
+                    if n >= 0 { return n == 0 ? .wouldBlock : .bytes(n) }
+                    let e = Glibc.errno
+                    if e == EINTR { continue }
+                    if e == EAGAIN || e == EWOULDBLOCK { return .wouldBlock }
+                    return .failed(e)
+                }
+            }
+        }
+    }
+
+    public static func close(_ fd: Int32) {
+        _ = Glibc.close(fd)  // EINTR on close must not be retried on Linux.
+    }
+
+    public static func ignoreSIGPIPE() { portcullis_ignore_sigpipe() }
+
+    /// Creates a non-blocking, close-on-exec TCP socket.
+    public static func tcpSocket(family: Int32) throws(IOError) -> Int32 {
+        let fd = Glibc.socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        if fd < 0 { throw IOError("socket", errno: Glibc.errno) }
+        return fd
+    }
+
+    public static func setOption(_ fd: Int32, _ level: Int32, _ name: Int32, _ value: Int32) {
+        var v = value
+        _ = setsockopt(fd, level, name, &v, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    /// Pending socket error after a non-blocking connect (0 when connected).
+    public static func socketError(_ fd: Int32) -> Int32 {
+        var err: Int32 = 0
+        var len = socklen_t(MemoryLayout<Int32>.size)
+        if getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 { return Glibc.errno }
+        return err
+    }
+
+    /// Accepts one connection, non-blocking and close-on-exec. nil when none is pending.
+    public static func accept(_ fd: Int32) -> (fd: Int32, peer: SocketAddress)? {
+        var storage = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        while true {
+            let client = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    portcullis_accept_nonblocking(fd, $0, &len)
+                }
+            }
+            if client >= 0 { return (client, SocketAddress(storage: storage)) }
+            let e = Glibc.errno
+            if e == EINTR || e == ECONNABORTED { continue }
+            return nil  // EAGAIN, or EMFILE/ENFILE: retried on the next readable event.
+        }
+    }
+}

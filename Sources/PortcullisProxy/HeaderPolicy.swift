@@ -1,0 +1,90 @@
+import PortcullisHTTP
+
+/// Which client header fields reach an upstream, precomputed once from configuration.
+///
+/// Removed from every client request, on every route:
+/// - hop-by-hop fields (RFC 9110 §7.6.1): Connection, Keep-Alive, Proxy-Connection,
+///   TE, Trailer, Transfer-Encoding, Upgrade (re-added for WebSocket upgrades), and any
+///   field named in Connection, except the fields listed in `protectedFromConnection`;
+/// - framing fields the gateway re-emits: Content-Length, Expect;
+/// - every identity header the gateway may inject (user id, claim headers,
+///   X-Auth-Provider), compared case-insensitively with `_` and `-` as the same
+///   byte, since frameworks (CGI/WSGI/Rack/PHP) fold both to one name;
+/// - X-Forwarded-For/-Proto/-Host, Forwarded and X-Request-Id, unless the peer is
+///   a trusted proxy (then their values are kept and extended).
+public struct HeaderPolicy: Sendable {
+    /// Lower-cased identity header names (with '-').
+    let identityNames: [[UInt8]]
+    let userIdHeader: String
+    let providerHeader: String
+    let claimHeaders: [(claim: String, header: String)]
+
+    public init(configuration: ProxyConfiguration) {
+        identityNames = configuration.identityHeaderNames.map {
+            Array($0.lowercased().utf8).map { $0 == UInt8(ascii: "_") ? UInt8(ascii: "-") : $0 }
+        }
+        userIdHeader = configuration.userIdHeader
+        providerHeader = configuration.providerHeader
+        claimHeaders = configuration.claimHeaders
+    }
+
+    /// What to do with one client field.
+    enum Disposition {
+        case copy
+        case drop
+        case forwardedFor, forwardedProto, forwardedHost, forwarded, requestId
+    }
+
+    func classify(_ bytes: UnsafeRawBufferPointer, _ name: Range<Int>) -> Disposition {
+        // Fast path on length and first byte before full comparisons.
+        switch name.count {
+        case 2:
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "te") { return .drop }
+        case 4:
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "host") { return .drop }  // re-emitted
+        case 6:
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "expect") { return .drop }
+        case 7:
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "trailer") { return .drop }
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "upgrade") { return .drop }
+        case 9:
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "forwarded") { return .forwarded }
+        case 10:
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "connection") { return .drop }
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "keep-alive") { return .drop }
+        case 12:
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xRequestId) { return .requestId }
+        case 14:
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "content-length") { return .drop }
+        case 15:
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xForwardedFor) { return .forwardedFor }
+        case 16:
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xForwardedHost) { return .forwardedHost }
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "proxy-connection") { return .drop }
+        case 17:
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xForwardedProto) { return .forwardedProto }
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "transfer-encoding") { return .drop }
+        default:
+            break
+        }
+        for identity in identityNames where identity.count == name.count {
+            if HTTPBytes.equalsIdentityName(bytes, name, identity) { return .drop }
+        }
+        return .copy
+    }
+
+    /// Fields a `Connection` header may not remove: the request's own framing and
+    /// routing, its credentials, and everything the gateway sets itself.
+    func protectedFromConnection(_ bytes: UnsafeRawBufferPointer, _ token: Range<Int>) -> Bool {
+        HTTPBytes.equalsCaseInsensitive(bytes, token, "host")
+            || HTTPBytes.equalsCaseInsensitive(bytes, token, "content-length")
+            || HTTPBytes.equalsCaseInsensitive(bytes, token, "transfer-encoding")
+            || HTTPBytes.equalsCaseInsensitive(bytes, token, "authorization")
+            || HTTPBytes.equalsCaseInsensitive(bytes, token, "cookie")
+    }
+
+    static let xRequestId = Array("x-request-id".utf8)
+    static let xForwardedFor = Array("x-forwarded-for".utf8)
+    static let xForwardedHost = Array("x-forwarded-host".utf8)
+    static let xForwardedProto = Array("x-forwarded-proto".utf8)
+}

@@ -1,0 +1,90 @@
+import PortcullisCore
+import PortcullisHTTP
+import PortcullisIO
+
+/// Answers requests locally (admin endpoints, demo apps). Called on the loop queue
+/// with the complete request body (bounded by the limits); must not block.
+public protocol LocalHandler: AnyObject, Sendable {
+    func handle(_ request: RequestView, body: UnsafeRawBufferPointer) -> LocalResponse
+}
+
+/// What a listener does with requests.
+public enum ListenerMode: Sendable {
+    /// Route to upstreams, after authentication.
+    case gateway
+    /// Answer everything with a local handler.
+    case local(any LocalHandler)
+}
+
+/// Per-loop, per-listener state shared by that listener's connections: the route
+/// table, this loop's upstream pools and the policies. Confined to `loop.queue`
+/// (the immutable members are read from there only too).
+public final class ListenerContext: @unchecked Sendable {
+    // @unchecked Sendable: mutable members (`openConnections`, `requestCounter`,
+    // `draining`) are touched only on `loop.queue`.
+    public let loop: EventLoop
+    public let mode: ListenerMode
+    let configuration: ProxyConfiguration
+    let routes: RouteTable
+    let pools: [UpstreamPool]
+    let policy: HeaderPolicy
+    let authenticator: any RequestAuthenticator
+    let accessLog: AccessLog?
+    let trustedProxies: [CIDR]
+    public let scheme: StaticString
+    /// Open client connections on this loop for this listener.
+    public internal(set) var openConnections = 0
+    /// Requests in flight (for graceful shutdown).
+    public internal(set) var activeRequests = 0
+    /// True once shutdown began: keep-alive is turned off on the next response.
+    public internal(set) var draining = false
+    private var requestCounter: UInt64 = 0
+    private let requestIdPrefix: String
+
+    init(loop: EventLoop, mode: ListenerMode, configuration: ProxyConfiguration, routes: RouteTable,
+         pools: [UpstreamPool], authenticator: any RequestAuthenticator, accessLog: AccessLog?,
+         scheme: StaticString = "http") {
+        self.loop = loop
+        self.mode = mode
+        self.configuration = configuration
+        self.routes = routes
+        self.pools = pools
+        self.policy = HeaderPolicy(configuration: configuration)
+        self.authenticator = authenticator
+        self.accessLog = accessLog
+        self.trustedProxies = configuration.trustedProxies
+        self.scheme = scheme
+        var random = SystemRandomNumberGenerator()
+        let prefix = String(random.next() as UInt64, radix: 16)
+        requestIdPrefix = String(repeating: "0", count: 16 - prefix.count) + prefix
+    }
+
+    func isTrusted(_ peer: SocketAddress) -> Bool {
+        guard !trustedProxies.isEmpty else { return false }
+        let bytes = peer.addressBytes
+        return trustedProxies.contains { $0.contains(bytes) }
+    }
+
+    /// A unique request id: a random per-loop prefix and a counter, 32 hex digits.
+    func nextRequestId(into buffer: inout ByteBuffer) {
+        requestCounter &+= 1
+        buffer.append(requestIdPrefix)
+        var hex: (UInt64, UInt64) = (0, 0)
+        withUnsafeMutableBytes(of: &hex) { scratch in
+            var v = requestCounter ^ (UInt64(loop.index) << 56)
+            for i in stride(from: 15, through: 0, by: -1) {
+                let d = Int(v & 0xF)
+                scratch[i] = UInt8(d < 10 ? 48 + d : 87 + d)
+                v >>= 4
+            }
+            buffer.append(UnsafeRawBufferPointer(rebasing: scratch[0..<16]))
+        }
+    }
+
+    /// Takes ownership of an accepted socket.
+    public func accept(_ socket: StreamSocket, peer: SocketAddress) {
+        let connection = ClientConnection(context: self, socket: socket, peer: peer)
+        openConnections += 1
+        connection.start()
+    }
+}

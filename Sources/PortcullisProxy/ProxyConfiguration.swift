@@ -1,0 +1,131 @@
+import PortcullisHTTP
+import PortcullisIO
+
+/// Whether a route needs a verified credential.
+public enum AuthMode: String, Sendable, CaseIterable {
+    /// A valid credential is required; without one the gateway answers 401.
+    case required
+    /// A valid credential injects identity; none passes without; an invalid one is refused.
+    case optional
+    /// No verification; identity headers are still stripped from the client request.
+    case none
+}
+
+/// One route: requests whose normalized path starts with `pathPrefix` (on a segment
+/// boundary) and, when set, whose Host equals `host`, go to `upstream`.
+public struct RouteConfiguration: Sendable {
+    public var pathPrefix: String
+    public var host: String?
+    public var upstream: String
+    public var auth: AuthMode
+    /// Remove `pathPrefix` before forwarding ("/api/visits/1" → "/1").
+    public var stripPrefix: Bool
+    /// Providers this route accepts (nil: every configured provider).
+    public var providers: [String]?
+    public init(pathPrefix: String, host: String? = nil, upstream: String, auth: AuthMode,
+                stripPrefix: Bool = false, providers: [String]? = nil) {
+        self.pathPrefix = pathPrefix
+        self.host = host
+        self.upstream = upstream
+        self.auth = auth
+        self.stripPrefix = stripPrefix
+        self.providers = providers
+    }
+}
+
+/// One upstream app, reached over pooled keep-alive HTTP/1.1 connections.
+public struct UpstreamConfiguration: Sendable {
+    public var name: String
+    public var address: SocketAddress
+    /// Total connection cap across all loops (each loop gets an equal share, at least 1).
+    public var maxConnections: Int
+    /// Requests that may wait for a connection across all loops; beyond it: 503.
+    public var maxPending: Int
+    public var connectTimeout: Double
+    public var responseTimeout: Double
+    /// How long an unused pooled connection is kept.
+    public var idleTimeout: Double
+    public init(name: String, address: SocketAddress, maxConnections: Int = 256, maxPending: Int = 1024,
+                connectTimeout: Double = 2, responseTimeout: Double = 30, idleTimeout: Double = 60) {
+        self.name = name
+        self.address = address
+        self.maxConnections = maxConnections
+        self.maxPending = maxPending
+        self.connectTimeout = connectTimeout
+        self.responseTimeout = responseTimeout
+        self.idleTimeout = idleTimeout
+    }
+}
+
+/// Client-side timeouts, in seconds.
+public struct ClientTimeouts: Sendable {
+    /// From the first byte of a request to the end of its head.
+    public var header: Double = 10
+    /// Between requests on a keep-alive connection.
+    public var idle: Double = 60
+    /// Between two reads of a request body.
+    public var body: Double = 30
+    public init() {}
+}
+
+/// An IPv4/IPv6 network in CIDR notation, for trusted proxies.
+public struct CIDR: Sendable, Equatable, CustomStringConvertible {
+    public let bytes: [UInt8]
+    public let prefixLength: Int
+    public let description: String
+
+    public init?(_ text: String) {
+        let parts = text.split(separator: "/", maxSplits: 1)
+        let host = String(parts[0])
+        guard let address = try? SocketAddress(parsing: host.contains(":") ? "[\(host)]:0" : "\(host):0") else { return nil }
+        bytes = address.addressBytes
+        if parts.count == 2 {
+            guard let p = Int(parts[1]), p >= 0, p <= bytes.count * 8 else { return nil }
+            prefixLength = p
+        } else {
+            prefixLength = bytes.count * 8
+        }
+        description = text
+    }
+
+    public func contains(_ address: [UInt8]) -> Bool {
+        guard address.count == bytes.count else { return false }
+        var remaining = prefixLength
+        var i = 0
+        while remaining > 0 {
+            let maskBits = min(8, remaining)
+            let mask: UInt8 = maskBits == 8 ? 0xFF : ~(0xFF >> UInt8(maskBits))
+            if address[i] & mask != bytes[i] & mask { return false }
+            remaining -= maskBits
+            i += 1
+        }
+        return true
+    }
+}
+
+/// Everything the proxy needs at run time, built once from the configuration file.
+public struct ProxyConfiguration: Sendable {
+    public var routes: [RouteConfiguration]
+    public var upstreams: [UpstreamConfiguration]
+    public var limits: HTTPLimits = .default
+    public var timeouts = ClientTimeouts()
+    /// Peers whose X-Forwarded-*/Forwarded/X-Request-Id are believed.
+    public var trustedProxies: [CIDR] = []
+    /// The header that carries the verified user id to upstreams.
+    public var userIdHeader: String = "X-User-Id"
+    /// Claim → header name for claims injected to upstreams.
+    public var claimHeaders: [(claim: String, header: String)] = []
+    /// The header naming the provider that verified the credential.
+    public var providerHeader: String = "X-Auth-Provider"
+    /// `realm` of WWW-Authenticate challenges.
+    public var realm: String = "portcullis"
+    public init(routes: [RouteConfiguration], upstreams: [UpstreamConfiguration]) {
+        self.routes = routes
+        self.upstreams = upstreams
+    }
+
+    /// Every header name the gateway may inject: stripped from every client request.
+    public var identityHeaderNames: [String] {
+        [userIdHeader, providerHeader] + claimHeaders.map(\.header)
+    }
+}

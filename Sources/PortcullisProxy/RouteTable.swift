@@ -1,0 +1,60 @@
+/// A route resolved at start: its configuration plus the upstream's index.
+public struct Route: Sendable {
+    public let configuration: RouteConfiguration
+    public let upstreamIndex: Int
+    /// Lower-cased host to match, if any.
+    let host: String?
+    /// Prefix without a trailing slash ("/" stays "/").
+    let prefix: String
+}
+
+/// Longest path-prefix match, optionally by Host, over normalized paths.
+///
+/// A prefix matches on a segment boundary: `/api/visits` matches `/api/visits`,
+/// `/api/visits/7` and `/api/visits?x`, never `/api/visitsX` (stricter than Envoy's
+/// plain string prefix, so a public `/api/pub` cannot catch `/api/public-admin`).
+/// Host-specific routes win over host-less ones of the same length.
+public struct RouteTable: Sendable {
+    public let routes: [Route]
+
+    public init(_ configurations: [RouteConfiguration], upstreamNames: [String]) {
+        var built: [Route] = []
+        for c in configurations {
+            guard let index = upstreamNames.firstIndex(of: c.upstream) else { continue }
+            var prefix = c.pathPrefix
+            while prefix.count > 1 && prefix.hasSuffix("/") { prefix.removeLast() }
+            built.append(Route(configuration: c, upstreamIndex: index, host: c.host?.lowercased(), prefix: prefix))
+        }
+        // Longest prefix first; host-bound before host-less at equal length.
+        routes = built.enumerated().sorted { a, b in
+            if a.element.prefix.utf8.count != b.element.prefix.utf8.count {
+                return a.element.prefix.utf8.count > b.element.prefix.utf8.count
+            }
+            if (a.element.host != nil) != (b.element.host != nil) { return a.element.host != nil }
+            return a.offset < b.offset
+        }.map(\.element)
+    }
+
+    /// `host` is the request's host without port, lower-cased.
+    public func match(path: String, host: Substring?) -> Route? {
+        for route in routes {
+            if let h = route.host, host.map({ $0 == h }) != true { continue }
+            if RouteTable.prefixMatches(route.prefix, path) { return route }
+        }
+        return nil
+    }
+
+    static func prefixMatches(_ prefix: String, _ path: String) -> Bool {
+        if prefix == "/" { return true }
+        guard path.hasPrefix(prefix) else { return false }
+        let rest = path.utf8.dropFirst(prefix.utf8.count)
+        return rest.isEmpty || rest.first == UInt8(ascii: "/")
+    }
+
+    /// The path forwarded upstream for `route` (prefix removed when configured).
+    public static func forwardedPath(_ path: String, route: Route) -> Substring {
+        guard route.configuration.stripPrefix, route.prefix != "/" else { return Substring(path) }
+        let rest = path.dropFirst(route.prefix.count)
+        return rest.isEmpty ? "/" : rest
+    }
+}

@@ -1,0 +1,379 @@
+import PortcullisCore
+import PortcullisHTTP
+import PortcullisIO
+
+/// One keep-alive HTTP/1.1 connection to an upstream app, owned by an
+/// `UpstreamPool` on one loop. While an exchange is active it is attached to one
+/// `ClientConnection` (a strong reference each way, broken when the exchange ends).
+///
+/// Responses are checked with the strict response parser; a chunked body is
+/// decoded only to find its end and is forwarded as received to HTTP/1.1 clients
+/// (HTTP/1.0 clients get the decoded bytes and a connection close).
+///
+/// Threading: everything runs on `pool.loop.queue`.
+final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
+    // @unchecked Sendable: confined to the loop queue (see type comment).
+
+    enum State { case connecting, idle, active, closed }
+    enum ResponsePhase { case head, length, chunked, untilClose, tunnel, done }
+
+    unowned let pool: UpstreamPool
+    let socket: StreamSocket
+    private(set) var state: State = .connecting
+    var client: ClientConnection?
+    /// True when taken from the idle list (it may have been closed by the upstream meanwhile).
+    var reused = false
+    var deadline: UInt64 = 0
+
+    private var inbound = ByteBuffer()
+    private var outbound = ByteBuffer()
+    private var parser: ResponseHeadParser
+    private var head = ResponseHead()
+    private var phase: ResponsePhase = .done
+    private var remaining = 0
+    private var decoder: ChunkedDecoder
+    private var method: HTTPMethod = .get
+    private var requestSent = false
+    private var receivedResponseBytes = false
+    private var dechunk = false
+
+    init(pool: UpstreamPool, socket: StreamSocket) {
+        self.pool = pool
+        self.socket = socket
+        self.parser = ResponseHeadParser(limits: pool.limits)
+        self.decoder = ChunkedDecoder(limits: pool.limits)
+    }
+
+    var loop: EventLoop { pool.loop }
+    var isConnected: Bool { state == .active || state == .idle }
+    /// False while unsent request bytes pile up (the client's reading is paused).
+    var canTakeMore: Bool { outbound.readableBytes < 64 * 1024 }
+
+    // MARK: Connecting
+
+    func connect(inProgress: Bool) {
+        loop.watchDeadline(self)
+        if inProgress {
+            deadline = loop.lastNow &+ pool.connectTimeoutNanoseconds
+            socket.waitUntilWritable { [unowned self] in self.connectFinished() }
+        } else {
+            connected()
+        }
+    }
+
+    private func connectFinished() {
+        socket.stopWaitingForWritable()
+        if let error = Connector.finishConnect(socket) {
+            pool.connectFailed(error)
+            let client = self.client
+            close()
+            client?.upstreamFailed(.connectFailed(error))
+            return
+        }
+        connected()
+    }
+
+    private func connected() {
+        state = .active
+        deadline = 0
+        pool.connectSucceeded()
+        socket.startReading { [unowned self] in self.readable() }
+        client?.upstreamConnected()
+    }
+
+    // MARK: Sending the request
+
+    /// Starts an exchange: sends the request head.
+    func beginExchange(method: HTTPMethod, head: UnsafeRawBufferPointer) {
+        self.method = method
+        state = .active
+        phase = .head
+        parser.reset()
+        requestSent = false
+        receivedResponseBytes = false
+        dechunk = false
+        deadline = loop.lastNow &+ pool.responseTimeoutNanoseconds
+        send(head)
+    }
+
+    /// The whole request has been handed over; the response timeout runs from here.
+    func requestFullySent() {
+        requestSent = true
+        deadline = loop.lastNow &+ pool.responseTimeoutNanoseconds
+    }
+
+    func send(_ bytes: UnsafeRawBufferPointer) {
+        guard state != .closed, bytes.count > 0 else { return }
+        if !outbound.isEmpty {
+            outbound.append(bytes)
+            return
+        }
+        switch socket.write(bytes) {
+        case .bytes(let n) where n == bytes.count:
+            return
+        case .bytes(let n):
+            outbound.append(UnsafeRawBufferPointer(rebasing: bytes[n...]))
+        case .wouldBlock, .endOfFile:
+            outbound.append(bytes)
+        case .failed:
+            failed()
+            return
+        }
+        socket.waitUntilWritable { [unowned self] in self.writable() }
+    }
+
+    /// Re-frames one piece of a chunked request body.
+    func sendChunk(_ data: UnsafeRawBufferPointer) {
+        guard data.count > 0 else { return }
+        var frame = ByteBuffer()
+        swap(&frame, &loop.headScratch)
+        frame.appendHex(data.count)
+        frame.append("\r\n")
+        frame.append(data)
+        frame.append("\r\n")
+        send(frame.readable)
+        frame.clear()
+        swap(&frame, &loop.headScratch)
+    }
+
+    func sendLastChunk() {
+        let last: StaticString = "0\r\n\r\n"
+        send(UnsafeRawBufferPointer(start: last.utf8Start, count: last.utf8CodeUnitCount))
+    }
+
+    private func writable() {
+        while !outbound.isEmpty {
+            switch socket.write(outbound.readable) {
+            case .bytes(let n): outbound.consume(n)
+            case .wouldBlock, .endOfFile: return
+            case .failed: failed(); return
+            }
+        }
+        socket.stopWaitingForWritable()
+        outbound.releaseIfEmpty()
+        client?.upstreamDrained()
+    }
+
+    // MARK: Receiving the response
+
+    private func readable() {
+        while state != .closed && !socket.isReadingPaused {
+            let fromScratch = inbound.isEmpty
+            let result = fromScratch
+                ? socket.read(into: loop.readScratch)
+                : socket.read(into: inbound.writableSpace(minimum: 4096))
+            switch result {
+            case .bytes(let n):
+                _ = loop.now()
+                if state == .idle {
+                    // An idle connection must not speak: drop it.
+                    close()
+                    return
+                }
+                receivedResponseBytes = true
+                if phase != .tunnel { deadline = loop.lastNow &+ pool.responseTimeoutNanoseconds }
+                if fromScratch {
+                    let bytes = UnsafeRawBufferPointer(rebasing: loop.readScratch[0..<n])
+                    let used = process(bytes)
+                    if used < n && state != .closed { inbound.append(UnsafeRawBufferPointer(rebasing: bytes[used...])) }
+                } else {
+                    inbound.commitWrite(n)
+                    let used = process(inbound.readable)
+                    inbound.consume(used)
+                }
+                if fromScratch && n < loop.readScratch.count / 2 { return }
+            case .wouldBlock:
+                return
+            case .endOfFile:
+                endOfFile()
+                return
+            case .failed:
+                failed()
+                return
+            }
+        }
+    }
+
+    private func process(_ bytes: UnsafeRawBufferPointer) -> Int {
+        var offset = 0
+        while offset < bytes.count && state != .closed {
+            guard let client else { close(); return bytes.count }
+            switch phase {
+            case .head:
+                let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
+                switch parser.parse(rest, requestMethod: method, into: &head) {
+                case .incomplete:
+                    if rest.count > pool.limits.maxHeaderBytes { protocolError("response head too large") }
+                    return offset
+                case .failure(let error):
+                    protocolError(error.reason)
+                    return bytes.count
+                case .complete:
+                    parser.reset()
+                    let headBytes = UnsafeRawBufferPointer(rebasing: rest[0..<head.headLength])
+                    offset += head.headLength
+                    if head.status >= 100 && head.status < 200 && head.status != 101 {
+                        continue  // interim responses are not forwarded; the gateway sent its own 100
+                    }
+                    startBody(client, headBytes)
+                }
+            case .length:
+                let n = min(remaining, bytes.count - offset)
+                client.sendResponseBody(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]))
+                offset += n
+                remaining -= n
+                if remaining == 0 { finished() }
+            case .chunked:
+                let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
+                var consumed = 0
+                let result: ChunkedDecoder.Result
+                if dechunk {
+                    result = decoder.decode(rest, consumed: &consumed) { client.sendResponseBody($0) }
+                } else {
+                    result = decoder.decode(rest, consumed: &consumed) { _ in }
+                    client.sendResponseBody(UnsafeRawBufferPointer(rebasing: rest[0..<consumed]))
+                }
+                offset += consumed
+                switch result {
+                case .needMore: break
+                case .done: finished()
+                case .failure(let error): protocolError(error.reason); return bytes.count
+                }
+            case .untilClose, .tunnel:
+                client.sendResponseBody(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+                return bytes.count
+            case .done:
+                // Bytes after a complete response: the upstream is out of sync.
+                let client = self.client
+                self.client = nil
+                close()
+                _ = client
+                return bytes.count
+            }
+        }
+        return offset
+    }
+
+    private func startBody(_ client: ClientConnection, _ headBytes: UnsafeRawBufferPointer) {
+        dechunk = head.framing == .chunked && client.clientIsHTTP10
+        client.sendResponseHead(headBytes, head, dechunk: dechunk)
+        if head.status == 101 {
+            phase = .tunnel
+            deadline = 0
+            return
+        }
+        switch head.framing {
+        case .none, .contentLength(0):
+            finished()
+        case .contentLength(let n):
+            remaining = n
+            phase = .length
+        case .chunked:
+            decoder.reset()
+            phase = .chunked
+        case .untilClose:
+            phase = .untilClose
+        }
+    }
+
+    private func finished() {
+        phase = .done
+        deadline = 0
+        let reusable = head.keepAlive && inbound.isEmpty && requestSent
+        let client = self.client
+        self.client = nil
+        if let client {
+            client.responseComplete(upstreamReusable: reusable)
+        } else {
+            close()
+        }
+    }
+
+    private func endOfFile() {
+        let client = self.client
+        self.client = nil
+        let phaseAtEnd = phase
+        close()
+        guard let client else { return }
+        switch phaseAtEnd {
+        case .untilClose:
+            client.responseComplete(upstreamReusable: false)
+        case .tunnel:
+            client.abort()
+        case .head where !receivedResponseBytes:
+            client.upstreamFailed(.resetBeforeResponse(reusedConnection: reused))
+        case .head:
+            client.upstreamFailed(.badResponse("connection closed inside the response head"))
+        default:
+            client.upstreamFailed(.resetDuringResponse)
+        }
+    }
+
+    private func failed() {
+        let client = self.client
+        self.client = nil
+        let beforeResponse = phase == .head && !receivedResponseBytes
+        close()
+        guard let client else { return }
+        client.upstreamFailed(beforeResponse ? .resetBeforeResponse(reusedConnection: reused) : .resetDuringResponse)
+    }
+
+    private func protocolError(_ reason: String) {
+        let client = self.client
+        self.client = nil
+        close()
+        client?.upstreamFailed(.badResponse(reason))
+    }
+
+    // MARK: Pool life
+
+    /// Parks the connection in the idle list.
+    func becameIdle(idleDeadline: UInt64) {
+        state = .idle
+        client = nil
+        deadline = idleDeadline
+        inbound.releaseIfEmpty()
+        outbound.releaseIfEmpty()
+    }
+
+    /// Taken from the idle list for a new exchange.
+    func reuse() {
+        state = .active
+        reused = true
+        deadline = 0
+    }
+
+    func deadlineExpired(now: UInt64) {
+        deadline = 0
+        let client = self.client
+        self.client = nil
+        let wasConnecting = state == .connecting
+        close()
+        guard let client else { return }
+        if wasConnecting {
+            pool.connectFailed(IOError("connect", errno: 110))
+            client.upstreamFailed(.connectTimeout)
+        } else {
+            client.responseTimedOut()
+        }
+    }
+
+    /// The client side went away or gave up: the connection cannot be reused.
+    func abandon() {
+        client = nil
+        close()
+    }
+
+    func close() {
+        guard state != .closed else { return }
+        state = .closed
+        deadline = 0
+        loop.unwatchDeadline(self)
+        socket.close()
+        inbound.clear()
+        inbound.releaseIfEmpty()
+        outbound.clear()
+        outbound.releaseIfEmpty()
+        pool.connectionClosed(self)
+    }
+}

@@ -1,0 +1,147 @@
+import PortcullisCore
+import PortcullisHTTP
+import PortcullisIO
+
+/// Keep-alive connections to one upstream, for one loop. Each loop has its own
+/// pool (as Envoy's per-worker pools), so taking and returning a connection never
+/// crosses queues; the configured caps are split evenly across loops.
+///
+/// - Idle connections are reused last-in first-out (the warmest socket first).
+/// - At the connection cap, requests wait in a bounded FIFO queue; past it: 503.
+/// - A waiting request gives up after the connect timeout with 503.
+///
+/// Threading: confined to `loop.queue`.
+final class UpstreamPool: @unchecked Sendable {
+    // @unchecked Sendable: confined to the loop queue (see type comment).
+
+    let configuration: UpstreamConfiguration
+    unowned let loop: EventLoop
+    let limits: HTTPLimits
+    let maxConnections: Int
+    let maxPending: Int
+    let connectTimeoutNanoseconds: UInt64
+    let responseTimeoutNanoseconds: UInt64
+    let idleTimeoutNanoseconds: UInt64
+    private var idle: [UpstreamConnection] = []
+    private var waiters: [ClientConnection] = []
+    /// Open connections, connecting ones included.
+    private(set) var openCount = 0
+    private(set) var lastConnectError: IOError?
+    /// Called once per change between reachable and unreachable (for logs).
+    var onReachabilityChange: ((UpstreamConfiguration, IOError?) -> Void)?
+    private var reachable = true
+
+    init(configuration: UpstreamConfiguration, loop: EventLoop, loopCount: Int, limits: HTTPLimits) {
+        self.configuration = configuration
+        self.loop = loop
+        self.limits = limits
+        maxConnections = max(1, (configuration.maxConnections + loopCount - 1) / loopCount)
+        maxPending = max(0, (configuration.maxPending + loopCount - 1) / loopCount)
+        connectTimeoutNanoseconds = UInt64(configuration.connectTimeout * 1e9)
+        responseTimeoutNanoseconds = UInt64(configuration.responseTimeout * 1e9)
+        idleTimeoutNanoseconds = UInt64(configuration.idleTimeout * 1e9)
+    }
+
+    var idleCount: Int { idle.count }
+    var waitingCount: Int { waiters.count }
+
+    /// Hands `client` a connection now, queues it, or answers 503 through it.
+    /// `fresh` skips idle connections (used for the retry after a stale one).
+    func acquire(for client: ClientConnection, fresh: Bool = false) {
+        if !fresh, let connection = idle.popLast() {
+            connection.reuse()
+            client.attach(connection)
+            return
+        }
+        if fresh, openCount >= maxConnections, let stale = idle.first {
+            stale.close()  // make room for the retry
+        }
+        if openCount < maxConnections {
+            openConnection(for: client)
+            return
+        }
+        if waiters.count < maxPending {
+            waiters.append(client)
+            client.markQueued()
+            client.deadline = loop.lastNow &+ connectTimeoutNanoseconds
+            return
+        }
+        client.poolExhausted()
+    }
+
+    private func openConnection(for client: ClientConnection) {
+        switch Connector.start(to: configuration.address, on: loop) {
+        case .failed(let error):
+            connectFailed(error)
+            client.upstreamFailed(.connectFailed(error))
+        case .connected(let socket):
+            openCount += 1
+            let connection = UpstreamConnection(pool: self, socket: socket)
+            client.attach(connection)
+            connection.connect(inProgress: false)
+        case .inProgress(let socket):
+            openCount += 1
+            let connection = UpstreamConnection(pool: self, socket: socket)
+            client.attach(connection)
+            connection.connect(inProgress: true)
+        }
+    }
+
+    /// An exchange ended; keep the connection if it can serve another request.
+    func release(_ connection: UpstreamConnection, reusable: Bool) {
+        guard reusable, connection.state == .active else {
+            connection.close()
+            return
+        }
+        if let waiter = nextWaiter() {
+            connection.reuse()
+            waiter.attach(connection)
+            return
+        }
+        connection.becameIdle(idleDeadline: loop.lastNow &+ idleTimeoutNanoseconds)
+        idle.append(connection)
+    }
+
+    func connectionClosed(_ connection: UpstreamConnection) {
+        openCount -= 1
+        if let i = idle.firstIndex(where: { $0 === connection }) { idle.remove(at: i) }
+        if openCount < maxConnections, let waiter = nextWaiter() {
+            acquire(for: waiter)
+        }
+    }
+
+    func cancelWaiter(_ client: ClientConnection) {
+        if let i = waiters.firstIndex(where: { $0 === client }) { waiters.remove(at: i) }
+    }
+
+    private func nextWaiter() -> ClientConnection? {
+        while !waiters.isEmpty {
+            let waiter = waiters.removeFirst()
+            if !waiter.isClosed { return waiter }
+        }
+        return nil
+    }
+
+    func connectFailed(_ error: IOError) {
+        lastConnectError = error
+        if reachable {
+            reachable = false
+            onReachabilityChange?(configuration, error)
+        }
+    }
+
+    func connectSucceeded() {
+        if !reachable {
+            reachable = true
+            lastConnectError = nil
+            onReachabilityChange?(configuration, nil)
+        }
+    }
+
+    /// Closes idle connections (shutdown).
+    func closeIdle() {
+        let connections = idle
+        idle.removeAll()
+        for connection in connections { connection.close() }
+    }
+}

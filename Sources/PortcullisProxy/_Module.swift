@@ -1,1 +1,0 @@
-// PortcullisProxy module
