@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Load harness: wrk (keep-alive, 64 connections) against a fast upstream
+# directly, through nginx, through HAProxy and through Portcullis — configured
+# alike, interleaved in one run — or against your own deployment (--target).
+# Every run has a fixed duration; the script stops by itself. See README.md.
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+usage: Benchmarks/load/run.sh [options]
+  --rounds N          rounds, rows interleaved in each (default $ROUNDS or 3)
+  --duration S        seconds per wrk run (default $DURATION or 10)
+  --connections C     wrk connections (default $CONNECTIONS or 64)
+  --warmup S          unmeasured wrk run per row before round 1 (default $WARMUP or 2; 0 = none)
+  --only ROW[,ROW]    rows to run: upstream, nginx, haproxy, portcullis (default all)
+  --target URL        measure only this URL (your deployment); no local servers are started
+  --header 'N: V'     extra request header (repeatable), sent through a wrk Lua script
+  --keep DIR          copy configs, logs and raw wrk outputs to DIR
+Environment: PORTCULLIS_BIN (default .build/release/portcullis), ROUNDS, DURATION,
+CONNECTIONS, WARMUP.
+USAGE
+}
+
+ROUNDS="${ROUNDS:-3}"
+DURATION="${DURATION:-10}"
+CONNECTIONS="${CONNECTIONS:-64}"
+WARMUP="${WARMUP:-2}"
+ONLY="upstream,nginx,haproxy,portcullis"
+TARGET=""
+HEADERS=()
+KEEP=""
+INVOCATION="$0 $*"
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --rounds) ROUNDS="$2"; shift 2 ;;
+        --duration) DURATION="$2"; shift 2 ;;
+        --connections) CONNECTIONS="$2"; shift 2 ;;
+        --warmup) WARMUP="$2"; shift 2 ;;
+        --only) ONLY="$2"; shift 2 ;;
+        --target) TARGET="$2"; shift 2 ;;
+        --header) HEADERS+=("$2"); shift 2 ;;
+        --keep) KEEP="$2"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+for n in "$ROUNDS" "$DURATION" "$CONNECTIONS" "$WARMUP"; do
+    [[ "$n" =~ ^[0-9]+$ ]] || { echo "error: '$n' is not a whole number" >&2; exit 2; }
+done
+(( ROUNDS >= 1 && DURATION >= 1 && CONNECTIONS >= 1 )) || { echo "error: rounds, duration and connections must be >= 1" >&2; exit 2; }
+command -v wrk >/dev/null || { echo "error: wrk not found (apt-get install wrk)" >&2; exit 1; }
+
+WORKDIR="$(mktemp -d /tmp/portcullis-load.XXXXXX)"
+source "$(dirname "${BASH_SOURCE[0]}")/servers.sh"
+
+cleanup() {
+    local rc=$?
+    stop_servers
+    if [[ -n "$KEEP" ]]; then mkdir -p "$KEEP" && cp -r "$WORKDIR"/. "$KEEP"/ || true; fi
+    rm -rf "$WORKDIR"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Descriptors for the servers and for wrk: as many as the hard limit allows.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+WRK_ARGS=(-t1 "-c$CONNECTIONS" "-d${DURATION}s" --timeout 5s --latency)
+LUA=""
+if [[ ${#HEADERS[@]} -gt 0 ]]; then
+    LUA="$WORKDIR/headers.lua"
+    $HELPER lua "${HEADERS[@]}" > "$LUA"
+    WRK_ARGS+=(-s "$LUA")
+fi
+
+# Rows: name, label, URL, PIDs whose CPU counts as "the server".
+ROW_NAMES=(); declare -A ROW_LABEL ROW_URL ROW_PIDS
+add_row() { ROW_NAMES+=("$1"); ROW_LABEL[$1]="$2"; ROW_URL[$1]="$3"; ROW_PIDS[$1]="${4-}"; }
+wants() { [[ ",$ONLY," == *",$1,"* ]]; }
+
+if [[ -n "$TARGET" ]]; then
+    add_row target "$TARGET" "$TARGET" ""
+else
+    for r in ${ONLY//,/ }; do
+        case "$r" in upstream|nginx|haproxy|portcullis) ;; *) echo "error: unknown row '$r' in --only" >&2; exit 2 ;; esac
+    done
+    start_upstream
+    wants upstream && add_row upstream "upstream direct (nginx return 200)" "http://127.0.0.1:$UPSTREAM_PORT/" "$UPSTREAM_PID"
+    if wants nginx; then start_nginx_proxy; add_row nginx "nginx proxy" "http://127.0.0.1:$NGINX_PORT/" "$NGINX_PID"; fi
+    if wants haproxy; then start_haproxy; add_row haproxy "HAProxy proxy" "http://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID"; fi
+    if wants portcullis; then start_portcullis; add_row portcullis "Portcullis" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"; fi
+fi
+[[ ${#ROW_NAMES[@]} -gt 0 ]] || { echo "error: no rows selected" >&2; exit 2; }
+
+check_alive() {
+    local row="$1" pid
+    for pid in ${ROW_PIDS[$row]}; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "error: ${ROW_LABEL[$row]} (pid $pid) is no longer running" >&2
+            [[ "$row" == portcullis ]] && { echo "--- portcullis output:" >&2; cat "$WORKDIR/portcullis/portcullis.out" >&2; }
+            exit 1
+        fi
+    done
+}
+
+echo "# Portcullis load harness"
+echo
+echo "- invocation: \`$INVOCATION\` (rounds=$ROUNDS, duration=${DURATION}s, connections=$CONNECTIONS, warm-up=${WARMUP}s per row)"
+echo "- wrk command per row: \`wrk ${WRK_ARGS[*]} URL\`"
+[[ ${#HEADERS[@]} -gt 0 ]] && echo "- extra headers (via Lua): $(for h in "${HEADERS[@]}"; do printf '`%s: …` ' "${h%%:*}"; done)"
+echo "- machine: nproc=$(nproc), kernel $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "- tools: $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), $(nginx -v 2>&1 | cut -d' ' -f3), $(haproxy -v | head -1 | cut -d' ' -f1-3)"
+[[ -z "$TARGET" ]] && wants portcullis && echo "- portcullis: $PORTCULLIS_BIN (git $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$( [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- Sources Package.swift 2>/dev/null)" ]] && echo ', working tree has uncommitted Sources changes'))"
+for row in "${ROW_NAMES[@]}"; do echo "- row ${ROW_LABEL[$row]}: ${ROW_URL[$row]}"; done
+echo
+
+if (( WARMUP > 0 )); then
+    for row in "${ROW_NAMES[@]}"; do
+        wrk -t1 "-c$CONNECTIONS" "-d${WARMUP}s" --timeout 5s ${LUA:+-s "$LUA"} "${ROW_URL[$row]}" > "$WORKDIR/warmup-$row.txt" 2>&1 || true
+        check_alive "$row"
+    done
+fi
+
+RESULTS="$WORKDIR/results.jsonl"
+: > "$RESULTS"
+for round in $(seq 1 "$ROUNDS"); do
+    for row in "${ROW_NAMES[@]}"; do
+        out="$WORKDIR/wrk-$row-$round.txt"
+        before=""; cpu="null"; hz=100
+        [[ -n "${ROW_PIDS[$row]}" ]] && before="$($HELPER cpu ${ROW_PIDS[$row]})"
+        if ! wrk "${WRK_ARGS[@]}" "${ROW_URL[$row]}" > "$out" 2>&1; then
+            echo "error: wrk failed against ${ROW_LABEL[$row]}:" >&2; cat "$out" >&2; exit 1
+        fi
+        if [[ -n "$before" ]]; then
+            after="$($HELPER cpu ${ROW_PIDS[$row]})"
+            cpu=$(( ${after% *} - ${before% *} )); hz="${after#* }"
+        fi
+        check_alive "$row"
+        printf '{"row": "%s", "label": "%s", "round": %d, "file": "%s", "cpu_ticks": %s, "hz": %s}\n' \
+            "$row" "${ROW_LABEL[$row]//\"/\\\"}" "$round" "$out" "$cpu" "$hz" >> "$RESULTS"
+        printf 'round %d/%d  %-36s %s req/s\n' "$round" "$ROUNDS" "${ROW_LABEL[$row]}" \
+            "$(grep -m1 'Requests/sec' "$out" | awk '{print $2}')" >&2
+    done
+done
+
+echo "Medians over $ROUNDS interleaved rounds:"
+echo
+$HELPER table "$RESULTS"
+if [[ -z "$TARGET" ]]; then
+    echo
+    echo "CPU is utime+stime from /proc/PID/stat (all threads; nginx master and workers) over the wrk run, divided by the requests wrk completed. wrk itself shares the $(nproc) cores."
+fi

@@ -1,0 +1,177 @@
+# Shared by run.sh and memory.sh (sourced, not run): starts the servers under
+# test on free loopback ports, each writing only under $WORKDIR, and records
+# their PIDs so that `stop_servers` (installed as an EXIT trap by the callers)
+# kills exactly what was started here.
+#
+# Every server is configured alike: keep-alive to clients and to the upstream,
+# no access log, no request cap per connection.
+
+HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HARNESS_DIR/../.." && pwd)"
+PORTCULLIS_BIN="${PORTCULLIS_BIN:-$REPO_ROOT/.build/release/portcullis}"
+HELPER="python3 $HARNESS_DIR/harness.py"
+
+STARTED_PIDS=()
+
+free_port() { $HELPER port; }
+
+stop_servers() {
+    local pid
+    for pid in "${STARTED_PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${STARTED_PIDS[@]}"; do
+        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    STARTED_PIDS=()
+}
+
+# wait_http URL [EXPECTED_BODY] — up to 10 s for a 200 (and the body, if given).
+wait_http() {
+    local url="$1" body="${2-}" out
+    for _ in $(seq 1 100); do
+        if out="$(curl -fsS --max-time 1 "$url" 2>/dev/null)"; then
+            if [[ -z "$body" || "$out" == "$body" ]]; then return 0; fi
+        fi
+        sleep 0.1
+    done
+    echo "error: $url did not answer 200${body:+ with '$body'} within 10 s" >&2
+    return 1
+}
+
+# start_upstream -> sets UPSTREAM_PORT, UPSTREAM_PID
+# nginx, 1 worker, `return 200 "ok"`.
+start_upstream() {
+    UPSTREAM_PORT="$(free_port)"
+    local d="$WORKDIR/upstream"; mkdir -p "$d"
+    cat > "$d/nginx.conf" <<CONF
+daemon off;
+master_process on;
+worker_processes 1;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 16384; }
+http {
+    access_log off;
+    client_body_temp_path $d/client_body;
+    proxy_temp_path $d/proxy;
+    fastcgi_temp_path $d/fastcgi;
+    uwsgi_temp_path $d/uwsgi;
+    scgi_temp_path $d/scgi;
+    keepalive_requests 1000000000;
+    keepalive_timeout 300s;
+    server {
+        listen 127.0.0.1:$UPSTREAM_PORT backlog=4096;
+        location / { default_type text/plain; return 200 "ok"; }
+    }
+}
+CONF
+    nginx -e "$d/error.log" -p "$d" -c "$d/nginx.conf" &
+    UPSTREAM_PID=$!; STARTED_PIDS+=("$UPSTREAM_PID")
+    wait_http "http://127.0.0.1:$UPSTREAM_PORT/" ok
+}
+
+# start_nginx_proxy -> sets NGINX_PORT, NGINX_PID
+# nginx, 2 workers, pooled keep-alive to the upstream.
+start_nginx_proxy() {
+    NGINX_PORT="$(free_port)"
+    local d="$WORKDIR/nginx"; mkdir -p "$d"
+    cat > "$d/nginx.conf" <<CONF
+daemon off;
+master_process on;
+worker_processes 2;
+pid $d/nginx.pid;
+error_log $d/error.log warn;
+events { worker_connections 16384; }
+http {
+    access_log off;
+    client_body_temp_path $d/client_body;
+    proxy_temp_path $d/proxy;
+    fastcgi_temp_path $d/fastcgi;
+    uwsgi_temp_path $d/uwsgi;
+    scgi_temp_path $d/scgi;
+    keepalive_requests 1000000000;
+    keepalive_timeout 300s;
+    upstream fast {
+        server 127.0.0.1:$UPSTREAM_PORT;
+        keepalive 128;
+        keepalive_requests 1000000000;
+        keepalive_timeout 300s;
+    }
+    server {
+        listen 127.0.0.1:$NGINX_PORT backlog=4096;
+        location / {
+            proxy_pass http://fast;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+CONF
+    nginx -e "$d/error.log" -p "$d" -c "$d/nginx.conf" &
+    NGINX_PID=$!; STARTED_PIDS+=("$NGINX_PID")
+    wait_http "http://127.0.0.1:$NGINX_PORT/" ok
+}
+
+# start_haproxy -> sets HAPROXY_PORT, HAPROXY_PID
+# HAProxy 2.6, 2 threads, server connections reused across clients.
+start_haproxy() {
+    HAPROXY_PORT="$(free_port)"
+    local d="$WORKDIR/haproxy"; mkdir -p "$d"
+    cat > "$d/haproxy.cfg" <<CONF
+global
+    nbthread 2
+    maxconn 4096
+
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 5s
+    timeout client 300s
+    timeout server 300s
+    timeout http-keep-alive 300s
+
+frontend fe
+    bind 127.0.0.1:$HAPROXY_PORT
+    default_backend fast
+
+backend fast
+    server upstream 127.0.0.1:$UPSTREAM_PORT
+CONF
+    haproxy -db -f "$d/haproxy.cfg" > "$d/haproxy.out" 2>&1 &
+    HAPROXY_PID=$!; STARTED_PIDS+=("$HAPROXY_PID")
+    wait_http "http://127.0.0.1:$HAPROXY_PORT/" ok
+}
+
+# start_portcullis [EXTRA_YAML] -> sets PORTCULLIS_PORT, PORTCULLIS_ADMIN, PORTCULLIS_PID
+# The release binary, 2 workers, pooled keep-alive to the upstream.
+start_portcullis() {
+    local extra="${1-}"
+    if [[ ! -x "$PORTCULLIS_BIN" ]]; then
+        echo "error: $PORTCULLIS_BIN not found; build it with:" >&2
+        echo "  cd $REPO_ROOT && swift build -c release --product portcullis" >&2
+        return 1
+    fi
+    PORTCULLIS_PORT="$(free_port)"
+    PORTCULLIS_ADMIN="$(free_port)"
+    local d="$WORKDIR/portcullis"; mkdir -p "$d"
+    cat > "$d/portcullis.yaml" <<CONF
+listen: [{address: "127.0.0.1:$PORTCULLIS_PORT"}]
+admin: {address: "127.0.0.1:$PORTCULLIS_ADMIN"}
+workers: 2
+access_log: off
+log_level: warning
+upstreams:
+  fast: {url: "http://127.0.0.1:$UPSTREAM_PORT", max_connections: 128}
+routes:
+  - {path: /, upstream: fast, auth: none}
+$extra
+CONF
+    "$PORTCULLIS_BIN" check-config "$d/portcullis.yaml" >/dev/null || return 1
+    "$PORTCULLIS_BIN" run --config "$d/portcullis.yaml" > "$d/portcullis.out" 2>&1 &
+    PORTCULLIS_PID=$!; STARTED_PIDS+=("$PORTCULLIS_PID")
+    wait_http "http://127.0.0.1:$PORTCULLIS_ADMIN/healthz" || { cat "$d/portcullis.out" >&2; return 1; }
+    wait_http "http://127.0.0.1:$PORTCULLIS_PORT/" ok || { cat "$d/portcullis.out" >&2; return 1; }
+}
