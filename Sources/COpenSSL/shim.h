@@ -21,4 +21,9 @@
 
 static inline unsigned long portcullis_openssl_version_number(void) { return OPENSSL_VERSION_NUMBER; }
 
+// PortcullisAuth: selection for EVP_PKEY_fromdata of a public key (a composite macro).
+static inline int portcullis_evp_pkey_public_key_selection(void) { return EVP_PKEY_PUBLIC_KEY; }
+// PortcullisAuth: selection for EVP_PKEY_fromdata of a key pair.
+static inline int portcullis_evp_pkey_keypair_selection(void) { return EVP_PKEY_KEYPAIR; }
+
 #endif

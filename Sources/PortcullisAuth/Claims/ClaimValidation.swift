@@ -1,0 +1,165 @@
+/// Checks a claim set against a provider's policy (RFC 7519 §4.1, OIDC Core
+/// §3.1.3.7, and the per-provider rules of the rule book). Works on the
+/// parsed document directly: no claim is copied unless it ends up in the
+/// identity.
+struct ClaimValidation {
+    let document: JSONDocument
+    let claims: Int
+    let policy: ProviderPolicy
+
+    /// `exp` (required), `nbf`, `iat`, lifetime and `auth_time`.
+    func checkTimes(now: Double) -> Result<(expiresAt: Double, issuedAt: Double?), AuthFailure.Reason> {
+        let leeway = policy.leeway
+        guard let expIndex = document.member(claims, "exp") else { return .failure(.missingExpiry) }
+        guard let exp = document.number(expIndex), exp.isFinite else { return .failure(.claimInvalid) }
+        if now >= exp + leeway { return .failure(.expired) }
+
+        if let nbfIndex = document.member(claims, "nbf") {
+            guard let nbf = document.number(nbfIndex), nbf.isFinite else { return .failure(.claimInvalid) }
+            if now < nbf - leeway { return .failure(.notYetValid) }
+        }
+
+        var issuedAt: Double?
+        if let iatIndex = document.member(claims, "iat") {
+            guard let iat = document.number(iatIndex), iat.isFinite else { return .failure(.claimInvalid) }
+            if now < iat - leeway { return .failure(.issuedInFuture) }
+            issuedAt = iat
+        } else if policy.requireIssuedAt {
+            return .failure(.claimInvalid)
+        }
+
+        if let maxLifetime = policy.maxLifetime {
+            // GAL: exp must be less than now + max; the jose-style bound on exp - iat for app tokens.
+            if exp - now > maxLifetime + leeway { return .failure(.lifetimeTooLong) }
+            if let issuedAt, exp - issuedAt > maxLifetime + leeway { return .failure(.lifetimeTooLong) }
+        }
+
+        if policy.checkAuthTime {
+            guard let authIndex = document.member(claims, "auth_time"),
+                  let authTime = document.number(authIndex), authTime.isFinite else { return .failure(.claimInvalid) }
+            if authTime > now + leeway { return .failure(.issuedInFuture) }
+        }
+        return .success((exp, issuedAt))
+    }
+
+    /// `iss` against the exact set (when the policy has one).
+    func checkIssuer() -> AuthFailure.Reason? {
+        guard !policy.issuers.isEmpty else { return nil }
+        guard let index = document.member(claims, "iss") else { return .issuerNotAccepted }
+        return policy.issuers.contains { document.stringEquals(index, $0) } ? nil : .issuerNotAccepted
+    }
+
+    /// `aud` (string or array) must contain one of the configured audiences;
+    /// `azp`, when present and the policy checks it, must be one of them too.
+    func checkAudience() -> AuthFailure.Reason? {
+        guard !policy.audiences.isEmpty else { return nil }
+        guard let index = document.member(claims, "aud") else { return .audienceNotAccepted }
+        var matched = false
+        switch document[index].kind {
+        case .string:
+            matched = policy.audiences.contains { document.stringEquals(index, $0) }
+        case .array:
+            var allStrings = true
+            document.forEachElement(index) { element in
+                guard document[element].kind == .string else { allStrings = false; return false }
+                if !matched { matched = policy.audiences.contains { document.stringEquals(element, $0) } }
+                return true
+            }
+            if !allStrings { return .claimInvalid }
+        default:
+            return .claimInvalid
+        }
+        guard matched else { return .audienceNotAccepted }
+        if policy.checkAuthorizedParty, let azp = document.member(claims, "azp") {
+            guard policy.audiences.contains(where: { document.stringEquals(azp, $0) }) else { return .authorizedPartyNotAccepted }
+        }
+        return nil
+    }
+
+    /// `sub`: a non-empty string within the provider's length limit.
+    func subject() -> Result<String, AuthFailure.Reason> {
+        guard let index = document.member(claims, "sub"), let sub = document.string(index),
+              !sub.isEmpty, sub.utf8.count <= policy.subjectMaxLength else { return .failure(.subjectInvalid) }
+        return .success(sub)
+    }
+
+    /// Google `hd` and configured required claims.
+    func checkRequiredClaims() -> AuthFailure.Reason? {
+        if let domain = policy.hostedDomain {
+            guard let index = document.member(claims, "hd"), document.stringEquals(index, domain) else {
+                return .hostedDomainMismatch
+            }
+        }
+        for required in policy.requiredClaims {
+            guard let index = document.member(claims, required.nameBytes), document[index].kind != .null else {
+                return .requiredClaimMismatch
+            }
+            switch required.requirement {
+            case .present:
+                continue
+            case .equals:
+                guard document.stringEquals(index, required.valueBytes[0]) else { return .requiredClaimMismatch }
+            case .oneOf:
+                var matched = false
+                if document[index].kind == .array {
+                    document.forEachElement(index) { element in
+                        matched = required.valueBytes.contains { document.stringEquals(element, $0) }
+                        return !matched
+                    }
+                } else {
+                    matched = required.valueBytes.contains { document.stringEquals(index, $0) }
+                }
+                guard matched else { return .requiredClaimMismatch }
+            case .equalsBool(let expected):
+                guard booleanClaim(index) == expected else { return .requiredClaimMismatch }
+            }
+        }
+        return nil
+    }
+
+    /// A boolean claim; Apple's `"true"`/`"false"` strings count when the
+    /// policy is lenient.
+    func booleanClaim(_ index: Int) -> Bool? {
+        if let value = document.bool(index) { return value }
+        guard policy.lenientBooleans else { return nil }
+        if document.stringEquals(index, Array("true".utf8)) { return true }
+        if document.stringEquals(index, Array("false".utf8)) { return false }
+        return nil
+    }
+
+    /// Apple nonce: when the client supplied a raw nonce the token's `nonce`
+    /// must equal hex(SHA-256(raw)); a missing claim fails only when
+    /// `nonce_supported` is true.
+    func checkNonce(expectedHex: [UInt8]?) -> AuthFailure.Reason? {
+        guard let expectedHex else { return nil }
+        guard let index = document.member(claims, "nonce") else {
+            if let supported = document.member(claims, "nonce_supported"), booleanClaim(supported) == true {
+                return .nonceMismatch
+            }
+            return nil
+        }
+        return document.stringEquals(index, expectedHex) ? nil : .nonceMismatch
+    }
+
+    /// Selected claims as strings for the identity.
+    func forwardedClaims() -> [String: String] {
+        var result = [String: String]()
+        for claim in policy.forwardedClaims {
+            guard let index = document.member(claims, claim.bytes) else { continue }
+            switch document[index].kind {
+            case .string: result[claim.name] = document.string(index)
+            case .bool: result[claim.name] = document[index].flag ? "true" : "false"
+            case .number:
+                let token = document[index]
+                result[claim.name] = String(decoding: document.bytes[Int(token.start)..<Int(token.end)], as: UTF8.self)
+            default: continue
+            }
+        }
+        return result
+    }
+
+    /// The optional string claims the identity carries.
+    func optionalString(_ name: StaticString) -> String? {
+        document.member(claims, name).flatMap { document.string($0) }
+    }
+}

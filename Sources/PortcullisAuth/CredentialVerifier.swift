@@ -1,0 +1,237 @@
+/// The entry point the proxy calls: verifies a Bearer credential or session
+/// cookies against the configured providers and returns a typed result.
+///
+/// Threading: immutable after construction except for each provider's key
+/// snapshot (swapped by `updateKeys`) and the verified-token cache (sharded
+/// locks). Safe to call from any number of threads; no call blocks on I/O.
+public final class CredentialVerifier: Sendable {
+    enum Provider: Sendable {
+        case jws(JWTProvider)
+        case cookie(SessionCookieProvider)
+
+        var name: String {
+            switch self {
+            case .jws(let provider): return provider.policy.name
+            case .cookie(let provider): return provider.policy.name
+            }
+        }
+    }
+
+    let providers: [Provider]
+    private let indexByName: [String: Int]
+    let cache: VerifiedTokenCache
+    /// Largest Bearer credential considered; longer ones fail with `tooLarge`.
+    public let maxTokenSize: Int
+
+    /// Builds every provider's verifier. Keys for jwks/PEM providers may be
+    /// absent until fetched (tokens then fail with `keysUnavailable`);
+    /// hs256 providers build their key from `secret` unless `keys` has one.
+    public init(providers configurations: [ProviderConfiguration], keys: [String: KeySet],
+                cacheCapacity: Int = 16_384, maxTokenSize: Int = 16 * 1024) throws(AuthConfigurationError) {
+        var providers = [Provider]()
+        var indexByName = [String: Int]()
+        for configuration in configurations {
+            guard indexByName[configuration.name] == nil else { throw .duplicateProvider(configuration.name) }
+            let policy = try ProviderPolicy(configuration)
+            switch configuration.kind {
+            case .nextauth, .authjs:
+                providers.append(.cookie(try SessionCookieProvider(policy: policy, configuration: configuration)))
+            case .hs256:
+                var keySet = keys[configuration.name]
+                if keySet == nil {
+                    guard let secret = configuration.secret ?? configuration.secrets.first else {
+                        throw .missingSetting(provider: configuration.name, setting: "secret")
+                    }
+                    do {
+                        keySet = try KeySet(keys: policy.algorithms.sorted { $0.rawValue < $1.rawValue }.map { algorithm throws(KeyLoadingError) in
+                            try VerificationKey(hmacSecret: Array(secret.utf8), keyID: configuration.keyID, algorithm: algorithm)
+                        })
+                    } catch {
+                        throw .key(provider: configuration.name, error)
+                    }
+                }
+                providers.append(.jws(JWTProvider(policy: policy, keys: keySet ?? .empty)))
+            case .google, .apple, .firebase, .oidc:
+                providers.append(.jws(JWTProvider(policy: policy, keys: keys[configuration.name] ?? .empty)))
+            }
+            indexByName[configuration.name] = providers.count - 1
+        }
+        for name in keys.keys where indexByName[name] == nil { throw .unknownProvider(name) }
+        self.providers = providers
+        self.indexByName = indexByName
+        self.cache = VerifiedTokenCache(capacity: cacheCapacity, providerCount: providers.count)
+        self.maxTokenSize = maxTokenSize
+    }
+
+    /// Replaces one provider's key set (after a JWKS fetch) and drops that
+    /// provider's cached verifications. Returns false for an unknown name or
+    /// a session-cookie provider.
+    @discardableResult
+    public func updateKeys(provider name: String, keys: KeySet) -> Bool {
+        guard let index = indexByName[name], case .jws(let provider) = providers[index] else { return false }
+        let generation = provider.replaceKeys(keys)
+        cache.invalidate(provider: index, generation: generation)
+        return true
+    }
+
+    /// Names of the configured providers, in order.
+    public var providerNames: [String] { providers.map(\.name) }
+
+    @inline(__always)
+    private func isAllowed(_ index: Int, _ allowed: Set<String>?) -> Bool {
+        guard let allowed else { return true }
+        return allowed.contains(providers[index].name)
+    }
+
+    /// Verifies a Bearer credential: a compact JWS, or a NextAuth / Auth.js
+    /// session JWE as their `getToken` accepts from `Authorization: Bearer`.
+    /// `providers` limits which are tried (nil = all). `now` is seconds since
+    /// the epoch.
+    public func verifyBearer(_ token: UnsafeRawBufferPointer, providers allowed: Set<String>?, now: Double) -> VerificationResult {
+        verifyBearer(token, providers: allowed, now: now, appleRawNonce: nil)
+    }
+
+    /// As `verifyBearer(_:providers:now:)`, with the raw nonce an Apple
+    /// client generated: the token's `nonce` must then equal
+    /// hex(SHA-256(raw)). Such calls bypass the verified-token cache.
+    public func verifyBearer(_ token: UnsafeRawBufferPointer, providers allowed: Set<String>?, now: Double,
+                             appleRawNonce: String?) -> VerificationResult {
+        guard !token.isEmpty else { return .failed(AuthFailure(.noCredential)) }
+        guard token.count <= maxTokenSize else { return .failed(AuthFailure(.tooLarge)) }
+        let useCache = appleRawNonce == nil && cache.isEnabled
+        let cacheKey = useCache ? cache.key(bearer: token) : nil
+        if let cacheKey, let identity = cache.lookup(cacheKey, now: now, allowed: { isAllowed($0, allowed) }) {
+            return .verified(identity)
+        }
+        guard let segments = CompactSegments(token) else { return .failed(AuthFailure(.malformed)) }
+        if segments.count == 5 { return verifyBearerJWE(token, allowed: allowed, now: now, cacheKey: cacheKey) }
+        guard segments.count == 3 else { return .failed(AuthFailure(.malformed)) }
+
+        let jws: JWSToken
+        switch JWSToken.parse(token, segments: segments) {
+        case .success(let value): jws = value
+        case .failure(let reason): return .failed(AuthFailure(reason))
+        }
+        let nonceHex = appleRawNonce.map { raw in
+            Array(digestBytes(.sha256, Array(raw.utf8)).map { byte in
+                let digits = Array("0123456789abcdef".utf8)
+                return [digits[Int(byte >> 4)], digits[Int(byte & 15)]]
+            }.joined())
+        }
+
+        var best: AuthFailure?
+        func record(_ failure: AuthFailure) {
+            if best == nil || failure.stage > best!.stage { best = failure }
+        }
+        for index in providers.indices where isAllowed(index, allowed) {
+            guard case .jws(let provider) = providers[index] else { continue }
+            if let reason = provider.accepts(jws) {
+                record(AuthFailure(reason, provider: provider.name))
+                continue
+            }
+            switch provider.verify(jws, bytes: token, now: now, nonceHex: nonceHex) {
+            case .success(let (identity, generation)):
+                if let cacheKey {
+                    cache.insert(cacheKey, identity: identity, validUntil: identity.expiresAt + provider.policy.leeway,
+                                 provider: index, generation: generation)
+                }
+                return .verified(identity)
+            case .failure(let failure):
+                record(failure)
+                // Another provider may hold the right key (two app secrets);
+                // any later failure is this provider's final word.
+                if failure.reason != .unknownKey && failure.reason != .signatureInvalid && failure.reason != .keysUnavailable {
+                    return .failed(failure)
+                }
+            }
+        }
+        return .failed(best ?? AuthFailure(.noMatchingProvider))
+    }
+
+    /// Convenience for tests and the command line.
+    public func verifyBearer(_ token: String, providers allowed: Set<String>? = nil, now: Double,
+                             appleRawNonce: String? = nil) -> VerificationResult {
+        var token = token
+        return token.withUTF8 { verifyBearer(UnsafeRawBufferPointer($0), providers: allowed, now: now, appleRawNonce: appleRawNonce) }
+    }
+
+    private func verifyBearerJWE(_ token: UnsafeRawBufferPointer, allowed: Set<String>?, now: Double,
+                                 cacheKey: VerifiedTokenCache.Key?) -> VerificationResult {
+        var best: AuthFailure?
+        for index in providers.indices where isAllowed(index, allowed) {
+            guard case .cookie(let provider) = providers[index] else { continue }
+            // v4 keys do not depend on the cookie name; v5 getToken uses the
+            // configured cookie name as salt, so both forms are tried.
+            let names = provider.isV4 ? [0] : Array(provider.cookieNames.indices)
+            for nameIndex in names {
+                switch provider.verify(token, nameIndex: nameIndex, now: now, source: .bearer) {
+                case .success(let identity):
+                    if let cacheKey {
+                        cache.insert(cacheKey, identity: identity, validUntil: identity.expiresAt + provider.policy.leeway,
+                                     provider: index, generation: 1)
+                    }
+                    return .verified(identity)
+                case .failure(let failure):
+                    if best == nil || failure.stage > best!.stage { best = failure }
+                }
+            }
+        }
+        return .failed(best ?? AuthFailure(.noMatchingProvider))
+    }
+
+    /// Verifies session cookies. `cookies` are the (name, value) pairs of the
+    /// request's Cookie header(s); chunked cookies (`name.0`, `name.1`, …)
+    /// are joined per the rule book. The `__Secure-` name is tried first.
+    /// Returns `.noCredential` when no session cookie is present.
+    public func verifySessionCookies(_ cookies: [(name: Substring, value: Substring)], providers allowed: Set<String>?,
+                                     now: Double) -> VerificationResult {
+        var best: AuthFailure?
+        func record(_ failure: AuthFailure) {
+            if best == nil || failure.stage > best!.stage { best = failure }
+        }
+        for index in providers.indices where isAllowed(index, allowed) {
+            guard case .cookie(let provider) = providers[index] else { continue }
+            for (nameIndex, name) in provider.cookieNames.enumerated() {
+                let candidates: [SessionCookieChunks.Candidate]
+                switch SessionCookieChunks.candidates(named: name, in: cookies) {
+                case .success(let list): candidates = list
+                case .failure(let reason):
+                    record(AuthFailure(reason, provider: provider.policy.name))
+                    continue
+                }
+                for candidate in candidates {
+                    let result = withBytes(of: candidate) { bytes -> Result<VerifiedIdentity, AuthFailure> in
+                        guard bytes.count <= SessionCookieChunks.maxJoinedSize else {
+                            return .failure(AuthFailure(.tooLarge, provider: provider.policy.name))
+                        }
+                        let key = cache.isEnabled ? cache.key(cookieName: name, value: bytes) : nil
+                        if let key, let identity = cache.lookup(key, now: now, allowed: { $0 == index }) {
+                            return .success(identity)
+                        }
+                        let result = provider.verify(bytes, nameIndex: nameIndex, now: now, source: .sessionCookie)
+                        if case .success(let identity) = result, let key {
+                            cache.insert(key, identity: identity, validUntil: identity.expiresAt + provider.policy.leeway,
+                                         provider: index, generation: 1)
+                        }
+                        return result
+                    }
+                    switch result {
+                    case .success(let identity): return .verified(identity)
+                    case .failure(let failure): record(failure)
+                    }
+                }
+            }
+        }
+        return .failed(best ?? AuthFailure(.noCredential))
+    }
+
+    private func withBytes<R>(of candidate: SessionCookieChunks.Candidate, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        switch candidate {
+        case .joined(let bytes):
+            return bytes.withUnsafeBytes(body)
+        case .whole(let value):
+            if let result = value.utf8.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) { return result }
+            return Array(value.utf8).withUnsafeBytes(body)
+        }
+    }
+}

@@ -1,0 +1,108 @@
+/// A JSON value built in Swift: claims for `TokenMinter`, and values read back
+/// from a verified token when a caller asks for the full claim set.
+public enum JSONValue: Sendable, Equatable {
+    case string(String)
+    case number(Double)
+    case integer(Int64)
+    case bool(Bool)
+    case null
+    case array([JSONValue])
+    /// Members in the order they are serialized.
+    case object([(String, JSONValue)])
+
+    public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
+        switch (lhs, rhs) {
+        case let (.string(a), .string(b)): return a == b
+        case let (.number(a), .number(b)): return a == b
+        case let (.integer(a), .integer(b)): return a == b
+        case let (.bool(a), .bool(b)): return a == b
+        case (.null, .null): return true
+        case let (.array(a), .array(b)): return a == b
+        case let (.object(a), .object(b)):
+            return a.count == b.count && zip(a, b).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+        default: return false
+        }
+    }
+
+    /// Compact serialization (no whitespace), members in the given order.
+    public var serialized: String {
+        var out = ""
+        write(to: &out)
+        return out
+    }
+
+    private func write(to out: inout String) {
+        switch self {
+        case .string(let value): JSONValue.writeString(value, to: &out)
+        case .number(let value):
+            if value.rounded() == value && abs(value) < 1e15 { out += String(Int64(value)) } else { out += "\(value)" }
+        case .integer(let value): out += String(value)
+        case .bool(let value): out += value ? "true" : "false"
+        case .null: out += "null"
+        case .array(let values):
+            out += "["
+            for (index, value) in values.enumerated() {
+                if index > 0 { out += "," }
+                value.write(to: &out)
+            }
+            out += "]"
+        case .object(let members):
+            out += "{"
+            for (index, (name, value)) in members.enumerated() {
+                if index > 0 { out += "," }
+                JSONValue.writeString(name, to: &out)
+                out += ":"
+                value.write(to: &out)
+            }
+            out += "}"
+        }
+    }
+
+    private static func writeString(_ value: String, to out: inout String) {
+        out += "\""
+        for scalar in value.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+    }
+}
+
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
+    ExpressibleByFloatLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .integer(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(floatLiteral value: Double) { self = .number(value) }
+    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+    public init(dictionaryLiteral elements: (String, JSONValue)...) { self = .object(elements) }
+    public init(nilLiteral: ()) { self = .null }
+}
+
+extension JSONDocument {
+    /// Converts a token subtree back to a `JSONValue` (cold path).
+    func value(_ index: Int) -> JSONValue {
+        let token = tokens[index]
+        switch token.kind {
+        case .string: return .string(string(index) ?? "")
+        case .number:
+            let number = self.number(index) ?? 0
+            if number.rounded() == number && abs(number) < 9e15 { return .integer(Int64(number)) }
+            return .number(number)
+        case .bool: return .bool(token.flag)
+        case .null: return .null
+        case .array: return .array(elements(index).map { value($0) })
+        case .object: return .object(members(index).map { ($0.name, value($0.value)) })
+        }
+    }
+}

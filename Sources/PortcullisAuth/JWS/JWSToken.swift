@@ -1,0 +1,92 @@
+/// A compact JWS whose header and payload have been decoded and parsed, but
+/// whose signature has not been checked yet.
+///
+/// Header rules applied here, for every provider (RFC 7515, RFC 8725):
+/// `alg` must be a string naming a known algorithm (`none` never is); `crit`
+/// and `zip` are refused; `kid` must be a string of at most 256 bytes when
+/// present; `typ` must be a string when present. `jku`, `x5u`, `jwk`, `x5c`
+/// are ignored: keys only ever come from configuration.
+struct JWSToken {
+    /// Default limit on a whole compact token.
+    static let defaultMaxSize = 16 * 1024
+
+    /// Decoded header then payload bytes, with their JSON tokens.
+    let document: JSONDocument
+    let header: Int
+    let payload: Int
+    let algorithm: JWSAlgorithm
+    /// Token index of the header's `kid` string, if any.
+    let keyID: Int?
+    /// Token index of the header's `typ` string, if any.
+    let type: Int?
+    /// `header.payload` in the original bytes.
+    let signingInput: Range<Int>
+    let signature: Range<Int>
+
+    static func parse(_ bytes: UnsafeRawBufferPointer, segments: CompactSegments) -> Result<JWSToken, AuthFailure.Reason> {
+        guard segments.count == 3 else { return .failure(.malformed) }
+        let headerRange = segments[0], payloadRange = segments[1], signatureRange = segments[2]
+        guard !headerRange.isEmpty, !payloadRange.isEmpty else { return .failure(.malformed) }
+        guard let headerLength = Base64URL.decodedLength(headerRange.count),
+              let payloadLength = Base64URL.decodedLength(payloadRange.count),
+              Base64URL.decodedLength(signatureRange.count) != nil else { return .failure(.badEncoding) }
+
+        var failed = false
+        let decoded = [UInt8](unsafeUninitializedCapacity: headerLength + payloadLength) { buffer, initialized in
+            let raw = UnsafeMutableRawBufferPointer(buffer)
+            let header = Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[headerRange]),
+                                          into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<headerLength]))
+            let payload = Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[payloadRange]),
+                                           into: UnsafeMutableRawBufferPointer(rebasing: raw[headerLength...]))
+            if header == nil || payload == nil {
+                failed = true
+                buffer.initialize(repeating: 0)
+            }
+            initialized = headerLength + payloadLength
+        }
+        if failed { return .failure(.badEncoding) }
+
+        var tokens = [JSONToken]()
+        tokens.reserveCapacity(48)
+        let header: Int, payload: Int
+        do {
+            header = try JSONDocument.parseObject(decoded, range: 0..<headerLength, tokens: &tokens)
+            payload = try JSONDocument.parseObject(decoded, range: headerLength..<(headerLength + payloadLength), tokens: &tokens)
+        } catch {
+            return .failure(.badJSON)
+        }
+        let document = JSONDocument(bytes: decoded, tokens: tokens)
+
+        guard let alg = document.member(header, "alg"), document[alg].kind == .string else { return .failure(.malformed) }
+        guard let algorithm = JWSToken.algorithm(document, alg) else { return .failure(.algorithmNotAllowed) }
+        if document.member(header, "crit") != nil || document.member(header, "zip") != nil {
+            return .failure(.unsupportedHeader)
+        }
+        let kid = document.member(header, "kid")
+        if let kid, document[kid].kind != .string || document[kid].end - document[kid].start > 256 {
+            return .failure(.malformed)
+        }
+        let type = document.member(header, "typ")
+        if let type, document[type].kind != .string { return .failure(.malformed) }
+
+        return .success(JWSToken(
+            document: document, header: header, payload: payload, algorithm: algorithm, keyID: kid, type: type,
+            signingInput: headerRange.lowerBound..<payloadRange.upperBound, signature: signatureRange))
+    }
+
+    private static let algorithmNames: [(JWSAlgorithm, [UInt8])] = JWSAlgorithm.allCases.map { ($0, $0.nameBytes) }
+
+    private static func algorithm(_ document: JSONDocument, _ index: Int) -> JWSAlgorithm? {
+        for (algorithm, name) in algorithmNames where document.stringEquals(index, name) { return algorithm }
+        return nil
+    }
+
+    /// Whether `typ` is acceptable: absent, or equal (ASCII case-insensitively)
+    /// to one of `accepted` (lower-cased).
+    func typeAccepted(_ accepted: [[UInt8]]) -> Bool {
+        guard let type else { return true }
+        guard let value = document.stringBytes(type) else { return false }
+        let lowered = value.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+        return accepted.contains(lowered)
+    }
+}

@@ -1,0 +1,102 @@
+import COpenSSL
+
+/// A key that signs compact JWS for tests, the load harness and
+/// `portcullis mint`. Not used on the verification path.
+public final class SigningKey: Sendable {
+    enum Material: Sendable {
+        case hmac([UInt8])
+        case privateKey(EVPKey)
+    }
+
+    public let algorithm: JWSAlgorithm
+    let material: Material
+
+    /// An HMAC secret (any length: minting weak-key tokens is a test need).
+    public init(hmacSecret: [UInt8], algorithm: JWSAlgorithm = .hs256) {
+        self.algorithm = algorithm
+        self.material = .hmac(hmacSecret)
+    }
+
+    /// A PEM private key (PKCS #8 or traditional). The algorithm defaults
+    /// from the key type (RSA → RS256, P-256 → ES256, P-384 → ES384, Ed25519 → EdDSA).
+    public init(privateKeyPEM pem: String, algorithm: JWSAlgorithm? = nil) throws(KeyLoadingError) {
+        let bytes = Array(pem.utf8)
+        guard let bio = BIO_new_mem_buf(bytes, Int32(bytes.count)) else { throw .openSSL(OpenSSLError.drain("BIO_new_mem_buf")) }
+        defer { BIO_free(bio) }
+        guard let pointer = PEM_read_bio_PrivateKey(bio, nil, nil, nil) else {
+            throw .invalidPEM("not a PEM private key (\(OpenSSLError.drain("PEM_read_bio_PrivateKey").reasons.first ?? "unreadable"))")
+        }
+        let key = EVPKey(takingOwnershipOf: pointer)
+        guard let algorithm = algorithm ?? key.defaultAlgorithm(rsa: .rs256) else { throw .unsupported("private key type") }
+        self.algorithm = algorithm
+        self.material = .privateKey(key)
+    }
+
+    /// The JWS signature of `input` (raw r ‖ s for ECDSA).
+    func sign(_ input: [UInt8]) throws(KeyLoadingError) -> [UInt8] {
+        switch material {
+        case .hmac(let secret):
+            guard let digest = algorithm.digest, algorithm.isHMAC else { throw .algorithmMismatch(algorithm.rawValue, keyType: "oct") }
+            var out = [UInt8](repeating: 0, count: 64)
+            var length = 0
+            guard EVP_Q_mac(nil, "HMAC", nil, digest.name, nil, secret, secret.count, input, input.count, &out, 64, &length) != nil else {
+                throw .openSSL(OpenSSLError.drain("EVP_Q_mac"))
+            }
+            return Array(out.prefix(length))
+        case .privateKey(let key):
+            guard let context = EVP_MD_CTX_new() else { throw .openSSL(OpenSSLError.drain("EVP_MD_CTX_new")) }
+            defer { EVP_MD_CTX_free(context) }
+            var pkeyContext: OpaquePointer?
+            guard EVP_DigestSignInit_ex(context, &pkeyContext, algorithm.digest?.name, nil, nil, key.pointer, nil) == 1 else {
+                throw .openSSL(OpenSSLError.drain("EVP_DigestSignInit_ex"))
+            }
+            if [.ps256, .ps384, .ps512].contains(algorithm), let pkeyContext {
+                guard EVP_PKEY_CTX_set_rsa_padding(pkeyContext, RSA_PKCS1_PSS_PADDING) > 0,
+                      EVP_PKEY_CTX_set_rsa_pss_saltlen(pkeyContext, RSA_PSS_SALTLEN_DIGEST) > 0 else {
+                    throw .openSSL(OpenSSLError.drain("EVP_PKEY_CTX_set_rsa_padding"))
+                }
+            }
+            var length = 0
+            guard EVP_DigestSign(context, nil, &length, input, input.count) == 1 else { throw .openSSL(OpenSSLError.drain("EVP_DigestSign")) }
+            var signature = [UInt8](repeating: 0, count: length)
+            guard EVP_DigestSign(context, &signature, &length, input, input.count) == 1 else {
+                throw .openSSL(OpenSSLError.drain("EVP_DigestSign"))
+            }
+            signature.removeLast(signature.count - length)
+            if let curve = algorithm.curve {
+                guard let raw = SigningKey.rawECDSA(fromDER: signature, size: curve.coordinateSize) else {
+                    throw .unsupported("unexpected ECDSA signature encoding")
+                }
+                return raw
+            }
+            return signature
+        }
+    }
+
+    /// DER `SEQUENCE { INTEGER r, INTEGER s }` → fixed-size r ‖ s.
+    static func rawECDSA(fromDER der: [UInt8], size: Int) -> [UInt8]? {
+        var index = 0
+        func readLength() -> Int? {
+            guard index < der.count else { return nil }
+            let first = der[index]; index += 1
+            if first < 0x80 { return Int(first) }
+            guard first == 0x81, index < der.count else { return nil }
+            let value = der[index]; index += 1
+            return Int(value)
+        }
+        func readInteger() -> [UInt8]? {
+            guard index < der.count, der[index] == 0x02 else { return nil }
+            index += 1
+            guard let length = readLength(), index + length <= der.count else { return nil }
+            var value = Array(der[index..<(index + length)])
+            index += length
+            while value.count > size, value.first == 0 { value.removeFirst() }
+            guard value.count <= size else { return nil }
+            return [UInt8](repeating: 0, count: size - value.count) + value
+        }
+        guard der.first == 0x30 else { return nil }
+        index = 1
+        guard readLength() != nil, let r = readInteger(), let s = readInteger() else { return nil }
+        return r + s
+    }
+}

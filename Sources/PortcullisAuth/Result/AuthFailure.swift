@@ -1,0 +1,147 @@
+/// Why a credential was refused, mapped to RFC 6750 §3.1.
+public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Distinct failure causes. The `description` of each is short, safe to
+    /// show a client and within RFC 6750's `error_description` character set.
+    public enum Reason: String, Error, Sendable, Equatable, CaseIterable {
+        case noCredential
+        case ambiguousCredential
+        case malformedCookie
+        case tooLarge
+        case malformed
+        case badEncoding
+        case badJSON
+        case unsupportedHeader
+        case typeNotAccepted
+        case algorithmNotAllowed
+        case missingKeyID
+        case unknownKey
+        case keysUnavailable
+        case signatureInvalid
+        case decryptionFailed
+        case expired
+        case missingExpiry
+        case notYetValid
+        case issuedInFuture
+        case lifetimeTooLong
+        case issuerNotAccepted
+        case audienceNotAccepted
+        case authorizedPartyNotAccepted
+        case subjectInvalid
+        case claimInvalid
+        case nonceMismatch
+        case requiredClaimMismatch
+        case hostedDomainMismatch
+        case noMatchingProvider
+        case internalError
+    }
+
+    /// The RFC 6750 `error` code.
+    public enum ErrorCode: String, Sendable {
+        case invalidRequest = "invalid_request"
+        case invalidToken = "invalid_token"
+        case insufficientScope = "insufficient_scope"
+    }
+
+    public var reason: Reason
+    /// The provider whose rules refused it, when one was selected.
+    public var provider: String?
+
+    public init(_ reason: Reason, provider: String? = nil) {
+        self.reason = reason
+        self.provider = provider
+    }
+
+    /// nil when no credential was presented: RFC 6750 §3.1 says to send no
+    /// `error` then, only `WWW-Authenticate: Bearer realm=...`.
+    public var errorCode: ErrorCode? {
+        switch reason {
+        case .noCredential: return nil
+        case .ambiguousCredential, .malformedCookie: return .invalidRequest
+        case .requiredClaimMismatch, .hostedDomainMismatch: return .insufficientScope
+        default: return .invalidToken
+        }
+    }
+
+    /// 400, 401 or 403.
+    public var httpStatus: Int {
+        switch errorCode {
+        case .invalidRequest: return 400
+        case .insufficientScope: return 403
+        case .invalidToken, nil: return 401
+        }
+    }
+
+    /// A short `error_description`, safe to return to the client.
+    public var description: String {
+        switch reason {
+        case .noCredential: return "No credentials"
+        case .ambiguousCredential: return "More than one credential was presented"
+        case .malformedCookie: return "The session cookie is malformed"
+        case .tooLarge: return "The token is too large"
+        case .malformed: return "The token is malformed"
+        case .badEncoding: return "The token is not valid base64url"
+        case .badJSON: return "The token contains invalid JSON"
+        case .unsupportedHeader: return "The token uses an unsupported header parameter"
+        case .typeNotAccepted: return "The token type is not accepted"
+        case .algorithmNotAllowed: return "The token algorithm is not allowed"
+        case .missingKeyID: return "The token has no key ID"
+        case .unknownKey: return "The token key ID is unknown"
+        case .keysUnavailable: return "Signing keys are not available"
+        case .signatureInvalid: return "The token signature is invalid"
+        case .decryptionFailed: return "The token could not be decrypted"
+        case .expired: return "The access token expired"
+        case .missingExpiry: return "The token has no expiry"
+        case .notYetValid: return "The token is not yet valid"
+        case .issuedInFuture: return "The token was issued in the future"
+        case .lifetimeTooLong: return "The token lifetime is too long"
+        case .issuerNotAccepted: return "The token issuer is not accepted"
+        case .audienceNotAccepted: return "The token audience is not accepted"
+        case .authorizedPartyNotAccepted: return "The token authorized party is not accepted"
+        case .subjectInvalid: return "The token subject is missing or invalid"
+        case .claimInvalid: return "A token claim has an invalid type"
+        case .nonceMismatch: return "The token nonce does not match"
+        case .requiredClaimMismatch: return "The token lacks a required claim"
+        case .hostedDomainMismatch: return "The account domain is not allowed"
+        case .noMatchingProvider: return "No provider accepts this token"
+        case .internalError: return "The token could not be verified"
+        }
+    }
+
+    /// Rank used to pick the most informative failure when several
+    /// providers refused a token (a later stage says more).
+    var stage: Int {
+        switch reason {
+        case .noCredential, .noMatchingProvider: return 0
+        case .ambiguousCredential, .malformedCookie, .tooLarge, .malformed, .badEncoding, .badJSON: return 1
+        case .unsupportedHeader, .typeNotAccepted: return 2
+        case .issuerNotAccepted, .algorithmNotAllowed: return 3
+        case .missingKeyID, .unknownKey, .keysUnavailable: return 4
+        case .signatureInvalid, .decryptionFailed, .internalError: return 5
+        default: return 6
+        }
+    }
+}
+
+/// Why a `CredentialVerifier` could not be built from its configuration.
+public enum AuthConfigurationError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A provider lacks something its kind requires.
+    case missingSetting(provider: String, setting: String)
+    /// A setting has an unusable value.
+    case invalidSetting(provider: String, setting: String, reason: String)
+    /// Two providers share a name.
+    case duplicateProvider(String)
+    /// A key set was given for a provider that does not exist.
+    case unknownProvider(String)
+    /// A key or secret was refused.
+    case key(provider: String, KeyLoadingError)
+
+    public var description: String {
+        switch self {
+        case .missingSetting(let provider, let setting): return "provider \(provider): \(setting) is required"
+        case .invalidSetting(let provider, let setting, let reason): return "provider \(provider): \(setting): \(reason)"
+        case .duplicateProvider(let name): return "provider \(name) is defined twice"
+        case .unknownProvider(let name): return "keys given for unknown provider \(name)"
+        case .key(let provider, let error): return "provider \(provider): \(error)"
+        }
+    }
+}

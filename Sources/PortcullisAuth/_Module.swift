@@ -1,1 +1,0 @@
-// PortcullisAuth module
