@@ -113,8 +113,9 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         switch reason {
         case .noCredential, .noMatchingProvider: return 0
         case .ambiguousCredential, .malformedCookie, .tooLarge, .malformed, .badEncoding, .badJSON: return 1
-        case .unsupportedHeader, .typeNotAccepted: return 2
-        case .issuerNotAccepted, .algorithmNotAllowed: return 3
+        case .unsupportedHeader, .algorithmNotAllowed: return 2
+        case .typeNotAccepted: return 3  // the provider took the algorithm
+        case .issuerNotAccepted: return 3
         case .missingKeyID, .unknownKey, .keysUnavailable: return 4
         case .signatureInvalid, .decryptionFailed, .internalError: return 5
         default: return 6
