@@ -35,16 +35,22 @@ struct HeadScanner: Sendable {
 
     /// Looks at the bytes not examined yet. `p` must start at the first byte of the message and
     /// extend the buffer of the previous call; a shorter buffer restarts the scan.
+    ///
+    /// Limits are checked byte by byte, so the outcome never depends on how the bytes were split
+    /// into reads (the fuzz target checks this).
     mutating func scan(_ p: UnsafeRawBufferPointer, limits: HTTPLimits) -> Outcome {
         let n = p.count
         if scanned > n { reset() }
         var i = scanned
+        var limit = byteLimit(limits)
         while i < n {
             let b = p[i]
+            if i >= limit, let error = limitError(at: i, byte: b, limits) { return fail(error) }
             if b == ByteClass.lf { return fail(.bad("bare LF line terminator")) }
             if b != ByteClass.cr { i &+= 1; continue }
             if i &+ 1 == n { break }  // wait for the byte after CR
             if p[i &+ 1] != ByteClass.lf { return fail(.bad("bare CR")) }
+            if i &+ 2 &- startLineStart > limits.maxHeaderBytes { return fail(Self.headTooLarge) }
             if startLineEnd < 0 {
                 if i == lineStart {
                     leadingEmptyLines &+= 1
@@ -53,16 +59,13 @@ struct HeadScanner: Sendable {
                     }
                     startLineStart = i &+ 2
                 } else {
-                    if i &- lineStart > limits.maxRequestLineBytes { return fail(Self.lineTooLong) }
                     startLineEnd = i
                 }
             } else if i == lineStart {
-                let headLength = i &+ 2
-                if headLength &- startLineStart > limits.maxHeaderBytes { return fail(Self.headTooLarge) }
                 let head = Head(
                     startLine: startLineStart..<startLineEnd,
                     fieldLines: (startLineEnd &+ 2)..<i,
-                    headLength: headLength)
+                    headLength: i &+ 2)
                 reset()
                 return .complete(head)
             } else {
@@ -71,12 +74,26 @@ struct HeadScanner: Sendable {
             }
             i &+= 2
             lineStart = i
-            if i &- startLineStart > limits.maxHeaderBytes { return fail(Self.headTooLarge) }
+            limit = byteLimit(limits)
         }
         scanned = i
-        if startLineEnd < 0 && i &- lineStart > limits.maxRequestLineBytes { return fail(Self.lineTooLong) }
-        if i &- startLineStart > limits.maxHeaderBytes { return fail(Self.headTooLarge) }
         return .incomplete
+    }
+
+    /// The first index at which a byte may break a limit: the end of the allowed head, or, while in
+    /// the start line, the end of the allowed start line (where only its CR may follow).
+    private func byteLimit(_ limits: HTTPLimits) -> Int {
+        let headEnd = startLineStart &+ limits.maxHeaderBytes
+        if startLineEnd >= 0 { return headEnd }
+        return min(headEnd, lineStart &+ limits.maxRequestLineBytes)
+    }
+
+    private func limitError(at i: Int, byte: UInt8, _ limits: HTTPLimits) -> HTTPParseError? {
+        if startLineEnd < 0 && i >= lineStart &+ limits.maxRequestLineBytes && byte != ByteClass.cr {
+            return Self.lineTooLong
+        }
+        if i >= startLineStart &+ limits.maxHeaderBytes { return Self.headTooLarge }
+        return nil
     }
 
     private mutating func fail(_ e: HTTPParseError) -> Outcome {

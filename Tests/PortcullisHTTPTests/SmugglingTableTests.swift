@@ -88,6 +88,7 @@ let smugglingCases: [SmugglingCase] = [
     .init(name: "invalid method token", request: "G(T / HTTP/1.1\r\n\(h)\r\n", status: 400),
     .init(name: "too-long request line", request: "GET /\(String(repeating: "a", count: 80)) HTTP/1.1\r\n\(h)\r\n", status: 414, limits: small),
     .init(name: "too-long request line, unterminated", request: "GET /\(String(repeating: "a", count: 80))", status: 414, limits: small),
+    .init(name: "too-long request line ending in bare LF", request: "GET /\(String(repeating: "a", count: 80))\n", status: 414, limits: small),
     .init(name: "too-large head", request: "GET / HTTP/1.1\r\n\(h)X-A: \(String(repeating: "b", count: 300))\r\n\r\n", status: 431, limits: small),
     .init(name: "too-large head, unterminated", request: "GET / HTTP/1.1\r\n\(h)X-A: \(String(repeating: "b", count: 300))", status: 431, limits: small),
     .init(name: "too many fields", request: "GET / HTTP/1.1\r\n\(h)A: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\n\r\n", status: 431, limits: small),
