@@ -1,41 +1,27 @@
-/// Parsing of one `field-line` (RFC 9112 §5): `field-name ":" OWS field-value OWS`.
+/// Parsing of one `field-line` (RFC 9112 §5): `field-name ":" OWS field-value OWS CRLF`.
 enum FieldLine {
-    /// Parses the field line `p[start..<end]` (its CRLF excluded; the scanner guarantees there is
-    /// no CR or LF inside). Rejects obs-fold, whitespace before the colon, non-token name bytes
-    /// and control characters (other than HTAB) or DEL in the value.
+    /// Parses the field line starting at `start`; `end` is the end of the field-line block (the CR of
+    /// the empty line), which the scanner guarantees to hold whole lines each ending in CRLF.
+    /// Rejects obs-fold, whitespace before the colon, non-token name bytes and control characters
+    /// (other than HTAB) or DEL in the value. Returns the field and the index of the line's CR.
     @inline(__always)
-    static func parse(_ p: UnsafeRawBufferPointer, _ start: Int, _ end: Int) throws(HTTPParseError) -> HTTPHeaderField {
+    static func parse(
+        _ p: UnsafeRawBufferPointer, _ start: Int, _ end: Int
+    ) throws(HTTPParseError) -> (HTTPHeaderField, lineEnd: Int) {
         if ByteClass.isOWS(p[start]) { throw .bad("obs-fold (line folding) is not allowed") }
         var i = start
-        while i < end && ByteClass.isToken(p[i]) { i &+= 1 }
-        if i == end { throw .bad("header field without colon") }
+        while ByteClass.isToken(p[i]) { i &+= 1 }  // stops at the latest at the line's CR
         let c = p[i]
         if c != ByteClass.colon {
             if ByteClass.isOWS(c) { throw .bad("whitespace between field name and colon") }
+            if c == ByteClass.cr { throw .bad("header field without colon") }
             throw .bad("invalid character in field name")
         }
         if i == start { throw .bad("empty field name") }
         let name = start..<i
-        i &+= 1
-        let valueStart = i
-        while i < end {
-            if !ByteClass.isFieldValueByte(p[i]) { throw .bad("control character in field value") }
-            i &+= 1
-        }
-        return HTTPHeaderField(name: name, value: HTTPBytes.trimOWS(p, valueStart..<end))
-    }
-
-    /// Calls `body` for each field line in `lines` (each ending in CRLF), in order.
-    @inline(__always)
-    static func forEach(
-        _ p: UnsafeRawBufferPointer, _ lines: Range<Int>, _ body: (HTTPHeaderField) throws(HTTPParseError) -> Void
-    ) throws(HTTPParseError) {
-        var i = lines.lowerBound
-        while i < lines.upperBound {
-            var j = i
-            while p[j] != ByteClass.cr { j &+= 1 }
-            try body(parse(p, i, j))
-            i = j &+ 2
-        }
+        let valueStart = i &+ 1
+        let lineEnd = ByteScan.firstNonFieldValueByte(p, from: valueStart, to: end)
+        if p[lineEnd] != ByteClass.cr { throw .bad("control character in field value") }
+        return (HTTPHeaderField(name: name, value: HTTPBytes.trimOWS(p, valueStart..<lineEnd)), lineEnd)
     }
 }

@@ -4,14 +4,16 @@ public enum HTTPBytes {
     public static func equalsCaseInsensitive(
         _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ lowercaseASCII: StaticString
     ) -> Bool {
-        guard range.count == lowercaseASCII.utf8CodeUnitCount else { return false }
-        let q = lowercaseASCII.utf8Start
-        var k = 0
-        for i in range {
-            if ByteClass.lower(bytes[i]) != q[k] { return false }
-            k &+= 1
+        // withUTF8Buffer also works for a one-character literal (stored as a scalar, without a pointer).
+        lowercaseASCII.withUTF8Buffer { q in
+            guard range.count == q.count else { return false }
+            var k = 0
+            for i in range {
+                if ByteClass.lower(bytes[i]) != q[k] { return false }
+                k &+= 1
+            }
+            return true
         }
-        return true
     }
 
     /// Name comparison for identity-header stripping: ASCII case-insensitive and treating '_' and '-'

@@ -43,11 +43,13 @@ struct HeadScanner: Sendable {
         if scanned > n { reset() }
         var i = scanned
         var limit = byteLimit(limits)
-        while i < n {
+        while true {
+            i = ByteScan.firstLineBreak(p, from: i, to: max(i, min(n, limit)))
+            if i == n { break }
             let b = p[i]
             if i >= limit, let error = limitError(at: i, byte: b, limits) { return fail(error) }
             if b == ByteClass.lf { return fail(.bad("bare LF line terminator")) }
-            if b != ByteClass.cr { i &+= 1; continue }
+            // b is CR here: firstLineBreak stopped at a CR, or at the limit where limitError allows only CR.
             if i &+ 1 == n { break }  // wait for the byte after CR
             if p[i &+ 1] != ByteClass.lf { return fail(.bad("bare CR")) }
             if i &+ 2 &- startLineStart > limits.maxHeaderBytes { return fail(Self.headTooLarge) }

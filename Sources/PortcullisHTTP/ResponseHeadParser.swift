@@ -46,7 +46,11 @@ public struct ResponseHeadParser: Sendable {
         var contentLength = -1
         var codings = TransferCodings()
         var close = false, keepAliveToken = false
-        try FieldLine.forEach(p, scanned.fieldLines) { (field) throws(HTTPParseError) in
+        var line = scanned.fieldLines.lowerBound
+        let fieldsEnd = scanned.fieldLines.upperBound
+        while line < fieldsEnd {
+            let (field, lineEnd) = try FieldLine.parse(p, line, fieldsEnd)
+            line = lineEnd &+ 2
             head.fields.append(field)
             let name = field.name, value = field.value
             switch name.count {

@@ -7,6 +7,7 @@
 /// - other escapes are kept, their hex upper-cased (`%3a` → `%3A`);
 /// - `\` becomes `/`; repeated slashes are merged;
 /// - dot segments are removed (RFC 3986 §5.2.4), including dots that were `%2E`, never above the root;
+/// - a dot segment with path parameters (`/..;x/`, `/.;/`), which servlet containers treat as a dot segment, is rejected;
 /// - the query is left untouched; a fragment (`#`) or a byte outside visible ASCII is rejected with 400.
 public enum TargetNormalizer {
     /// Normalizes raw request-target bytes. For absolute-form the path after the authority is used
@@ -65,9 +66,18 @@ public enum TargetNormalizer {
         var i = 0
         let n = path.count
 
-        func closeSegment() {
+        func closeSegment() throws(HTTPParseError) {
             let length = o &- segmentStart
             let dot: UInt8 = 0x2E
+            // "..;x" / ".;x": servlet containers drop path parameters before removing dot segments,
+            // so for them this segment is a dot segment. Ambiguous: reject rather than guess.
+            if length >= 2 && out[segmentStart] == dot {
+                let second = out[segmentStart &+ 1]
+                if second == ByteClass.semicolon
+                    || (second == dot && length >= 3 && out[segmentStart &+ 2] == ByteClass.semicolon) {
+                    throw .bad("dot segment with path parameters")
+                }
+            }
             if length == 0 {
                 lastSegmentWasName = false  // merged slash
                 return
@@ -115,13 +125,13 @@ public enum TargetNormalizer {
             }
             if b == 0x5C { b = ByteClass.slash }
             if b == ByteClass.slash {
-                closeSegment()
+                try closeSegment()
             } else {
                 out[o] = b
                 o &+= 1
             }
         }
-        closeSegment()
+        try closeSegment()
         // A final name segment got a '/' from closeSegment that the input did not have.
         if lastSegmentWasName { o &-= 1 }
         return o

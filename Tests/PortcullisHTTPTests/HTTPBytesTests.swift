@@ -12,6 +12,14 @@ struct HTTPBytesTests {
         }
     }
 
+    @Test func oneCharacterLiteralIsCompared() {
+        let raw = bytes("A")
+        raw.withUnsafeBytes { p in
+            #expect(HTTPBytes.equalsCaseInsensitive(p, 0..<1, "a"))
+            #expect(!HTTPBytes.equalsCaseInsensitive(p, 0..<1, "b"))
+        }
+    }
+
     @Test(arguments: ["X-User-Id", "x_user_id", "X_USER-ID", "x-user-id"])
     func identityNamesMatchEverySpelling(_ name: String) {
         let raw = bytes(name)

@@ -55,6 +55,12 @@ let normalizationCases: [NormalizationCase] = [
     .init(target: "HTTP://h//a", form: .absolute, path: "/a"),
     .init(target: "*", form: .asterisk, path: "*"),
     .init(target: "a", path: nil),
+    .init(target: "/public/..;/admin", path: nil),
+    .init(target: "/public/..;jsessionid=1/admin", path: nil),
+    .init(target: "/public/%2e%2e;/admin", path: nil),
+    .init(target: "/a/.;x/b", path: nil),
+    .init(target: "/a/b;v=1/c", path: "/a/b;v=1/c"),
+    .init(target: "/a/...;/c", path: "/a/...;/c"),
 ]
 
 @Suite("Request-target normalization")
