@@ -88,7 +88,7 @@ public struct ChunkedDecoder: Sendable {
                 } else {
                     bodyBytes &+= chunkSize
                     if bodyBytes > limits.maxBodyBytes || bodyBytes < 0 {
-                        return fail(HTTPParseError(status: 413, reason: "request body too large"))
+                        return fail(HTTPParseError(status: 413, reason: "chunked body too large"))
                     }
                     remaining = chunkSize
                     state = .data

@@ -95,4 +95,20 @@ struct ChunkedDecoderTests {
             Issue.record("recovered without reset"); return
         }
     }
+
+    @Test(arguments: [
+        "3;a\nabc\r\n0\r\n\r\n",          // bare LF ending an extension
+        "3;a\u{01}\r\nabc\r\n0\r\n\r\n",     // CTL in an extension
+        "3\r\nabc\r\n0\r\n\r\r\n",        // bare CR at the end
+        "3\r\nabc\r\n0\r\nX : 1\r\n\r\n", // whitespace before colon in a trailer
+        "3\r\nabc\r\n0\r\nX(Y): 1\r\n\r\n",
+        "3\r\nabc\r\n0\r\n: 1\r\n\r\n",
+        "3\r\nabc\n0\r\n\r\n",            // bare LF after data
+        " 3\r\nabc\r\n0\r\n\r\n",         // leading whitespace
+    ])
+    func malformedBodiesAreRejectedWith400(_ body: String) {
+        let (result, _, _) = decodeChunked(bytes(body))
+        guard case .failure(let error) = result else { Issue.record("accepted"); return }
+        #expect(error.status == 400)
+    }
 }
