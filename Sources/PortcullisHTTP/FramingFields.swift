@@ -69,11 +69,15 @@ struct TransferCodings {
         }
     }
 
-    /// Request rules: exactly one `chunked`, last (else 400); any other coding → 501 (not supported).
-    func checkRequest() throws(HTTPParseError) {
+    /// Request rule, part 1: well formed, exactly one `chunked`, and it is last (else 400, RFC 9112 §6.3).
+    func checkStructure() throws(HTTPParseError) {
         if malformed { throw .bad("malformed Transfer-Encoding") }
         if chunkedCount > 1 { throw .bad("chunked applied more than once") }
         if !finalIsChunked { throw .bad("chunked is not the final transfer coding") }
+    }
+
+    /// Request rule, part 2: no coding other than `chunked` (else 501, RFC 9112 §6.1).
+    func checkSupported() throws(HTTPParseError) {
         if hasOtherCoding { throw HTTPParseError(status: 501, reason: "unsupported transfer coding") }
     }
 }

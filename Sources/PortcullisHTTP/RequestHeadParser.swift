@@ -87,25 +87,28 @@ public struct RequestHeadParser: Sendable {
         }
 
         let http11 = head.version == .http11
-        // Framing. Order: smuggling-relevant 400s first, then 501, then 413.
+        // Every 400 (framing first, then Host) before 501, 413 and 417, so the status does not depend
+        // on which of several problems a request has.
         if codings.present {
             if !http11 { throw .bad("Transfer-Encoding in an HTTP/1.0 request") }
             if contentLength >= 0 { throw .bad("Content-Length and Transfer-Encoding together") }
-            try codings.checkRequest()
-            head.framing = .chunked
-        } else if contentLength >= 0 {
-            if contentLength > limits.maxBodyBytes { throw HTTPParseError(status: 413, reason: "request body too large") }
-            head.framing = .contentLength(contentLength)
-        } else {
-            head.framing = .none
+            try codings.checkStructure()
         }
-
         // Host (RFC 9112 §3.2): exactly one on HTTP/1.1, at most one on HTTP/1.0, always valid.
         if hostCount > 1 { throw .bad("more than one Host field") }
         if let host = head.host {
             if !HostSyntax.isValid(p, host) { throw .bad("invalid Host") }
         } else if http11 {
             throw .bad("missing Host")
+        }
+        if codings.present {
+            try codings.checkSupported()
+            head.framing = .chunked
+        } else if contentLength >= 0 {
+            if contentLength > limits.maxBodyBytes { throw HTTPParseError(status: 413, reason: "request body too large") }
+            head.framing = .contentLength(contentLength)
+        } else {
+            head.framing = .none
         }
 
         head.keepAlive = http11 ? !close : (keepAliveToken && !close)

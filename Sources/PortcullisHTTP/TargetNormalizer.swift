@@ -12,7 +12,8 @@
 public enum TargetNormalizer {
     /// Normalizes raw request-target bytes. For absolute-form the path after the authority is used
     /// (an empty path becomes `/`); asterisk-form gives path `*`; authority-form (CONNECT) is returned
-    /// unchanged as the path. The path is built with a single allocation (none when it is short).
+    /// unchanged as the path. The path is built with a single allocation (none when it is short);
+    /// the query, when present, costs one more.
     public static func normalize(
         _ target: UnsafeRawBufferPointer, form: RequestTargetForm
     ) -> Swift.Result<NormalizedTarget, HTTPParseError> {
@@ -37,15 +38,15 @@ public enum TargetNormalizer {
         }
         var pathEnd = start
         while pathEnd < target.count && target[pathEnd] != 0x3F { pathEnd &+= 1 }
-        let query: String? = pathEnd < target.count
-            ? String(decoding: UnsafeRawBufferPointer(rebasing: target[(pathEnd &+ 1)...]), as: UTF8.self)
-            : nil
         do {
             let raw = UnsafeRawBufferPointer(rebasing: target[start..<pathEnd])
             // The output never exceeds the input plus a leading '/' (one spare byte for safety).
             let path = try String(unsafeUninitializedCapacity: raw.count &+ 2) { (out) throws(HTTPParseError) in
                 try normalizePath(raw, into: out)
             }
+            let query: String? = pathEnd < target.count
+                ? String(decoding: UnsafeRawBufferPointer(rebasing: target[(pathEnd &+ 1)...]), as: UTF8.self)
+                : nil
             return .success(NormalizedTarget(path: path, query: query))
         } catch let error as HTTPParseError {
             return .failure(error)

@@ -34,6 +34,8 @@ let smugglingCases: [SmugglingCase] = [
     .init(name: "chunked in two fields", request: "POST / HTTP/1.1\r\n\(h)Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", status: 400),
     .init(name: "chunked not last across fields", request: "POST / HTTP/1.1\r\n\(h)Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n", status: 400),
     .init(name: "gzip then chunked is unsupported", request: "POST / HTTP/1.1\r\n\(h)Transfer-Encoding: gzip, chunked\r\n\r\n", status: 501),
+    .init(name: "gzip, chunked without Host is a 400 first", request: "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", status: 400),
+    .init(name: "oversized Content-Length without Host is a 400 first", request: "POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", status: 400, limits: small),
     .init(name: "identity alone", request: "POST / HTTP/1.1\r\n\(h)Transfer-Encoding: identity\r\n\r\n", status: 400),
     .init(name: "empty Transfer-Encoding", request: "POST / HTTP/1.1\r\n\(h)Transfer-Encoding: \r\n\r\n", status: 400),
     .init(name: "chunked with a parameter", request: "POST / HTTP/1.1\r\n\(h)Transfer-Encoding: chunked;x=1\r\n\r\n", status: 400),
