@@ -2,7 +2,7 @@ import COpenSSL
 
 /// A bounded cache of verified credentials (Envoy's verified-token cache).
 ///
-/// - Keyed by SipHash-2-4-128 of the whole credential under a random
+/// - Keyed by SipHash-1-3-128 (see `SipHash128`) of the whole credential under a random
 ///   per-process key: the raw token is never stored, and entries cannot be
 ///   targeted by choosing tokens.
 /// - Each hit re-checks expiry (`exp + leeway`).
@@ -53,7 +53,7 @@ final class VerifiedTokenCache: Sendable {
 
     /// The cache key of a bearer credential.
     func key(bearer token: UnsafeRawBufferPointer) -> Key {
-        var hasher = SipHash128(key: hashKey)
+        var hasher = SipHash128.cacheHasher(key: hashKey)
         hasher.update(byte: 1)
         hasher.update(token)
         let (low, high) = hasher.finalize()
@@ -62,7 +62,7 @@ final class VerifiedTokenCache: Sendable {
 
     /// The cache key of a session cookie (name and joined value).
     func key(cookieName: String, value: UnsafeRawBufferPointer) -> Key {
-        var hasher = SipHash128(key: hashKey)
+        var hasher = SipHash128.cacheHasher(key: hashKey)
         hasher.update(byte: 2)
         var name = cookieName
         name.withUTF8 { hasher.update(UnsafeRawBufferPointer($0)) }

@@ -6,21 +6,38 @@ struct ClaimValidation {
     let document: JSONDocument
     let claims: Int
     let policy: ProviderPolicy
+    let index: ClaimIndex
+
+    init(document: JSONDocument, claims: Int, policy: ProviderPolicy, index: ClaimIndex? = nil) {
+        self.document = document
+        self.claims = claims
+        self.policy = policy
+        self.index = index ?? ClaimIndex(document, object: claims)
+    }
+
+    /// A claim's value token: indexed names without a scan, others by lookup.
+    @inline(__always)
+    func member(_ name: ClaimIndex.Name) -> Int? { index[name] }
+
+    func member(_ bytes: [UInt8], indexed: ClaimIndex.Name?) -> Int? {
+        if let indexed { return index[indexed] }
+        return document.member(claims, bytes)
+    }
 
     /// `exp` (required), `nbf`, `iat`, lifetime and `auth_time`.
     func checkTimes(now: Double) -> Result<(expiresAt: Double, issuedAt: Double?), AuthFailure.Reason> {
         let leeway = policy.leeway
-        guard let expIndex = document.member(claims, "exp") else { return .failure(.missingExpiry) }
+        guard let expIndex = member(.exp) else { return .failure(.missingExpiry) }
         guard let exp = document.number(expIndex), exp.isFinite else { return .failure(.claimInvalid) }
         if now >= exp + leeway { return .failure(.expired) }
 
-        if let nbfIndex = document.member(claims, "nbf") {
+        if let nbfIndex = member(.nbf) {
             guard let nbf = document.number(nbfIndex), nbf.isFinite else { return .failure(.claimInvalid) }
             if now < nbf - leeway { return .failure(.notYetValid) }
         }
 
         var issuedAt: Double?
-        if let iatIndex = document.member(claims, "iat") {
+        if let iatIndex = member(.iat) {
             guard let iat = document.number(iatIndex), iat.isFinite else { return .failure(.claimInvalid) }
             if now < iat - leeway { return .failure(.issuedInFuture) }
             issuedAt = iat
@@ -35,7 +52,7 @@ struct ClaimValidation {
         }
 
         if policy.checkAuthTime {
-            guard let authIndex = document.member(claims, "auth_time"),
+            guard let authIndex = member(.authTime),
                   let authTime = document.number(authIndex), authTime.isFinite else { return .failure(.claimInvalid) }
             if authTime > now + leeway { return .failure(.issuedInFuture) }
         }
@@ -45,7 +62,7 @@ struct ClaimValidation {
     /// `iss` against the exact set (when the policy has one).
     func checkIssuer() -> AuthFailure.Reason? {
         guard !policy.issuers.isEmpty else { return nil }
-        guard let index = document.member(claims, "iss") else { return .issuerNotAccepted }
+        guard let index = member(.iss) else { return .issuerNotAccepted }
         return policy.issuers.contains { document.stringEquals(index, $0) } ? nil : .issuerNotAccepted
     }
 
@@ -53,7 +70,7 @@ struct ClaimValidation {
     /// `azp`, when present and the policy checks it, must be one of them too.
     func checkAudience() -> AuthFailure.Reason? {
         guard !policy.audiences.isEmpty else { return nil }
-        guard let index = document.member(claims, "aud") else { return .audienceNotAccepted }
+        guard let index = member(.aud) else { return .audienceNotAccepted }
         var matched = false
         switch document[index].kind {
         case .string:
@@ -70,7 +87,7 @@ struct ClaimValidation {
             return .claimInvalid
         }
         guard matched else { return .audienceNotAccepted }
-        if policy.checkAuthorizedParty, let azp = document.member(claims, "azp") {
+        if policy.checkAuthorizedParty, let azp = member(.azp) {
             guard policy.audiences.contains(where: { document.stringEquals(azp, $0) }) else { return .authorizedPartyNotAccepted }
         }
         return nil
@@ -78,7 +95,7 @@ struct ClaimValidation {
 
     /// `sub`: a non-empty string within the provider's length limit.
     func subject() -> Result<String, AuthFailure.Reason> {
-        guard let index = document.member(claims, "sub"), let sub = document.string(index),
+        guard let index = member(.sub), let sub = document.string(index),
               !sub.isEmpty, sub.utf8.count <= policy.subjectMaxLength else { return .failure(.subjectInvalid) }
         return .success(sub)
     }
@@ -86,12 +103,12 @@ struct ClaimValidation {
     /// Google `hd` and configured required claims.
     func checkRequiredClaims() -> AuthFailure.Reason? {
         if let domain = policy.hostedDomain {
-            guard let index = document.member(claims, "hd"), document.stringEquals(index, domain) else {
+            guard let index = member(.hd), document.stringEquals(index, domain) else {
                 return .hostedDomainMismatch
             }
         }
         for required in policy.requiredClaims {
-            guard let index = document.member(claims, required.nameBytes), document[index].kind != .null else {
+            guard let index = member(required.nameBytes, indexed: required.indexed), document[index].kind != .null else {
                 return .requiredClaimMismatch
             }
             switch required.requirement {
@@ -132,8 +149,8 @@ struct ClaimValidation {
     /// `nonce_supported` is true.
     func checkNonce(expectedHex: [UInt8]?) -> AuthFailure.Reason? {
         guard let expectedHex else { return nil }
-        guard let index = document.member(claims, "nonce") else {
-            if let supported = document.member(claims, "nonce_supported"), booleanClaim(supported) == true {
+        guard let index = member(.nonce) else {
+            if let supported = member(.nonceSupported), booleanClaim(supported) == true {
                 return .nonceMismatch
             }
             return nil
@@ -145,7 +162,7 @@ struct ClaimValidation {
     func forwardedClaims() -> [String: String] {
         var result = [String: String]()
         for claim in policy.forwardedClaims {
-            guard let index = document.member(claims, claim.bytes) else { continue }
+            guard let index = member(claim.bytes, indexed: claim.indexed) else { continue }
             switch document[index].kind {
             case .string: result[claim.name] = document.string(index)
             case .bool: result[claim.name] = document[index].flag ? "true" : "false"
@@ -159,7 +176,7 @@ struct ClaimValidation {
     }
 
     /// The optional string claims the identity carries.
-    func optionalString(_ name: StaticString) -> String? {
-        document.member(claims, name).flatMap { document.string($0) }
+    func optionalString(_ name: ClaimIndex.Name) -> String? {
+        member(name).flatMap { document.string($0) }
     }
 }

@@ -145,8 +145,8 @@ final class SessionCookieProvider: Sendable {
         }
         if let reason = claims.checkRequiredClaims() { return fail(reason) }
         return .success(VerifiedIdentity(
-            provider: policy.name, subject: subject, issuer: claims.optionalString("iss"),
-            expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: claims.optionalString("jti"),
-            sessionID: claims.optionalString("sid"), claims: claims.forwardedClaims(), source: source))
+            provider: policy.name, subject: subject, issuer: claims.optionalString(.iss),
+            expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: claims.optionalString(.jti),
+            sessionID: claims.optionalString(.sid), claims: claims.forwardedClaims(), source: source))
     }
 }

@@ -1,6 +1,14 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// A parsed JSON text: its bytes plus tokens. Lookups scan an object's members
 /// (claim sets are small) and compare names byte-wise without allocating.
-struct JSONDocument: Sendable {
+/// A class: the claim checks pass it around, and one reference is cheaper
+/// than copying two arrays each time.
+final class JSONDocument: Sendable {
     let bytes: [UInt8]
     let tokens: [JSONToken]
 
@@ -15,12 +23,11 @@ struct JSONDocument: Sendable {
     }
 
     /// Parses a whole byte array whose root must be an object.
-    init(parsingObject bytes: [UInt8]) throws(JSONError) {
+    convenience init(parsingObject bytes: [UInt8]) throws(JSONError) {
         var tokens = [JSONToken]()
         tokens.reserveCapacity(32)
         _ = try JSONDocument.parseObject(bytes, range: 0..<bytes.count, tokens: &tokens)
-        self.bytes = bytes
-        self.tokens = tokens
+        self.init(bytes: bytes, tokens: tokens)
     }
 
     init(bytes: [UInt8], tokens: [JSONToken]) {
@@ -92,17 +99,29 @@ struct JSONDocument: Sendable {
         }
     }
 
-    /// The value token of member `name` in object `object`.
+    /// The value token of member `name` in object `object`. Compares the
+    /// length first, then the bytes; escaped names (rare) are unescaped.
     func member(_ object: Int, _ name: UnsafeRawBufferPointer) -> Int? {
-        let token = tokens[object]
-        guard token.kind == .object else { return nil }
-        return bytes.withUnsafeBufferPointer { buffer -> Int? in
-            var key = object + 1
-            for _ in 0..<Int(token.count) {
-                if JSONDocumentBytes.stringEquals(buffer, tokens[key], name) { return key + 1 }
-                key += 1 + Int(tokens[key + 1].span)
+        tokens.withUnsafeBufferPointer { tokens -> Int? in
+            let token = tokens[object]
+            guard token.kind == .object else { return nil }
+            let count = Int(token.count)
+            let length = name.count
+            return bytes.withUnsafeBufferPointer { buffer -> Int? in
+                let base = buffer.baseAddress!
+                var key = object + 1
+                for _ in 0..<count {
+                    let keyToken = tokens[key]
+                    if keyToken.flag {
+                        if JSONDocumentBytes.stringEquals(buffer, keyToken, name) { return key + 1 }
+                    } else if Int(keyToken.end &- keyToken.start) == length,
+                              length == 0 || memcmp(base + Int(keyToken.start), name.baseAddress!, length) == 0 {
+                        return key + 1
+                    }
+                    key += 1 + Int(tokens[key + 1].span)
+                }
+                return nil
             }
-            return nil
         }
     }
 

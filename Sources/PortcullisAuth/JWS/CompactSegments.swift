@@ -1,49 +1,54 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The `.`-separated segments of a compact JWS (3) or JWE (5), as offsets
 /// into the caller's bytes: nothing is copied.
 struct CompactSegments {
-    private(set) var starts: (Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0)
-    private(set) var ends: (Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0)
+    private var bounds: (Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0)
     private(set) var count = 0
 
-    /// Splits `bytes`; nil when there are more than 5 segments.
+    /// Splits `bytes` at dots (found with `memchr`); nil when there are more
+    /// than 5 segments.
     init?(_ bytes: UnsafeRawBufferPointer) {
-        var start = 0
-        var index = 0
+        // bounds.k is the index of the k-th dot (segment k ends there, k+1 starts after it).
+        var dots = (0, 0, 0, 0)
         var found = 0
-        var s = (0, 0, 0, 0, 0), e = (0, 0, 0, 0, 0)
-        func set(_ tuple: inout (Int, Int, Int, Int, Int), _ i: Int, _ value: Int) {
-            switch i {
-            case 0: tuple.0 = value
-            case 1: tuple.1 = value
-            case 2: tuple.2 = value
-            case 3: tuple.3 = value
-            default: tuple.4 = value
-            }
-        }
-        while index < bytes.count {
-            if bytes[index] == UInt8(ascii: ".") {
+        if let base = bytes.baseAddress {
+            var position = 0
+            while position < bytes.count, let hit = memchr(base + position, Int32(UInt8(ascii: ".")), bytes.count - position) {
+                let index = base.distance(to: UnsafeRawPointer(hit))
                 guard found < 4 else { return nil }
-                set(&s, found, start)
-                set(&e, found, index)
+                switch found {
+                case 0: dots.0 = index
+                case 1: dots.1 = index
+                case 2: dots.2 = index
+                default: dots.3 = index
+                }
                 found += 1
-                start = index + 1
+                position = index + 1
             }
-            index += 1
         }
-        set(&s, found, start)
-        set(&e, found, bytes.count)
-        self.starts = s
-        self.ends = e
-        self.count = found + 1
+        count = found + 1
+        bounds = (dots.0, dots.1, dots.2, dots.3, bytes.count, found)
     }
 
-    subscript(_ index: Int) -> Range<Int> {
+    @inline(__always)
+    private func dot(_ index: Int) -> Int {
         switch index {
-        case 0: return starts.0..<ends.0
-        case 1: return starts.1..<ends.1
-        case 2: return starts.2..<ends.2
-        case 3: return starts.3..<ends.3
-        default: return starts.4..<ends.4
+        case 0: return bounds.0
+        case 1: return bounds.1
+        case 2: return bounds.2
+        default: return bounds.3
         }
+    }
+
+    /// Segment `index` (0-based, below `count`).
+    subscript(_ index: Int) -> Range<Int> {
+        let start = index == 0 ? 0 : dot(index - 1) + 1
+        let end = index == bounds.5 ? bounds.4 : dot(index)
+        return start..<end
     }
 }

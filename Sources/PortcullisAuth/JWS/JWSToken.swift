@@ -14,6 +14,8 @@ struct JWSToken {
     let document: JSONDocument
     let header: Int
     let payload: Int
+    /// The payload's registered claims, indexed once for every provider tried.
+    let claims: ClaimIndex
     let algorithm: JWSAlgorithm
     /// Token index of the header's `kid` string, if any.
     let keyID: Int?
@@ -70,7 +72,7 @@ struct JWSToken {
         if let type, document[type].kind != .string { return .failure(.malformed) }
 
         return .success(JWSToken(
-            document: document, header: header, payload: payload, algorithm: algorithm, keyID: kid, type: type,
+            document: document, header: header, payload: payload, claims: ClaimIndex(document, object: payload), algorithm: algorithm, keyID: kid, type: type,
             signingInput: headerRange.lowerBound..<payloadRange.upperBound, signature: signatureRange))
     }
 

@@ -32,6 +32,13 @@ public final class VerificationKey: Sendable {
         self.init(keyID: keyID, verifier: try makeVerifier(key: key, algorithm: algorithm))
     }
 
+    /// Checks one JWS signature (raw bytes, `r ‖ s` for ECDSA) over a
+    /// signing input with this key's algorithm. Exposed for benchmarks and
+    /// tools; the verifier uses it internally.
+    public func isValidSignature(_ signature: UnsafeRawBufferPointer, for signingInput: UnsafeRawBufferPointer) -> Bool {
+        verify(signingInput: signingInput, signature: signature) == .valid
+    }
+
     @inline(__always)
     func verify(signingInput: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> SignatureCheck {
         verifier.verify(signingInput: signingInput, signature: signature)

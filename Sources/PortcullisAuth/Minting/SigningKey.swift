@@ -11,6 +11,11 @@ public final class SigningKey: Sendable {
     public let algorithm: JWSAlgorithm
     let material: Material
 
+    init(algorithm: JWSAlgorithm, key: EVPKey) {
+        self.algorithm = algorithm
+        self.material = .privateKey(key)
+    }
+
     /// An HMAC secret (any length: minting weak-key tokens is a test need).
     public init(hmacSecret: [UInt8], algorithm: JWSAlgorithm = .hs256) {
         self.algorithm = algorithm

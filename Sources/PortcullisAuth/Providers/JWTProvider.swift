@@ -43,7 +43,7 @@ final class JWTProvider: Sendable {
     func accepts(_ token: JWSToken) -> AuthFailure.Reason? {
         guard policy.algorithms.contains(token.algorithm) else { return .algorithmNotAllowed }
         guard token.typeAccepted(policy.acceptedTypes) else { return .typeNotAccepted }
-        return ClaimValidation(document: token.document, claims: token.payload, policy: policy).checkIssuer()
+        return ClaimValidation(document: token.document, claims: token.payload, policy: policy, index: token.claims).checkIssuer()
     }
 
     /// Full verification of a token that `accepts` admitted.
@@ -88,7 +88,7 @@ final class JWTProvider: Sendable {
         case .internalError: return fail(.internalError)
         }
 
-        let claims = ClaimValidation(document: document, claims: token.payload, policy: policy)
+        let claims = ClaimValidation(document: document, claims: token.payload, policy: policy, index: token.claims)
         let times: (expiresAt: Double, issuedAt: Double?)
         switch claims.checkTimes(now: now) {
         case .success(let value): times = value
@@ -104,9 +104,9 @@ final class JWTProvider: Sendable {
         if let reason = claims.checkRequiredClaims() { return fail(reason) }
 
         let identity = VerifiedIdentity(
-            provider: policy.name, subject: subject, issuer: claims.optionalString("iss"),
-            expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: claims.optionalString("jti"),
-            sessionID: claims.optionalString("sid"), claims: claims.forwardedClaims(), source: .bearer)
+            provider: policy.name, subject: subject, issuer: claims.optionalString(.iss),
+            expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: claims.optionalString(.jti),
+            sessionID: claims.optionalString(.sid), claims: claims.forwardedClaims(), source: .bearer)
         return .success((identity, generation))
     }
 }

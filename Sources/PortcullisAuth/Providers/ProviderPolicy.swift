@@ -1,12 +1,20 @@
 /// The rules one provider applies, resolved from `ProviderConfiguration`
 /// with the rule book's per-kind presets. Strings are held as UTF-8 bytes so
-/// the hot path compares without allocating.
-struct ProviderPolicy: Sendable {
+/// the hot path compares without allocating. A class, so handing it to the
+/// claim checks costs one retain rather than one per array member.
+final class ProviderPolicy: Sendable {
     struct RequiredClaim: Sendable {
         let name: String
         let nameBytes: [UInt8]
         let requirement: ClaimRequirement
         let valueBytes: [[UInt8]]
+        let indexed: ClaimIndex.Name?
+    }
+
+    struct ForwardedClaim: Sendable {
+        let name: String
+        let bytes: [UInt8]
+        let indexed: ClaimIndex.Name?
     }
 
     let name: String
@@ -31,7 +39,7 @@ struct ProviderPolicy: Sendable {
     let acceptedTypes: [[UInt8]]
     /// Apple sends booleans as `true` or `"true"`.
     let lenientBooleans: Bool
-    let forwardedClaims: [(name: String, bytes: [UInt8])]
+    let forwardedClaims: [ForwardedClaim]
 
     static let googleIssuers = ["accounts.google.com", "https://accounts.google.com"]
     static let appleIssuer = "https://appleid.apple.com"
@@ -137,11 +145,14 @@ struct ProviderPolicy: Sendable {
             case .equalsBool, .present: values = []
             }
             return RequiredClaim(name: name, nameBytes: Array(name.utf8), requirement: requirement,
-                                 valueBytes: values.map { Array($0.utf8) })
+                                 valueBytes: values.map { Array($0.utf8) },
+                                 indexed: ClaimIndex.name(for: Array(name.utf8)))
         }
         self.acceptedTypes = (configuration.acceptedTypes ?? ["JWT"]).map { Array($0.lowercased().utf8) }
         self.lenientBooleans = lenientBooleans
-        self.forwardedClaims = configuration.forwardedClaims.map { ($0, Array($0.utf8)) }
+        self.forwardedClaims = configuration.forwardedClaims.map {
+            ForwardedClaim(name: $0, bytes: Array($0.utf8), indexed: ClaimIndex.name(for: Array($0.utf8)))
+        }
         if self.leeway < 0 || self.leeway > 600 {
             throw .invalidSetting(provider: name, setting: "leewaySeconds", reason: "must be between 0 and 600")
         }
