@@ -74,7 +74,7 @@ echo "# Portcullis memory harness"
 echo
 echo "- invocation: \`$INVOCATION\` (connections=$IDLE_CONNECTIONS, soak=${SOAK}s every ${INTERVAL}s, RLIMIT_NOFILE=$(ulimit -n))"
 echo "- machine: nproc=$(nproc), kernel $(uname -r)"
-echo "- portcullis: $PORTCULLIS_BIN (git $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')), pid $PORTCULLIS_PID, config: workers 2, access_log off, timeouts.idle 300s, upstream max_connections 128"
+echo "- portcullis: $PORTCULLIS_BIN (binary built $(date -u -r "$PORTCULLIS_BIN" +%Y-%m-%dT%H:%MZ); repo HEAD now $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')), pid $PORTCULLIS_PID, config: workers 2, access_log off, timeouts.idle 300s, upstream max_connections 128"
 echo
 
 fail=0

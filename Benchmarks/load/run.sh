@@ -113,7 +113,7 @@ echo "- wrk command per row: \`wrk ${WRK_ARGS[*]} URL\`"
 [[ ${#HEADERS[@]} -gt 0 ]] && echo "- extra headers (via Lua): $(for h in "${HEADERS[@]}"; do printf '`%s: …` ' "${h%%:*}"; done)"
 echo "- machine: nproc=$(nproc), kernel $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "- tools: $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), $(nginx -v 2>&1 | cut -d' ' -f3), $(haproxy -v | head -1 | cut -d' ' -f1-3)"
-[[ -z "$TARGET" ]] && wants portcullis && echo "- portcullis: $PORTCULLIS_BIN (git $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$( [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- Sources Package.swift 2>/dev/null)" ]] && echo ', working tree has uncommitted Sources changes'))"
+[[ -z "$TARGET" ]] && wants portcullis && echo "- portcullis: $PORTCULLIS_BIN (binary built $(date -u -r "$PORTCULLIS_BIN" +%Y-%m-%dT%H:%MZ); repo HEAD now $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$( [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- Sources Package.swift 2>/dev/null)" ]] && echo ', working tree has uncommitted Sources changes'))"
 for row in "${ROW_NAMES[@]}"; do echo "- row ${ROW_LABEL[$row]}: ${ROW_URL[$row]}"; done
 echo
 
