@@ -73,6 +73,24 @@ import Testing
         #expect(pieces.finalize() == (low, high))
     }
 
+    @Test func sipHashOneThreeStreamsConsistently() {
+        // Found by the fuzzer: the unrolled 1-3 loop must respect a partial
+        // tail (the domain byte) and never read past the input.
+        let key = (UInt64(1), UInt64(2))
+        let message = [UInt8](0..<81)
+        var whole = SipHash128.cacheHasher(key: key)
+        message.withUnsafeBytes { whole.update($0) }
+        let expected = whole.finalize()
+        for split in [1, 7, 9, 80] {
+            var pieces = SipHash128.cacheHasher(key: key)
+            message.withUnsafeBytes { raw in
+                pieces.update(UnsafeRawBufferPointer(rebasing: raw[0..<split]))
+                pieces.update(UnsafeRawBufferPointer(rebasing: raw[split...]))
+            }
+            #expect(pieces.finalize() == expected, "split \(split)")
+        }
+    }
+
     @Test func concurrentVerificationIsConsistent() throws {
         let verifier = try Self.verifier(capacity: 64)
         let tokens = try (0..<8).map { try Self.token("user\($0)") }

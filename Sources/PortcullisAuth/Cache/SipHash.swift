@@ -60,7 +60,7 @@ struct SipHash128 {
             let base = bytes.baseAddress!
             let rounds = compressionRounds
             if rounds == 1 {  // SipHash-1-3: one round per block, unrolled
-                let end = count & ~7
+                let end = index + ((count - index) & ~7)
                 while index < end {
                     let m = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: index, as: UInt64.self))
                     d ^= m
