@@ -142,6 +142,8 @@ struct JSONParser {
         let start = position
         var escaped = false
         while true {
+            // Fast path: plain ASCII that needs no attention (the common case in claims).
+            while position < end, JSONParser.isPlain(base[position]) { position += 1 }
             guard position < end else { throw .syntax }
             let byte = base[position]
             if byte == UInt8(ascii: "\"") { break }
@@ -190,6 +192,13 @@ struct JSONParser {
             value = value << 4 | UInt32(digit)
         }
         return value
+    }
+
+    /// Bytes a string can contain without a closer look: printable ASCII
+    /// other than `"` and `\\`.
+    @inline(__always)
+    static func isPlain(_ byte: UInt8) -> Bool {
+        byte >= 0x20 && byte < 0x80 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
     }
 
     @inline(__always)
