@@ -45,6 +45,28 @@ import Testing
         #expect(verifier.verifyBearer(token, now: Self.now).identity?.subject == "u")
     }
 
+    @Test func oneSecretCanServeSeveralHMACAlgorithms() throws {
+        var app = ProviderConfiguration(name: "app", kind: .hs256)
+        app.secret = String(repeating: "k", count: 64)
+        app.algorithms = ["HS256", "HS512"]
+        let verifier = try CredentialVerifier(providers: [app], keys: [:])
+        for algorithm in [JWSAlgorithm.hs256, .hs512] {
+            let token = try TokenMinter.sign(claims: Self.claims(), key: SigningKey(hmacSecret: Array(app.secret!.utf8), algorithm: algorithm))
+            #expect(verifier.verifyBearer(token, now: Self.now).identity?.subject == "user-1", "\(algorithm)")
+        }
+        let hs384 = try TokenMinter.sign(claims: Self.claims(), key: SigningKey(hmacSecret: Array(app.secret!.utf8), algorithm: .hs384))
+        #expect(verifier.verifyBearer(hs384, now: Self.now).reason == .algorithmNotAllowed)
+    }
+
+    @Test func boundKeyIDIsEnforced() throws {
+        var app = ProviderConfiguration(name: "app", kind: .hs256)
+        app.secret = Self.secret
+        app.keyID = "v1"
+        let verifier = try CredentialVerifier(providers: [app], keys: [:])
+        #expect(verifier.verifyBearer(try TokenMinter.hs256(secret: Self.secret, claims: Self.claims(), keyID: "v1"), now: Self.now).identity != nil)
+        #expect(verifier.verifyBearer(try TokenMinter.hs256(secret: Self.secret, claims: Self.claims(), keyID: "v2"), now: Self.now).reason == .unknownKey)
+    }
+
     @Test func algNoneIsRefused() throws {
         let header = Base64URL.encode(Array(#"{"alg":"none","typ":"JWT"}"#.utf8))
         let payload = Base64URL.encode(Array(Self.claims().serialized.utf8))

@@ -33,20 +33,37 @@ public struct KeySet: Sendable {
     public var isEmpty: Bool { keys.isEmpty }
     public var count: Int { keys.count }
 
-    /// The key for a token's `kid` (bytes), or for a token without `kid`.
-    /// A key configured without a `kid` also serves tokens that carry one
-    /// (app secrets), but only when it is the set's single such key.
-    func key(forKeyID kid: UnsafeRawBufferPointer?) -> VerificationKey? {
+    /// The key for a token's `kid` (bytes) and `alg`, or for a token
+    /// without `kid`. A key configured without a `kid` also serves tokens
+    /// that carry one (app secrets). When several keys qualify, the one whose
+    /// algorithm equals the token's wins; a key of another algorithm may still
+    /// be returned, so the caller reports the mismatch rather than "unknown key".
+    func key(forKeyID kid: UnsafeRawBufferPointer?, algorithm: JWSAlgorithm? = nil) -> VerificationKey? {
+        var named: VerificationKey?
         var unnamed: VerificationKey?
         var unnamedCount = 0
+        var unnamedMatching: VerificationKey?
+        var unnamedMatchingCount = 0
         for key in keys {
             if let keyID = key.keyIDBytes {
-                if let kid, kid.count == keyID.count, keyID.withUnsafeBytes({ $0.elementsEqual(kid) }) { return key }
+                if let kid, kid.count == keyID.count, keyID.withUnsafeBytes({ $0.elementsEqual(kid) }) {
+                    if algorithm == nil || key.algorithm == algorithm { return key }
+                    named = named ?? key
+                }
             } else {
                 unnamed = key
                 unnamedCount += 1
+                if key.algorithm == algorithm {
+                    unnamedMatching = key
+                    unnamedMatchingCount += 1
+                }
             }
         }
-        return unnamedCount == 1 ? unnamed : nil
+        if unnamedMatchingCount == 1 { return unnamedMatching }
+        if let named { return named }
+        if unnamedCount == 1 { return unnamed }
+        // A token without kid against a set of exactly one key.
+        if kid == nil && keys.count == 1 { return keys[0] }
+        return nil
     }
 }

@@ -60,14 +60,14 @@ final class JWTProvider: Sendable {
         if let kidIndex = token.keyID {
             let kid = document[kidIndex]
             if kid.flag {
-                lookup = document.stringBytes(kidIndex).flatMap { bytes in bytes.withUnsafeBytes { keys.key(forKeyID: $0) } }
+                lookup = document.stringBytes(kidIndex).flatMap { bytes in bytes.withUnsafeBytes { keys.key(forKeyID: $0, algorithm: token.algorithm) } }
             } else {
                 lookup = document.bytes.withUnsafeBytes {
-                    keys.key(forKeyID: UnsafeRawBufferPointer(rebasing: $0[Int(kid.start)..<Int(kid.end)]))
+                    keys.key(forKeyID: UnsafeRawBufferPointer(rebasing: $0[Int(kid.start)..<Int(kid.end)]), algorithm: token.algorithm)
                 }
             }
         } else {
-            lookup = keys.key(forKeyID: nil)
+            lookup = keys.key(forKeyID: nil, algorithm: token.algorithm)
         }
         guard let key = lookup else { return fail(.unknownKey) }
         // The key's own algorithm must be the token's: RS→HS confusion and
