@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 /// ES256 (P-256) and ES384 (P-384). The JWS signature is raw `r ‖ s`, each
 /// exactly the coordinate size (RFC 7518 §3.4); both must be in [1, n-1].

@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 /// EdDSA with Ed25519 (RFC 8037). OpenSSL requires one-shot
 /// `EVP_DigestVerify` with a NULL digest; the pooled `EVP_MD_CTX` is

@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 /// HS256/384/512 with a secret of at least 32 bytes (RFC 7518 §3.2).
 /// One `EVP_MAC_CTX` per concurrent caller holds the keyed state;

@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 /// RS256/384/512 (PKCS #1 v1.5) and PS256/384/512 (PSS, salt = hash length,
 /// MGF1 with the same hash; RFC 7518 §3.5) on an RSA key of at least 2048 bits.

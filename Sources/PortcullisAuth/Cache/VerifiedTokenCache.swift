@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 /// A bounded cache of verified credentials (Envoy's verified-token cache).
 ///

@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 /// JWE content encryption algorithms accepted for session cookies.
 enum ContentEncryption: String, Sendable {

@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 /// HKDF-SHA-256 (RFC 5869) through OpenSSL's EVP_KDF "HKDF". An empty salt
 /// is omitted, which RFC 5869 §2.2 defines as a salt of HashLen zero bytes.

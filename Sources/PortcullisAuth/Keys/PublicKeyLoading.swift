@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 // Building EVP_PKEYs from JWK members and PEM text (load time only).
 extension EVPKey {

@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 extension SigningKey {
     /// A fresh key pair for `algorithm` (RS*/PS* → RSA-2048, ES256 → P-256,

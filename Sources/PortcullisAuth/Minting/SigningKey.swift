@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 /// A key that signs compact JWS for tests, the load harness and
 /// `portcullis mint`. Not used on the verification path.

@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 /// Errors drained from OpenSSL's per-thread error queue.
 public struct OpenSSLError: Error, Sendable, Equatable, CustomStringConvertible {

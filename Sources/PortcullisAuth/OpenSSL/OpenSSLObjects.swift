@@ -1,4 +1,4 @@
-import COpenSSL
+internal import COpenSSL
 
 // Each OpenSSL pointer is owned by exactly one final class whose deinit frees
 // it. Initialisers take ownership of the pointer they are given.
