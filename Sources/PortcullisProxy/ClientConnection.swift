@@ -613,7 +613,7 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
             phase = .tunnel
             deadline = 0
         }
-        let closing = !clientKeepAlive || response.framing == .untilClose && !clientIsHTTP10
+        let closing = !clientKeepAlive || context.draining || response.framing == .untilClose && !clientIsHTTP10
             || (!requestComplete && response.status != 101)
         if closing { clientKeepAlive = false }
         var out = ByteBuffer()

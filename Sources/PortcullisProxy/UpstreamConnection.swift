@@ -40,8 +40,8 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     init(pool: UpstreamPool, socket: StreamSocket) {
         self.pool = pool
         self.socket = socket
-        self.parser = ResponseHeadParser(limits: pool.limits)
-        self.decoder = ChunkedDecoder(limits: pool.limits)
+        self.parser = ResponseHeadParser(limits: pool.responseLimits)
+        self.decoder = ChunkedDecoder(limits: pool.responseLimits)
     }
 
     var loop: EventLoop { pool.loop }

@@ -17,6 +17,8 @@ final class UpstreamPool: @unchecked Sendable {
     let configuration: UpstreamConfiguration
     unowned let loop: EventLoop
     let limits: HTTPLimits
+    /// Limits for responses: the head limits of requests, but no body cap (bodies stream).
+    let responseLimits: HTTPLimits
     let maxConnections: Int
     let maxPending: Int
     let connectTimeoutNanoseconds: UInt64
@@ -35,6 +37,9 @@ final class UpstreamPool: @unchecked Sendable {
         self.configuration = configuration
         self.loop = loop
         self.limits = limits
+        var responseLimits = limits
+        responseLimits.maxBodyBytes = Int.max
+        self.responseLimits = responseLimits
         maxConnections = max(1, (configuration.maxConnections + loopCount - 1) / loopCount)
         maxPending = max(0, (configuration.maxPending + loopCount - 1) / loopCount)
         connectTimeoutNanoseconds = UInt64(configuration.connectTimeout * 1e9)

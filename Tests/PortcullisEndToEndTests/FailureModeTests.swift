@@ -1,0 +1,110 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Failing dependencies and operations: refused upstream, exhausted pool,
+/// configuration errors, graceful shutdown.
+@Suite(.serialized)
+struct FailureModeTests {
+    @Test func refusedUpstreamGets502AndIsLoggedOnce() throws {
+        let deadPort = E2E.freePort()
+        let g = try GatewayProcess("""
+        upstreams:
+          dead: {url: "http://127.0.0.1:\(deadPort)"}
+        routes:
+          - {path: /, upstream: dead, auth: none}
+        """, workers: 1)
+        for _ in 0..<3 {
+            let (status, body) = E2E.curl(["\(g.url)/x"])
+            #expect(status == 502)
+            #expect(body.contains("refused"))
+        }
+        usleep(100_000)
+        #expect(g.log.components(separatedBy: "upstream unreachable").count - 1 == 1)
+    }
+
+    @Test func exhaustedPoolGets503() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)", max_connections: 1, max_pending: 0}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """, workers: 1)
+        let slow = try RawConnection(port: g.port)
+        slow.send("GET /slow/1500 HTTP/1.1\r\nHost: x\r\n\r\n")
+        usleep(300_000)
+        let (status, body) = E2E.curl(["\(g.url)/fast"])
+        #expect(status == 503)
+        #expect(body.contains("no free connection"))
+        #expect(slow.readResponses(1).first?.status == 200)
+    }
+
+    @Test func gracefulShutdownFinishesInFlightRequests() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        timeouts: {shutdown_grace: 5s}
+        """)
+        let c = try RawConnection(port: g.port)
+        c.send("GET /slow/800 HTTP/1.1\r\nHost: x\r\n\r\n")
+        usleep(200_000)
+        kill(g.process.processIdentifier, SIGTERM)
+        let r = c.readResponses(1)
+        #expect(r.first?.status == 200)
+        #expect(r.first?.header("Connection") == "close")
+        E2E.waitForExit(g.process)
+        #expect(g.process.terminationStatus == 0)
+        #expect(!E2E.waitForPort(g.port, timeout: 0.3))
+    }
+
+    @Test func checkConfigReportsFileLineKeyAndReason() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("pc-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let bad = dir.appendingPathComponent("bad.yaml").path
+        try """
+        upstreams:
+          app: {url: "http://127.0.0.1:3001"}
+        routes:
+          - {path: /, upstream: app, auth: requird}
+        """.write(toFile: bad, atomically: true, encoding: .utf8)
+        let (status, _, err) = E2E.run(E2E.binary, ["check-config", bad])
+        #expect(status != 0)
+        #expect(err.contains("\(bad):4: routes[0].auth: expected required, optional or none; got 'requird'"), "\(err)")
+
+        let unknown = dir.appendingPathComponent("unknown.yaml").path
+        try """
+        upstreams:
+          app: {url: "http://127.0.0.1:3001", max_conections: 3}
+        routes:
+          - {path: /, upstream: app}
+        """.write(toFile: unknown, atomically: true, encoding: .utf8)
+        let (s2, _, e2) = E2E.run(E2E.binary, ["check-config", unknown])
+        #expect(s2 != 0)
+        #expect(e2.contains("upstreams.app.max_conections: unknown key"), "\(e2)")
+
+        let secret = dir.appendingPathComponent("secret.yaml").path
+        try """
+        admin: {address: "127.0.0.1:9901", token: "${PORTCULLIS_TEST_UNSET_VAR}"}
+        upstreams:
+          app: {url: "http://127.0.0.1:3001"}
+        routes:
+          - {path: /, upstream: app}
+        """.write(toFile: secret, atomically: true, encoding: .utf8)
+        let (s3, _, e3) = E2E.run(E2E.binary, ["check-config", secret])
+        #expect(s3 != 0)
+        #expect(e3.contains("admin.token: environment variable PORTCULLIS_TEST_UNSET_VAR is not set"), "\(e3)")
+
+        let examples = E2E.packageRoot.appendingPathComponent("Config")
+        for name in try FileManager.default.contentsOfDirectory(atPath: examples.path) where name.hasSuffix(".yaml") {
+            let (s, out, e) = E2E.run("/usr/bin/env", ["PORTCULLIS_ADMIN_TOKEN=0123456789abcdef0123", "AUTH_SECRET=an-example-secret-of-at-least-32-bytes!!",
+                                                       E2E.binary, "check-config", examples.appendingPathComponent(name).path])
+            #expect(s == 0, "Config/\(name): \(out) \(e)")
+        }
+    }
+}

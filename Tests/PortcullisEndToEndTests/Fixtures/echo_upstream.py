@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""A real upstream app for end-to-end tests: an HTTP/1.1 keep-alive server that
+answers with what it received, as JSON. It listens on 127.0.0.1 only.
+
+Special paths (anywhere in the path):
+  /__seen          -> JSON list of every request path received so far (then cleared)
+  /slow/<ms>       -> waits <ms> milliseconds before answering
+  /chunked         -> answers with a chunked body
+  /drop            -> closes the connection without answering
+  /close-after     -> answers with keep-alive, then closes the connection anyway
+  /big/<n>         -> answers with n bytes
+  /upgrade         -> answers 101 and echoes raw bytes back (a WebSocket stand-in)
+Usage: echo_upstream.py PORT NAME
+"""
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+SEEN = []
+LOCK = threading.Lock()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "echo"
+
+    def log_message(self, *args):
+        pass
+
+    def _body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while True:
+                line = self.rfile.readline().strip()
+                size = int(line.split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return data
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length", "0") or "0")
+        return self.rfile.read(length) if length else b""
+
+    def _handle(self):
+        body = self._body()
+        path = self.path
+        if "/__seen" in path:
+            with LOCK:
+                payload = json.dumps(SEEN).encode()
+                SEEN.clear()
+            return self._send(200, payload)
+        with LOCK:
+            SEEN.append(path)
+        if "/drop" in path:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if "/slow/" in path:
+            ms = int(path.split("/slow/")[1].split("/")[0].split("?")[0])
+            time.sleep(ms / 1000)
+        if "/upgrade" in path:
+            self.send_response(101)
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Upgrade", self.headers.get("Upgrade", "websocket"))
+            self.end_headers()
+            self.wfile.flush()
+            conn = self.connection
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    break
+                conn.sendall(data)
+            self.close_connection = True
+            return
+        if "/big/" in path:
+            n = int(path.split("/big/")[1].split("/")[0])
+            return self._send(200, b"x" * n, "application/octet-stream")
+        payload = json.dumps({
+            "app": sys.argv[2],
+            "method": self.command,
+            "path": path,
+            "headers": [[k, v] for k, v in self.headers.items()],
+            "body": body.decode("latin-1"),
+        }).encode()
+        if "/chunked" in path:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            half = len(payload) // 2
+            for piece in (payload[:half], payload[half:]):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        self._send(200, payload)
+        if "/close-after" in path:
+            self.wfile.flush()
+            self.close_connection = True
+
+    def _send(self, status, payload, ctype="application/json"):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _handle
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+if __name__ == "__main__":
+    server = Server(("127.0.0.1", int(sys.argv[1])), Handler)
+    print("ready", flush=True)
+    server.serve_forever()

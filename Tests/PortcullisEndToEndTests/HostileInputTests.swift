@@ -1,0 +1,79 @@
+import Foundation
+import Testing
+
+/// Request-smuggling and malformed inputs through the real gateway: each gets its
+/// status with a JSON reason, the connection closes, and nothing reaches the upstream.
+@Suite(.serialized)
+struct HostileInputTests {
+    let upstream: EchoUpstream
+    let gateway: GatewayProcess
+
+    init() throws {
+        upstream = try EchoUpstream()
+        gateway = try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        limits: {max_request_line: 1024, max_header_bytes: 4096, max_body_bytes: 1000}
+        """)
+    }
+
+    static let cases: [(String, String, Int)] = [
+        ("CL and TE together", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
+        ("differing CLs", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400),
+        ("CL with sign", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello", 400),
+        ("TE not chunked last", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400),
+        ("space before colon", "GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n", 400),
+        ("obs-fold", "GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  folded\r\n\r\n", 400),
+        ("bare LF", "GET / HTTP/1.1\nHost: x\n\n", 400),
+        ("bare CR in value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n", 400),
+        ("NUL in value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\u{0}b\r\n\r\n", 400),
+        ("missing Host", "GET / HTTP/1.1\r\n\r\n", 400),
+        ("two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+        ("HTTP/1.2", "GET / HTTP/1.2\r\nHost: x\r\n\r\n", 505),
+        ("invalid name", "GET / HTTP/1.1\r\nHost: x\r\nX(Y): 1\r\n\r\n", 400),
+        ("request line too long", "GET /" + String(repeating: "a", count: 2000) + " HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        ("head too large", "GET / HTTP/1.1\r\nHost: x\r\n" + String(repeating: "X-A: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n", count: 120) + "\r\n", 431),
+        ("chunk size overflow", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\n", 400),
+        ("body too large", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n", 413),
+        ("encoded slash", "GET /a%2Fb HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    ]
+
+    @Test(arguments: 0..<HostileInputTests.cases.count)
+    func hostileRequestIsRefusedAndNeverForwarded(_ index: Int) throws {
+        let (name, request, status) = Self.cases[index]
+        _ = try upstream.seen()
+        let c = try RawConnection(port: gateway.port)
+        c.send(request)
+        let text = c.readAll()  // the gateway closes after answering
+        #expect(text.hasPrefix("HTTP/1.1 \(status) "), "\(name): \(text.prefix(80))")
+        #expect(text.contains("{\"error\":"), "\(name)")
+        #expect(text.lowercased().contains("connection: close"), "\(name)")
+        #expect(try upstream.seen().isEmpty, "\(name) reached the upstream")
+    }
+
+    @Test func chunkedBodyWithSmuggledRequestIsNotForwardedAsTwo() throws {
+        _ = try upstream.seen()
+        let c = try RawConnection(port: gateway.port)
+        // A bad chunk line after a valid chunk must not let "GET /smuggled" through.
+        c.send("POST /first HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\nzz\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+        _ = c.readAll()
+        let seen = try upstream.seen()
+        #expect(!seen.contains("/smuggled"))
+    }
+
+    @Test func slowlorisHeadIsCutOffByTheHeaderTimeout() throws {
+        let g = try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        timeouts: {header: 1s}
+        """)
+        let c = try RawConnection(port: g.port, timeout: 4)
+        c.send("GET / HTTP/1.1\r\nHost: x\r\n")
+        let text = c.readAll()
+        #expect(text.hasPrefix("HTTP/1.1 408 "))
+    }
+}

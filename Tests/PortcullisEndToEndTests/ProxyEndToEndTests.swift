@@ -1,0 +1,186 @@
+import Foundation
+import Testing
+
+/// The real gateway binary in front of real Python upstream processes, driven by
+/// curl and raw loopback sockets.
+@Suite(.serialized)
+struct ProxyEndToEndTests {
+    let upstream: EchoUpstream
+    let gateway: GatewayProcess
+
+    init() throws {
+        upstream = try EchoUpstream(name: "visits")
+        gateway = try GatewayProcess("""
+        upstreams:
+          visits: {url: "http://127.0.0.1:\(upstream.port)", max_connections: 4, response_timeout: 2s}
+        routes:
+          - {path: /api/visits, upstream: visits, auth: required}
+          - {path: /public, upstream: visits, auth: none}
+          - {path: /stripped, upstream: visits, auth: none, strip_prefix: true}
+        identity:
+          user_id_header: X-User-Id
+          claims: {email: X-User-Email}
+        """)
+    }
+
+    @Test func forwardsToTheUpstreamWithForwardingHeaders() throws {
+        let (status, body) = E2E.curl(["-H", "X-Forwarded-For: 6.6.6.6", "\(gateway.url)/public/hello?x=1"])
+        #expect(status == 200)
+        let echo = try Echo(body)
+        #expect(echo.path == "/public/hello?x=1")
+        #expect(echo.values("X-Forwarded-For") == ["127.0.0.1"])  // an untrusted client's XFF is replaced
+        #expect(echo.values("X-Forwarded-Proto") == ["http"])
+        #expect(echo.values("X-Request-Id").first?.count == 32)
+    }
+
+    @Test func stripsEverySpellingOfIdentityHeadersOnPublicRoutes() throws {
+        let (status, body) = E2E.curl([
+            "-H", "X-User-Id: admin", "-H", "x_user_id: admin2", "-H", "X-USER-EMAIL: a@b.c",
+            "-H", "X-Auth-Provider: google", "-H", "X_Auth_Provider: x", "\(gateway.url)/public/me"])
+        #expect(status == 200)
+        let echo = try Echo(body)
+        for name in ["X-User-Id", "x_user_id", "X-User-Email", "X-Auth-Provider", "X_Auth_Provider"] {
+            #expect(!echo.has(name), "\(name) reached the upstream")
+        }
+    }
+
+    @Test func protectedRouteWithoutCredentialIsRefusedAndNeverForwarded() throws {
+        _ = try upstream.seen()
+        let c = try RawConnection(port: gateway.port)
+        c.send("GET /api/visits/1 HTTP/1.1\r\nHost: x\r\nX-User-Id: 42\r\n\r\n")
+        let r = c.readResponses(1)
+        #expect(r.first?.status == 401)
+        #expect(r.first?.header("WWW-Authenticate") == "Bearer realm=\"portcullis\"")
+        #expect(r.first?.body.contains("\"error\"") == true)
+        #expect(try upstream.seen().isEmpty)
+    }
+
+    @Test(arguments: [
+        "/public/../api/visits", "/public/%2e%2e/api/visits", "/public/..%2Fapi/visits",
+        "//api//visits", "/public\\..\\api\\visits", "/API/visits/../visits/",
+    ])
+    func noSpellingOfAProtectedPathReachesItThroughAPublicRoute(_ target: String) throws {
+        _ = try upstream.seen()
+        let c = try RawConnection(port: gateway.port)
+        c.send("GET \(target) HTTP/1.1\r\nHost: x\r\n\r\n")
+        let status = c.readResponses(1).first?.status ?? 0
+        #expect(status != 200, "\(target) answered 200")
+        for path in try upstream.seen() { #expect(!path.contains("visits"), "\(target) reached upstream as \(path)") }
+    }
+
+    @Test func unknownPathGets404WithJSONError() {
+        let (status, body) = E2E.curl(["\(gateway.url)/nothing-here"])
+        #expect(status == 404)
+        #expect(body.contains("{\"error\":"))
+    }
+
+    @Test func stripPrefixForwardsTheRest() throws {
+        let (status, body) = E2E.curl(["\(gateway.url)/stripped/a/b"])
+        #expect(status == 200)
+        #expect(try Echo(body).path == "/a/b")
+    }
+
+    @Test func postBodiesAreStreamedWithContentLengthAndChunked() throws {
+        let (s1, b1) = E2E.curl(["-X", "POST", "--data-binary", "hello=world", "\(gateway.url)/public/post"])
+        #expect(s1 == 200)
+        #expect(try Echo(b1).body == "hello=world")
+        let c = try RawConnection(port: gateway.port)
+        c.send("POST /public/chunky HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nTrailer: x\r\n\r\n")
+        let r = c.readResponses(1)
+        #expect(r.first?.status == 200)
+        #expect(try Echo(r.first?.body ?? "").body == "hello world")
+    }
+
+    @Test func keepAliveAndPipeliningAnswerInOrder() throws {
+        let c = try RawConnection(port: gateway.port)
+        c.send("GET /public/one HTTP/1.1\r\nHost: x\r\n\r\nGET /public/two HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+        let r = c.readResponses(3)
+        #expect(r.map(\.status) == [200, 200, 404])
+        #expect(try Echo(r[0].body).path == "/public/one")
+        #expect(try Echo(r[1].body).path == "/public/two")
+        c.send("GET /public/three HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(c.readResponses(1).first?.status == 200)
+    }
+
+    @Test func chunkedResponsesAreForwardedIntact() throws {
+        let (status, body) = E2E.curl(["\(gateway.url)/public/chunked"])
+        #expect(status == 200)
+        #expect(try Echo(body).path == "/public/chunked")
+    }
+
+    @Test func largeResponsesStreamThrough() {
+        let (status, body) = E2E.curl(["\(gateway.url)/public/big/3000000"])
+        #expect(status == 200)
+        #expect(body.utf8.count == 3_000_000)
+    }
+
+    @Test func headRequestsGetNoBody() throws {
+        let c = try RawConnection(port: gateway.port)
+        c.send("HEAD /public/h HTTP/1.1\r\nHost: x\r\n\r\nGET /public/after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        let text = c.readAll()
+        #expect(text.hasPrefix("HTTP/1.1 200"))
+        #expect(text.components(separatedBy: "HTTP/1.1 200").count == 3, "HEAD response must carry no body: \(text)")
+        #expect(text.contains("/public/after"))
+    }
+
+    @Test func upstreamClosingAPooledConnectionIsRetriedOnce() throws {
+        for i in 0..<4 {
+            let (status, _) = E2E.curl(["\(gateway.url)/public/close-after/\(i)"])
+            #expect(status == 200)
+            usleep(50_000)  // let the upstream's close arrive while the connection sits in the pool
+        }
+    }
+
+    @Test func upstreamThatDropsTheRequestGets502() {
+        let (status, body) = E2E.curl(["\(gateway.url)/public/drop"])
+        #expect(status == 502)
+        #expect(body.contains("\"error\""))
+    }
+
+    @Test func slowUpstreamGets504() {
+        let (status, body) = E2E.curl(["\(gateway.url)/public/slow/3500"])
+        #expect(status == 504)
+        #expect(body.contains("timed out"))
+    }
+
+    @Test func expectContinueIsAnsweredByTheGateway() throws {
+        let c = try RawConnection(port: gateway.port)
+        c.send("POST /public/e HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n")
+        var buf = [UInt8](repeating: 0, count: 100)
+        let n = recv(c.fd, &buf, buf.count, 0)
+        #expect(String(decoding: buf[0..<max(0, n)], as: UTF8.self).hasPrefix("HTTP/1.1 100 Continue"))
+        c.send("abc")
+        let r = c.readResponses(1)
+        #expect(r.first?.status == 200)
+        let echo = try Echo(r.first?.body ?? "")
+        #expect(echo.body == "abc")
+        #expect(!echo.has("Expect"))
+    }
+
+    @Test func connectionHeaderCannotRemoveProtectedFields() throws {
+        let c = try RawConnection(port: gateway.port)
+        c.send("GET /public/c HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, X-Custom, Cookie, Host\r\nX-Custom: 1\r\nCookie: a=b\r\n\r\n")
+        let r = c.readResponses(1)
+        let echo = try Echo(r.first?.body ?? "")
+        #expect(!echo.has("X-Custom"))
+        #expect(echo.values("Cookie") == ["a=b"])
+        #expect(echo.values("Host") == ["x"])
+        #expect(!echo.has("Connection") || echo.values("Connection") != ["keep-alive, X-Custom, Cookie, Host"])
+    }
+
+    @Test func accessLogHasOneJSONLinePerRequestWithoutQueryStrings() throws {
+        _ = E2E.curl(["\(gateway.url)/public/logged?token=secret-value"])
+        usleep(200_000)
+        let lines = gateway.log.split(separator: "\n").filter { $0.contains("\"path\":\"/public/logged\"") }
+        #expect(lines.count == 1)
+        #expect(!gateway.log.contains("secret-value"))
+    }
+
+    @Test func wrkLoadThroughTheGatewayHasNoErrors() throws {
+        let (status, out, err) = E2E.run("/usr/bin/wrk", ["-t1", "-c16", "-d2s", "--timeout", "2s", "\(gateway.url)/public/load"], timeout: 30)
+        #expect(status == 0, "\(err)")
+        #expect(!out.contains("Non-2xx"), "\(out)")
+        #expect(!out.contains("Socket errors"), "\(out)")
+        #expect(out.contains("Requests/sec"))
+    }
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs what the tests need, then runs the whole suite: unit tests (codec,
+# verification core, proxy), end-to-end tests of the real binary against real
+# upstream processes with curl and wrk, and short fuzz runs of the parsers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/install-deps.sh
+swift build --build-tests
+# Fuzzers first (short, bounded); the test run's summary stays the last output.
+if [ "${PORTCULLIS_SKIP_FUZZ:-0}" != "1" ]; then
+  bash Tests/Fuzz/run-http-fuzz.sh "${FUZZ_SECONDS:-20}"
+  if [ -f Tests/Fuzz/run-auth-fuzz.sh ]; then bash Tests/Fuzz/run-auth-fuzz.sh "${FUZZ_SECONDS:-20}"; fi
+fi
+swift test --skip-build
