@@ -11,4 +11,5 @@ if [ "${PORTCULLIS_SKIP_FUZZ:-0}" != "1" ]; then
   bash Tests/Fuzz/run-http-fuzz.sh "${FUZZ_SECONDS:-20}"
   if [ -f Tests/Fuzz/run-auth-fuzz.sh ]; then bash Tests/Fuzz/run-auth-fuzz.sh "${FUZZ_SECONDS:-20}"; fi
 fi
-swift test --skip-build
+# Serial: Foundation.Process on Linux crashes when suites spawn children concurrently.
+swift test --skip-build --no-parallel
