@@ -65,6 +65,14 @@ public struct ByteBuffer: ~Copyable {
         string.withUTF8 { append(UnsafeRawBufferPointer($0)) }
     }
 
+    /// Appends a substring's UTF-8 without first copying it into a String.
+    public mutating func append(_ string: Substring) {
+        if let done: Void = string.utf8.withContiguousStorageIfAvailable({ append(UnsafeRawBufferPointer($0)) }) {
+            return done
+        }
+        append(String(string))
+    }
+
     public mutating func append(_ bytes: [UInt8]) {
         bytes.withUnsafeBytes { append($0) }
     }

@@ -1,4 +1,5 @@
 import Dispatch
+import PortcullisCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -95,9 +96,46 @@ public final class StreamSocket: @unchecked Sendable {
         System.write(fd, buffer)
     }
 
-    @inline(__always)
-    public func write(_ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) -> IOResult {
-        System.write(fd, first, second)
+    /// What happened to bytes handed to `send(_:pending:)`.
+    public enum SendOutcome { case written, queued, failed }
+
+    /// Writes `bytes` now if nothing is queued; whatever the kernel does not take
+    /// goes to the end of `pending` (bytes already queued keep their order).
+    /// `.queued` means the caller must arm `waitUntilWritable` and call `flush`.
+    public func send(_ bytes: UnsafeRawBufferPointer, pending: inout ByteBuffer) -> SendOutcome {
+        if !pending.isEmpty {
+            pending.append(bytes)
+            return .queued
+        }
+        switch System.write(fd, bytes) {
+        case .bytes(let n) where n == bytes.count:
+            return .written
+        case .bytes(let n):
+            pending.append(UnsafeRawBufferPointer(rebasing: bytes[n...]))
+        case .wouldBlock, .endOfFile:
+            pending.append(bytes)
+        case .failed:
+            return .failed
+        }
+        return .queued
+    }
+
+    /// What `flush(_:)` achieved.
+    public enum FlushOutcome { case drained, pending, failed }
+
+    /// Writes queued bytes until done or the kernel pushes back. On `.drained` the
+    /// write source is disarmed and the buffer's storage released.
+    public func flush(_ pending: inout ByteBuffer) -> FlushOutcome {
+        while !pending.isEmpty {
+            switch System.write(fd, pending.readable) {
+            case .bytes(let n): pending.consume(n)
+            case .wouldBlock, .endOfFile: return .pending
+            case .failed: return .failed
+            }
+        }
+        stopWaitingForWritable()
+        pending.releaseIfEmpty()
+        return .drained
     }
 
     /// Half-closes the write side (sends FIN) so the peer sees the end of a response.

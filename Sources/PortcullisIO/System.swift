@@ -51,25 +51,6 @@ public enum System {
         }
     }
 
-    /// Writes two buffers with one `writev` (head + body), to save a system call.
-    @inline(__always)
-    public static func write(_ fd: Int32, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) -> IOResult {
-        var iov = (iovec(iov_base: UnsafeMutableRawPointer(mutating: first.baseAddress), iov_len: first.count),
-                   iovec(iov_base: UnsafeMutableRawPointer(mutating: second.baseAddress), iov_len: second.count))
-        return withUnsafeMutablePointer(to: &iov) { pointer in
-            pointer.withMemoryRebound(to: iovec.self, capacity: 2) { vec in
-                while true {
-                    let n = Glibc.writev(fd, vec, 2)
-                    if n >= 0 { return n == 0 ? .wouldBlock : .bytes(n) }
-                    let e = Glibc.errno
-                    if e == EINTR { continue }
-                    if e == EAGAIN || e == EWOULDBLOCK { return .wouldBlock }
-                    return .failed(e)
-                }
-            }
-        }
-    }
-
     public static func close(_ fd: Int32) {
         _ = Glibc.close(fd)  // EINTR on close must not be retried on Linux.
     }

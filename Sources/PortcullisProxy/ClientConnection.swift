@@ -38,6 +38,8 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
     let context: ListenerContext
     let socket: StreamSocket
     let peer: SocketAddress
+    /// The peer's address as text, computed once (X-Forwarded-For, access log).
+    private let peerText: String
     private var parser: RequestHeadParser
     private(set) var head = RequestHead()
     private var inbound = ByteBuffer()
@@ -81,6 +83,7 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
         self.context = context
         self.socket = socket
         self.peer = peer
+        self.peerText = peer.host
         self.parser = RequestHeadParser(limits: context.configuration.limits)
         self.chunkDecoder = ChunkedDecoder(limits: context.configuration.limits)
     }
@@ -241,7 +244,7 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
             return
         }
 
-        let host = requestHost(headBytes)
+        let host = context.routes.hasHostRoutes ? requestHost(headBytes) : nil
         guard let route = context.routes.match(path: normalized.path, host: host) else {
             rejectRequest(.error(404, "no route for this path"))
             return
@@ -422,7 +425,7 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
 
         buffer.append(UnsafeRawBufferPointer(rebasing: bytes[head.methodRange]))
         buffer.append(" ")
-        buffer.append(String(path))
+        buffer.append(path)
         if let query {
             buffer.append("?")
             buffer.append(query)
@@ -500,7 +503,7 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
             buffer.append(UnsafeRawBufferPointer(rebasing: bytes[forwardedFor]))
             buffer.append(", ")
         }
-        buffer.append(peer.host)
+        buffer.append(peerText)
         buffer.append("\r\nx-forwarded-proto: ")
         if let forwardedProto { buffer.append(UnsafeRawBufferPointer(rebasing: bytes[forwardedProto])) }
         else { buffer.append(context.scheme) }
@@ -681,7 +684,7 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
             log.record(AccessRecord(
                 time: exchangeWallStart, requestId: requestId.readable, method: logMethod, path: logPath,
                 status: responseStatus, upstream: routeUpstreamName, bytes: responseBytes,
-                durationNanoseconds: loop.now() &- exchangeStart, client: peer.host))
+                durationNanoseconds: loop.now() &- exchangeStart, client: peerText))
         }
         pool = nil
         phase = .idle
@@ -749,20 +752,11 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
 
     private func sendToClient(_ bytes: UnsafeRawBufferPointer) {
         guard !isClosed, bytes.count > 0 else { return }
-        if !outbound.isEmpty {
-            outbound.append(bytes)
-            return
-        }
-        switch socket.write(bytes) {
-        case .bytes(let n) where n == bytes.count:
-            return
-        case .bytes(let n):
-            outbound.append(UnsafeRawBufferPointer(rebasing: bytes[n...]))
-        case .wouldBlock, .endOfFile:
-            outbound.append(bytes)
-        case .failed:
-            abort()
-            return
+        let wasQueued = !outbound.isEmpty
+        switch socket.send(bytes, pending: &outbound) {
+        case .written: return
+        case .failed: abort(); return
+        case .queued: if wasQueued { return }
         }
         // The client is slower than the upstream: stop reading the upstream.
         upstream?.socket.pauseReading()
@@ -770,19 +764,11 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
     }
 
     private func clientWritable() {
-        while !outbound.isEmpty {
-            switch socket.write(outbound.readable) {
-            case .bytes(let n):
-                outbound.consume(n)
-            case .wouldBlock, .endOfFile:
-                return
-            case .failed:
-                abort()
-                return
-            }
+        switch socket.flush(&outbound) {
+        case .pending: return
+        case .failed: abort(); return
+        case .drained: break
         }
-        socket.stopWaitingForWritable()
-        outbound.releaseIfEmpty()
         if closeAfterFlush { close(); return }
         upstream?.socket.resumeReading()
     }

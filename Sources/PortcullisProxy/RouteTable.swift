@@ -16,6 +16,8 @@ public struct Route: Sendable {
 /// Host-specific routes win over host-less ones of the same length.
 public struct RouteTable: Sendable {
     public let routes: [Route]
+    /// False when no route is bound to a Host: requests then skip host extraction.
+    public let hasHostRoutes: Bool
 
     public init(_ configurations: [RouteConfiguration], upstreamNames: [String]) {
         var built: [Route] = []
@@ -33,6 +35,7 @@ public struct RouteTable: Sendable {
             if (a.element.host != nil) != (b.element.host != nil) { return a.element.host != nil }
             return a.offset < b.offset
         }.map(\.element)
+        hasHostRoutes = routes.contains { $0.host != nil }
     }
 
     /// `host` is the request's host without port, lower-cased.

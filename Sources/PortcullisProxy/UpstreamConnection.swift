@@ -104,20 +104,11 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
 
     func send(_ bytes: UnsafeRawBufferPointer) {
         guard state != .closed, bytes.count > 0 else { return }
-        if !outbound.isEmpty {
-            outbound.append(bytes)
-            return
-        }
-        switch socket.write(bytes) {
-        case .bytes(let n) where n == bytes.count:
-            return
-        case .bytes(let n):
-            outbound.append(UnsafeRawBufferPointer(rebasing: bytes[n...]))
-        case .wouldBlock, .endOfFile:
-            outbound.append(bytes)
-        case .failed:
-            failed()
-            return
+        let wasQueued = !outbound.isEmpty
+        switch socket.send(bytes, pending: &outbound) {
+        case .written: return
+        case .failed: failed(); return
+        case .queued: if wasQueued { return }
         }
         socket.waitUntilWritable { [unowned self] in self.writable() }
     }
@@ -142,16 +133,11 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     }
 
     private func writable() {
-        while !outbound.isEmpty {
-            switch socket.write(outbound.readable) {
-            case .bytes(let n): outbound.consume(n)
-            case .wouldBlock, .endOfFile: return
-            case .failed: failed(); return
-            }
+        switch socket.flush(&outbound) {
+        case .pending: return
+        case .failed: failed(); return
+        case .drained: client?.upstreamDrained()
         }
-        socket.stopWaitingForWritable()
-        outbound.releaseIfEmpty()
-        client?.upstreamDrained()
     }
 
     // MARK: Receiving the response
