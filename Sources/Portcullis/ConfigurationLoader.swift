@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PortcullisAuth
 import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
@@ -142,7 +143,61 @@ public enum ConfigurationLoader {
         }
         if upstreams.isEmpty { throw upstreamsNode.error("needs at least one upstream") }
 
+        // providers
+        var providers: [ProviderSettings] = []
+        var providersNode: ConfigNode?
+        if let node = try top.optional("providers") {
+            providersNode = node
+            providers = try Self.providers(node)
+        }
+        let providerNames = Set(providers.map(\.configuration.name))
+
+        // keys (refresh of fetched key sets)
+        var keyRefresh = KeyRefreshSettings()
+        if var node = try top.optional("keys") {
+            if let n = try node.optional("fetch_timeout") { keyRefresh.fetchTimeout = try positiveDuration(n) }
+            if let n = try node.optional("min_ttl") { keyRefresh.minimumTTL = try positiveDuration(n) }
+            if let n = try node.optional("max_ttl") { keyRefresh.maximumTTL = try positiveDuration(n) }
+            if let n = try node.optional("min_refetch_interval") { keyRefresh.minimumRefetchInterval = try positiveDuration(n) }
+            if let n = try node.optional("serve_stale_for") { keyRefresh.serveStaleFor = try n.duration() }
+            if keyRefresh.minimumTTL > keyRefresh.maximumTTL {
+                throw node.error("min_ttl (\(keyRefresh.minimumTTL)s) exceeds max_ttl (\(keyRefresh.maximumTTL)s)", key: "min_ttl")
+            }
+            try node.finish()
+        }
+
+        // store and revocation
+        var store = StoreSettings()
+        if var node = try top.optional("store") {
+            if let n = try node.optional("redis") {
+                let url = try n.string()
+                guard url.hasPrefix("redis://") else { throw n.error("expected redis://[user][:password]@host:port/db") }
+                store.redisURL = url
+            }
+            if var n = try node.optional("sentinel") {
+                store.sentinelMaster = try n.required("master").string()
+                let addresses = try n.required("addresses")
+                store.sentinelAddresses = try addresses.sequence().map { item throws(ConfigurationError) in try socketAddress(item) }
+                if store.sentinelAddresses.isEmpty { throw addresses.error("needs at least one sentinel address") }
+                try n.finish()
+            }
+            if let n = try node.optional("key_prefix") { store.keyPrefix = try n.string() }
+            try node.finish()
+        }
+        if var node = try top.optional("revocation") {
+            if let n = try node.optional("max_staleness") { store.maxStaleness = try n.duration() }
+            if let n = try node.optional("on_unavailable") {
+                switch try n.string() {
+                case "deny": store.denyWhenUnavailable = true
+                case "allow": store.denyWhenUnavailable = false
+                case let other: throw n.error("expected deny or allow, got '\(other)'")
+                }
+            }
+            try node.finish()
+        }
+
         // identity
+        var identity = IdentitySettings()
         var userIdHeader = "X-User-Id"
         var providerHeader = "X-Auth-Provider"
         var claimHeaders: [(claim: String, header: String)] = []
@@ -159,11 +214,13 @@ public enum ConfigurationLoader {
             if let n = try node.optional("claims") {
                 for (claim, value) in try n.entries() { claimHeaders.append((claim, try headerName(value))) }
             }
+            if let n = try node.optional("prefix_provider") { identity.prefixProvider = try n.bool() }
             try node.finish()
         }
 
         // routes
-        var routes: [RouteConfiguration] = []
+    var routes: [RouteConfiguration] = []
+        var routeAuth: [RouteAuthSettings] = []
         let routesNode = try top.required("routes")
         let upstreamNames = Set(upstreams.map(\.name))
         for item in try routesNode.sequence() {
@@ -188,10 +245,11 @@ public enum ConfigurationLoader {
             }
             let host = try node.optional("host")?.string().lowercased()
             let strip = try node.optional("strip_prefix")?.bool() ?? false
-            let providers = try node.optional("providers")?.stringList()
+            let (routeProviders, authSettings) = try Self.routeAuth(&node, providerNames: providerNames)
             try node.finish()
             routes.append(RouteConfiguration(pathPrefix: path, host: host, upstream: upstream, auth: auth,
-                                             stripPrefix: strip, providers: providers))
+                                             stripPrefix: strip, providers: routeProviders))
+            routeAuth.append(authSettings)
         }
         if routes.isEmpty { throw routesNode.error("needs at least one route") }
         var seen = Set<String>()
@@ -205,6 +263,30 @@ public enum ConfigurationLoader {
 
         try top.finish()
 
+        // Claims the gateway reads (headers, route rules) are forwarded by every provider.
+        let neededClaims = Set(claimHeaders.map(\.claim) + routeAuth.flatMap { $0.requiredClaims.map(\.claim) })
+        for i in providers.indices {
+            for claim in neededClaims.sorted() where !providers[i].configuration.forwardedClaims.contains(claim) {
+                providers[i].configuration.forwardedClaims.append(claim)
+            }
+        }
+        // Build the verifier once, so every provider rule and inline key is checked now.
+        do {
+            var inlineKeys: [String: KeySet] = [:]
+            for p in providers { if case .inline(let set) = p.keys { inlineKeys[p.configuration.name] = set } }
+            _ = try CredentialVerifier(providers: providers.map(\.configuration), keys: inlineKeys)
+        } catch {
+            let index: Int? = {
+                switch error {
+                case .missingSetting(let name, _), .invalidSetting(let name, _, _), .key(let name, _), .duplicateProvider(let name),
+                     .unknownProvider(let name):
+                    return providers.firstIndex { $0.configuration.name == name }
+                }
+            }()
+            throw ConfigurationError(file: file, key: index.map { "providers[\($0)]" } ?? "providers",
+                                     line: providersNode?.line, reason: error.description)
+        }
+
         var proxy = ProxyConfiguration(routes: routes, upstreams: upstreams)
         proxy.limits = limits
         proxy.timeouts = timeouts
@@ -215,7 +297,8 @@ public enum ConfigurationLoader {
         proxy.realm = realm
         return GatewayConfiguration(file: file, listen: listen, admin: admin, workers: workers,
                                     logLevel: logLevel, accessLog: accessLog, shutdownGrace: shutdownGrace,
-                                    proxy: proxy)
+                                    proxy: proxy, providers: providers, routeAuth: routeAuth, identity: identity,
+                                    keyRefresh: keyRefresh, store: store)
     }
 
     // MARK: Value helpers

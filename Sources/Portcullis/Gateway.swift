@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Logging
+import PortcullisAuth
 import PortcullisIO
 import PortcullisProxy
 
@@ -39,7 +40,14 @@ public enum Gateway {
             }
             accessLogFD = fd
         }
-        let authenticator = NoProvidersAuthenticator(realm: configuration.proxy.realm)
+        let authenticator: any RequestAuthenticator
+        if configuration.providers.isEmpty {
+            authenticator = NoProvidersAuthenticator(realm: configuration.proxy.realm)
+        } else {
+            let verifier = try makeVerifier(configuration)
+            authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration, revocations: nil,
+                                              keys: nil, observer: nil, logger: logger)
+        }
         let server = ProxyServer(group: group, configuration: configuration.proxy, authenticator: authenticator,
                                  accessLogFD: accessLogFD, logger: logger)
         func bind(_ address: SocketAddress, _ mode: ListenerMode, _ what: String) throws {
@@ -66,6 +74,20 @@ public enum Gateway {
             "upstreams": "\(configuration.proxy.upstreams.count)",
         ])
         return (server, admin)
+    }
+
+    /// The verifier with every inline key and secret loaded; fetched key sets
+    /// start empty and are installed by the key refresher.
+    static func makeVerifier(_ configuration: GatewayConfiguration) throws -> CredentialVerifier {
+        var inlineKeys: [String: KeySet] = [:]
+        for provider in configuration.providers {
+            if case .inline(let set) = provider.keys { inlineKeys[provider.configuration.name] = set }
+        }
+        do {
+            return try CredentialVerifier(providers: configuration.providers.map(\.configuration), keys: inlineKeys)
+        } catch {
+            throw StartupError(description: "\(configuration.file): providers: \(error)")
+        }
     }
 
     /// Runs until SIGTERM or SIGINT, then drains (up to `shutdown_grace`) and exits.

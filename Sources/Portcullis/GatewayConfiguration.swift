@@ -27,4 +27,41 @@ public struct GatewayConfiguration: Sendable {
     public var accessLog: AccessLogTarget
     public var shutdownGrace: Double
     public var proxy: ProxyConfiguration
+    /// Credential providers, in the order they are tried.
+    public var providers: [ProviderSettings] = []
+    /// Auth settings of each route, by position in `proxy.routes`.
+    public var routeAuth: [RouteAuthSettings] = []
+    public var identity = IdentitySettings()
+    public var keyRefresh = KeyRefreshSettings()
+    public var store = StoreSettings()
+}
+
+/// How fetched key sets (`jwks_url` and the Google/Apple/Firebase defaults) are refreshed.
+public struct KeyRefreshSettings: Sendable {
+    /// One fetch, connect to last byte.
+    public var fetchTimeout: Double = 5
+    /// `Cache-Control: max-age` is clamped to [minimumTTL, maximumTTL].
+    public var minimumTTL: Double = 300
+    public var maximumTTL: Double = 86_400
+    /// An unknown `kid` refetches at most this often per provider, across instances.
+    public var minimumRefetchInterval: Double = 30
+    /// While the key host fails, the last good keys are kept this long past their expiry.
+    public var serveStaleFor: Double = 86_400
+    public init() {}
+}
+
+/// Shared state: embedded (default) or Redis, and the revocation policy.
+public struct StoreSettings: Sendable {
+    /// `redis://[user][:password]@host:port/db`; nil with no sentinel → embedded store.
+    public var redisURL: String?
+    public var sentinelMaster: String?
+    public var sentinelAddresses: [SocketAddress] = []
+    /// Prefix of every Redis key the gateway writes.
+    public var keyPrefix = "portcullis:"
+    /// How long the last synchronized revocation view is trusted while Redis is unreachable.
+    public var maxStaleness: Double = 30
+    /// After `maxStaleness`: true → 503 for authenticated requests, false → allow.
+    public var denyWhenUnavailable = true
+    public init() {}
+    public var usesRedis: Bool { redisURL != nil || sentinelMaster != nil }
 }

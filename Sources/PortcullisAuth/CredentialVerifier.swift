@@ -130,7 +130,8 @@ public final class CredentialVerifier: Sendable {
                 continue
             }
             switch provider.verify(jws, bytes: token, now: now, nonceHex: nonceHex) {
-            case .success(let (identity, generation)):
+            case .success(var (identity, generation)):
+                identity.credentialHash = Self.credentialHash(token)
                 if let cacheKey {
                     cache.insert(cacheKey, identity: identity, validUntil: identity.expiresAt + provider.policy.leeway,
                                  provider: index, generation: generation)
@@ -165,7 +166,8 @@ public final class CredentialVerifier: Sendable {
             let names = provider.isV4 ? [0] : Array(provider.cookieNames.indices)
             for nameIndex in names {
                 switch provider.verify(token, nameIndex: nameIndex, now: now, source: .bearer) {
-                case .success(let identity):
+                case .success(var identity):
+                    identity.credentialHash = Self.credentialHash(token)
                     if let cacheKey {
                         cache.insert(cacheKey, identity: identity, validUntil: identity.expiresAt + provider.policy.leeway,
                                      provider: index, generation: 1)
@@ -208,7 +210,11 @@ public final class CredentialVerifier: Sendable {
                         if let key, let identity = cache.lookup(key, now: now, allowed: { $0 == index }) {
                             return .success(identity)
                         }
-                        let result = provider.verify(bytes, nameIndex: nameIndex, now: now, source: .sessionCookie)
+                        var result = provider.verify(bytes, nameIndex: nameIndex, now: now, source: .sessionCookie)
+                        if case .success(var identity) = result {
+                            identity.credentialHash = Self.credentialHash(bytes)
+                            result = .success(identity)
+                        }
                         if case .success(let identity) = result, let key {
                             cache.insert(key, identity: identity, validUntil: identity.expiresAt + provider.policy.leeway,
                                          provider: index, generation: 1)
@@ -223,6 +229,20 @@ public final class CredentialVerifier: Sendable {
             }
         }
         return .failed(best ?? AuthFailure(.noCredential))
+    }
+
+    /// Hex of the first 16 bytes of SHA-256 over the credential: computed on
+    /// a cache miss only, then cached with the identity.
+    static func credentialHash(_ bytes: UnsafeRawBufferPointer) -> String {
+        let digest = digestBytes(.sha256, Array(bytes))
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(32)
+        for byte in digest.prefix(16) {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 15)])
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     private func withBytes<R>(of candidate: SessionCookieChunks.Candidate, _ body: (UnsafeRawBufferPointer) -> R) -> R {

@@ -17,7 +17,7 @@ import PortcullisIO
 /// until the current response is complete.
 ///
 /// Threading: everything here runs on `context.loop.queue`.
-final class ClientConnection: DeadlineTarget, @unchecked Sendable {
+final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
     enum Phase {
@@ -27,6 +27,8 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
         case head
         /// Streaming the request body (to the upstream or into `localBody`).
         case body
+        /// The head is parked while the authenticator waits for I/O (a key refetch).
+        case authenticating
         /// The request is complete; waiting for (or streaming) the response.
         case awaitingResponse
         /// After a 101 response: bytes pass through unchanged both ways.
@@ -78,6 +80,12 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
     private var exchangeOpen = false
     /// Local mode: the head bytes, kept while the body is read.
     private var localHead = ByteBuffer()
+    /// Set by a grant on a logout route; told the upstream's status.
+    private var responseObserver: (any UpstreamResponseObserver)?
+    /// A request parked while its authentication waits for I/O.
+    private var parked: (path: String, query: String?, route: Route)?
+    /// Identifies the current authentication, so a late resumption for an earlier request is ignored.
+    private var authGeneration: UInt64 = 0
 
     init(context: ListenerContext, socket: StreamSocket, peer: SocketAddress) {
         self.context = context
@@ -142,8 +150,8 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
     /// Stops reading when bytes wait that cannot be processed now (a pipelined
     /// request behind a pending response, or body bytes the upstream cannot take).
     private func applyInboundBackPressure() {
-        if inbound.readableBytes > 0 && (phase == .awaitingResponse || phase == .body) {
-            if phase == .awaitingResponse || inbound.readableBytes >= 64 * 1024 {
+        if inbound.readableBytes > 0 && (phase == .awaitingResponse || phase == .body || phase == .authenticating) {
+            if phase != .body || inbound.readableBytes >= 64 * 1024 {
                 socket.pauseReading()
             }
         } else {
@@ -195,7 +203,7 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
                 let used = consumeBody(rest)
                 offset += used
                 if used == 0 { return offset }
-            case .awaitingResponse:
+            case .awaitingResponse, .authenticating:
                 return offset
             case .tunnel:
                 guard let upstream, upstream.canTakeMore else { return offset }
@@ -230,7 +238,8 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
             rejectRequest(.error(400, "asterisk-form target is not routable"))
             return
         }
-        let view = RequestView(bytes: headBytes, head: head, path: normalized.path, peer: peer, loop: loop)
+        let view = RequestView(bytes: headBytes, head: head, path: normalized.path, query: normalized.query,
+                               peer: peer, loop: loop)
 
         if case .local(let handler) = context.mode {
             startBody(upstream: nil)
@@ -239,7 +248,7 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
             } else {
                 localHead.clear()
                 localHead.append(headBytes)
-                pendingLocal = (handler, normalized.path)
+                pendingLocal = (handler, normalized.path, normalized.query)
             }
             return
         }
@@ -251,17 +260,48 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
         }
         routeUpstreamName = route.configuration.upstream
 
-        let identity: [(name: String, value: String)]
-        switch context.authenticator.authenticate(view, route: route) {
-        case .anonymous: identity = []
-        case .identity(let headers): identity = headers
+        authGeneration &+= 1
+        let resumption = AuthResumption(target: self, generation: authGeneration, loop: loop)
+        switch context.authenticator.authenticate(view, route: route, resumption: resumption) {
+        case .anonymous:
+            forward(headBytes, path: normalized.path, query: normalized.query, route: route, grant: nil)
+        case .grant(let grant):
+            forward(headBytes, path: normalized.path, query: normalized.query, route: route, grant: grant)
         case .reject(let response):
             rejectRequest(response)
-            return
+        case .deferred:
+            // Keep the head; body bytes wait in `inbound` (reading pauses).
+            localHead.clear()
+            localHead.append(headBytes)
+            parked = (normalized.path, normalized.query, route)
+            phase = .authenticating
+            setDeadline(context.configuration.timeouts.header)
         }
+    }
 
-        buildUpstreamHead(headBytes, path: RouteTable.forwardedPath(normalized.path, route: route),
-                          query: normalized.query, identity: identity)
+    /// Continues a request after a deferred authentication decision.
+    func resumeAuthentication(_ outcome: AuthOutcome, generation: UInt64) {
+        guard !isClosed, phase == .authenticating, generation == authGeneration, let request = parked else { return }
+        parked = nil
+        var headBytes = ByteBuffer()
+        swap(&headBytes, &localHead)
+        defer { headBytes.clear(); swap(&headBytes, &localHead) }
+        switch outcome {
+        case .anonymous:
+            forward(headBytes.readable, path: request.path, query: request.query, route: request.route, grant: nil)
+        case .grant(let grant):
+            forward(headBytes.readable, path: request.path, query: request.query, route: request.route, grant: grant)
+        case .reject(let response):
+            rejectRequest(response)
+        case .deferred:
+            rejectRequest(.error(500, "authentication did not complete"))
+        }
+        resumeProcessing()
+    }
+
+    private func forward(_ headBytes: UnsafeRawBufferPointer, path: String, query: String?, route: Route, grant: AuthGrant?) {
+        responseObserver = grant?.observer
+        buildUpstreamHead(headBytes, path: RouteTable.forwardedPath(path, route: route), query: query, grant: grant)
         if head.expectContinue && head.framing != .none && head.framing != .contentLength(0) {
             // The gateway answers 100 itself (as nginx does) and strips Expect upstream.
             sendToClient(UnsafeRawBufferPointer(start: Self.continueLine.utf8Start, count: Self.continueLine.utf8CodeUnitCount))
@@ -274,7 +314,7 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
 
     private static let continueLine: StaticString = "HTTP/1.1 100 Continue\r\n\r\n"
 
-    private var pendingLocal: (any LocalHandler, String)?
+    private var pendingLocal: (any LocalHandler, String, String?)?
 
     private func startExchange(_ headBytes: UnsafeRawBufferPointer) {
         exchangeOpen = true
@@ -289,6 +329,7 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
         responseStatus = 0
         responseBytes = 0
         retried = false
+        responseObserver = nil
         routeUpstreamName = ""
         logPath = ""
         if context.accessLog != nil {
@@ -388,10 +429,10 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
         phase = .awaitingResponse
         if pool != nil {
             if let upstream, upstream.isConnected { upstream.requestFullySent() }
-        } else if let (handler, path) = pendingLocal {
+        } else if let (handler, path, query) = pendingLocal {
             pendingLocal = nil
             // `head` still describes this request: the next one is parsed only after it ends.
-            let view = RequestView(bytes: localHead.readable, head: head, path: path, peer: peer, loop: loop)
+            let view = RequestView(bytes: localHead.readable, head: head, path: path, query: query, peer: peer, loop: loop)
             finishLocal(handler, view: view)
             localHead.clear()
             localHead.releaseIfEmpty()
@@ -399,23 +440,40 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
     }
 
     private func finishLocal(_ handler: any LocalHandler, view: RequestView) {
-        let response: LocalResponse
+        let response: LocalResponse?
         if localBodyTooLarge {
             response = .error(413, "request body too large for this endpoint")
         } else {
-            response = handler.handle(view, body: localBody.readable)
+            authGeneration &+= 1
+            response = handler.handle(view, body: localBody.readable,
+                                      reply: LocalReply(target: self, generation: authGeneration, loop: loop))
         }
         localBody.clear()
         localBody.releaseIfEmpty()
         localBodyTooLarge = false
+        guard let response else {
+            // Answered later through `sendLateLocalResponse`; pipelined bytes wait.
+            awaitingLateReply = true
+            return
+        }
         writeLocalResponse(response, close: !clientKeepAlive)
         finishExchange()
     }
 
+    /// A local handler's answer that needed I/O.
+    func sendLateLocalResponse(_ response: LocalResponse, generation: UInt64) {
+        guard !isClosed, awaitingLateReply, generation == authGeneration else { return }
+        awaitingLateReply = false
+        writeLocalResponse(response, close: !clientKeepAlive)
+        finishExchange()
+    }
+
+    private var awaitingLateReply = false
+
     // MARK: Upstream head
 
     private func buildUpstreamHead(_ bytes: UnsafeRawBufferPointer, path: Substring, query: String?,
-                                   identity: [(name: String, value: String)]) {
+                                   grant: AuthGrant?) {
         upstreamHead.clear()
         let trusted = context.isTrusted(peer)
         let policy = context.policy
@@ -466,7 +524,14 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
             case .forwarded:
                 if !trusted { continue fieldLoop }
             case .copy:
-                break
+                if let grant {
+                    if grant.dropAuthorization && HTTPBytes.equalsCaseInsensitive(bytes, field.name, "authorization") {
+                        continue fieldLoop
+                    }
+                    if grant.replacementCookie != nil && HTTPBytes.equalsCaseInsensitive(bytes, field.name, "cookie") {
+                        continue fieldLoop
+                    }
+                }
             }
             for token in connectionTokens where token.count == field.name.count {
                 if Self.sameNameIgnoringCase(bytes, field.name, token) { continue fieldLoop }
@@ -519,13 +584,30 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
         }
         buffer.append(requestId.readable)
         buffer.append("\r\n")
-        for (name, value) in identity {
-            buffer.append(name)
-            buffer.append(": ")
-            buffer.append(value)
-            buffer.append("\r\n")
+        if let grant {
+            if let cookie = grant.replacementCookie, !cookie.isEmpty {
+                buffer.append("cookie: ")
+                Self.appendFieldValue(cookie, to: &buffer)
+                buffer.append("\r\n")
+            }
+            for (name, value) in grant.headers {
+                buffer.append(name)
+                buffer.append(": ")
+                Self.appendFieldValue(value, to: &buffer)
+                buffer.append("\r\n")
+            }
         }
         buffer.append("\r\n")
+    }
+
+    /// Appends an injected value; control characters (claims come from tokens)
+    /// become spaces so no value can split the head.
+    private static func appendFieldValue(_ value: String, to buffer: inout ByteBuffer) {
+        if value.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7F }) {
+            buffer.append(value)
+        } else {
+            buffer.append(String(decoding: value.utf8.map { $0 < 0x20 || $0 == 0x7F ? 0x20 : $0 }, as: UTF8.self))
+        }
     }
 
     private static func sameNameIgnoringCase(_ bytes: UnsafeRawBufferPointer, _ a: Range<Int>, _ b: Range<Int>) -> Bool {
@@ -610,6 +692,10 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
     func sendResponseHead(_ bytes: UnsafeRawBufferPointer, _ response: ResponseHead, dechunk: Bool) {
         responseStarted = true
         responseStatus = response.status
+        if let observer = responseObserver {
+            responseObserver = nil
+            observer.upstreamAnswered(status: response.status)
+        }
         upstreamHead.clear()
         upstreamHead.releaseIfEmpty(keepingUpTo: 4096)
         if response.status == 101 {
@@ -792,6 +878,10 @@ final class ClientConnection: DeadlineTarget, @unchecked Sendable {
             rejectRequest(.error(408, "request head not received in time"))
         case .body:
             rejectRequest(.error(408, "request body not received in time"))
+        case .authenticating:
+            parked = nil
+            localHead.clear()
+            rejectRequest(.error(503, "authentication keys unavailable"))
         case .awaitingResponse:
             if responseStarted { abort() } else { close() }
         case .tunnel, .closing:

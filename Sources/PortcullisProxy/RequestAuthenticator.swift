@@ -8,6 +8,8 @@ public struct RequestView {
     public let head: RequestHead
     /// Normalized path (before prefix stripping).
     public let path: String
+    /// Normalized query (without '?'), when the target had one.
+    public let query: String?
     public let peer: SocketAddress
     public let loop: EventLoop
 
@@ -17,22 +19,85 @@ public struct RequestView {
             body(UnsafeRawBufferPointer(rebasing: bytes[field.value]))
         }
     }
+
+    /// The request method as sent ("GET", "OPTIONS", ...).
+    public var methodBytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[head.methodRange]) }
+}
+
+/// What an authenticated request carries to its upstream.
+public struct AuthGrant {
+    /// Injected after every client identity header was stripped.
+    public var headers: [(name: String, value: String)]
+    /// Remove the client's `Authorization` header before forwarding.
+    public var dropAuthorization: Bool
+    /// When set, every client `Cookie` field is replaced by this value (the
+    /// session cookies removed); an empty string drops the field.
+    public var replacementCookie: String?
+    /// Told the upstream's status once the response head arrives (logout routes).
+    public var observer: (any UpstreamResponseObserver)?
+
+    public init(headers: [(name: String, value: String)], dropAuthorization: Bool = false,
+                replacementCookie: String? = nil, observer: (any UpstreamResponseObserver)? = nil) {
+        self.headers = headers
+        self.dropAuthorization = dropAuthorization
+        self.replacementCookie = replacementCookie
+        self.observer = observer
+    }
+}
+
+/// Learns how the upstream answered a request the authenticator let through.
+/// Called once, on the connection's loop queue, when the response head arrives.
+public protocol UpstreamResponseObserver: AnyObject, Sendable {
+    func upstreamAnswered(status: Int)
 }
 
 /// The decision for one request.
 public enum AuthOutcome {
-    /// Forward without identity.
+    /// Forward without identity (identity headers are still stripped).
     case anonymous
-    /// Forward with these headers injected (after all client identity headers were stripped).
-    case identity([(name: String, value: String)])
+    /// Forward with the grant's headers injected.
+    case grant(AuthGrant)
     /// Answer locally and do not forward.
     case reject(LocalResponse)
+    /// The decision waits for I/O (a signing-key refetch). The connection keeps
+    /// the request, reads nothing more from the client, and continues when the
+    /// authenticator calls `AuthResumption.resume` (exactly once, on the loop).
+    case deferred
+}
+
+/// Something a deferred decision can be delivered to (the client connection).
+protocol AuthResumable: AnyObject {
+    func resumeAuthentication(_ outcome: AuthOutcome, generation: UInt64)
+}
+
+/// The handle through which a deferred decision is delivered. Holds the
+/// connection weakly: a client that went away meanwhile is simply skipped.
+public struct AuthResumption: @unchecked Sendable {
+    // @unchecked Sendable: the target is only touched on `loop.queue` (`resume` hops there).
+    weak var target: (any AuthResumable)?
+    let generation: UInt64
+    /// The connection's loop; the decision is applied on its queue.
+    public let loop: EventLoop
+
+    /// Delivers the final outcome (from any queue; it is applied on `loop`).
+    /// `.deferred` is answered with 500.
+    public func resume(_ outcome: sending AuthOutcome) {
+        let box = OutcomeBox(outcome)
+        loop.execute { [self] in target?.resumeAuthentication(box.outcome, generation: generation) }
+    }
+}
+
+/// Carries an outcome (header strings and a response) across to the loop queue.
+final class OutcomeBox: @unchecked Sendable {
+    // @unchecked Sendable: written once before the hop, read once after it.
+    let outcome: AuthOutcome
+    init(_ outcome: AuthOutcome) { self.outcome = outcome }
 }
 
 /// Decides whether a request may pass and with which identity. Called on the
-/// connection's loop queue; it must not block.
+/// connection's loop queue; it must not block (I/O answers `.deferred`).
 public protocol RequestAuthenticator: AnyObject, Sendable {
-    func authenticate(_ request: RequestView, route: Route) -> AuthOutcome
+    func authenticate(_ request: RequestView, route: Route, resumption: AuthResumption) -> AuthOutcome
 }
 
 /// The authenticator used when no provider is configured: `auth: required` routes
@@ -42,7 +107,7 @@ public final class NoProvidersAuthenticator: RequestAuthenticator {
     let realm: String
     public init(realm: String) { self.realm = realm }
 
-    public func authenticate(_ request: RequestView, route: Route) -> AuthOutcome {
+    public func authenticate(_ request: RequestView, route: Route, resumption: AuthResumption) -> AuthOutcome {
         switch route.configuration.auth {
         case .required:
             return .reject(.error(401, "authentication required",

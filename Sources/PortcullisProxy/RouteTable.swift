@@ -2,6 +2,8 @@
 public struct Route: Sendable {
     public let configuration: RouteConfiguration
     public let upstreamIndex: Int
+    /// Position of this route in the configuration's `routes` list.
+    public let index: Int
     /// Lower-cased host to match, if any.
     let host: String?
     /// Prefix without a trailing slash ("/" stays "/").
@@ -21,11 +23,11 @@ public struct RouteTable: Sendable {
 
     public init(_ configurations: [RouteConfiguration], upstreamNames: [String]) {
         var built: [Route] = []
-        for c in configurations {
+        for (position, c) in configurations.enumerated() {
             guard let index = upstreamNames.firstIndex(of: c.upstream) else { continue }
             var prefix = c.pathPrefix
             while prefix.count > 1 && prefix.hasSuffix("/") { prefix.removeLast() }
-            built.append(Route(configuration: c, upstreamIndex: index, host: c.host?.lowercased(), prefix: prefix))
+            built.append(Route(configuration: c, upstreamIndex: index, index: position, host: c.host?.lowercased(), prefix: prefix))
         }
         // Longest prefix first; host-bound before host-less at equal length.
         routes = built.enumerated().sorted { a, b in

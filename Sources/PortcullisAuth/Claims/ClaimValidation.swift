@@ -158,9 +158,11 @@ struct ClaimValidation {
         return document.stringEquals(index, expectedHex) ? nil : .nonceMismatch
     }
 
-    /// Selected claims as strings for the identity.
-    func forwardedClaims() -> [String: String] {
+    /// Selected claims as strings for the identity; arrays of strings also
+    /// element by element.
+    func forwardedClaims() -> (claims: [String: String], lists: [String: [String]]) {
         var result = [String: String]()
+        var lists = [String: [String]]()
         for claim in policy.forwardedClaims {
             guard let index = member(claim.bytes, indexed: claim.indexed) else { continue }
             switch document[index].kind {
@@ -169,10 +171,21 @@ struct ClaimValidation {
             case .number:
                 let token = document[index]
                 result[claim.name] = String(decoding: document.bytes[Int(token.start)..<Int(token.end)], as: UTF8.self)
+            case .array:
+                var elements = [String]()
+                var allStrings = true
+                document.forEachElement(index) { element in
+                    guard let text = document.string(element) else { allStrings = false; return false }
+                    elements.append(text)
+                    return true
+                }
+                guard allStrings else { continue }
+                lists[claim.name] = elements
+                result[claim.name] = elements.joined(separator: ",")
             default: continue
             }
         }
-        return result
+        return (result, lists)
     }
 
     /// The optional string claims the identity carries.

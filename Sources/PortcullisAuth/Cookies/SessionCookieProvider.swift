@@ -144,9 +144,10 @@ final class SessionCookieProvider: Sendable {
         case .failure(let reason): return fail(reason)
         }
         if let reason = claims.checkRequiredClaims() { return fail(reason) }
+        let forwarded = claims.forwardedClaims()
         return .success(VerifiedIdentity(
             provider: policy.name, subject: subject, issuer: claims.optionalString(.iss),
             expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: claims.optionalString(.jti),
-            sessionID: claims.optionalString(.sid), claims: claims.forwardedClaims(), source: source))
+            sessionID: claims.optionalString(.sid), claims: forwarded.claims, listClaims: forwarded.lists, source: source))
     }
 }

@@ -103,10 +103,11 @@ final class JWTProvider: Sendable {
         if let reason = claims.checkNonce(expectedHex: nonceHex) { return fail(reason) }
         if let reason = claims.checkRequiredClaims() { return fail(reason) }
 
+        let forwarded = claims.forwardedClaims()
         let identity = VerifiedIdentity(
             provider: policy.name, subject: subject, issuer: claims.optionalString(.iss),
             expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: claims.optionalString(.jti),
-            sessionID: claims.optionalString(.sid), claims: claims.forwardedClaims(), source: .bearer)
+            sessionID: claims.optionalString(.sid), claims: forwarded.claims, listClaims: forwarded.lists, source: .bearer)
         return .success((identity, generation))
     }
 }

@@ -5,6 +5,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     public enum Reason: String, Error, Sendable, Equatable, CaseIterable {
         case noCredential
         case ambiguousCredential
+        case malformedAuthorization
         case malformedCookie
         case tooLarge
         case malformed
@@ -56,7 +57,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     public var errorCode: ErrorCode? {
         switch reason {
         case .noCredential: return nil
-        case .ambiguousCredential, .malformedCookie: return .invalidRequest
+        case .ambiguousCredential, .malformedAuthorization, .malformedCookie: return .invalidRequest
         case .requiredClaimMismatch, .hostedDomainMismatch: return .insufficientScope
         default: return .invalidToken
         }
@@ -76,6 +77,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         switch reason {
         case .noCredential: return "No credentials"
         case .ambiguousCredential: return "More than one credential was presented"
+        case .malformedAuthorization: return "The Authorization header is malformed"
         case .malformedCookie: return "The session cookie is malformed"
         case .tooLarge: return "The token is too large"
         case .malformed: return "The token is malformed"
@@ -112,7 +114,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     var stage: Int {
         switch reason {
         case .noCredential, .noMatchingProvider: return 0
-        case .ambiguousCredential, .malformedCookie, .tooLarge, .malformed, .badEncoding, .badJSON: return 1
+        case .ambiguousCredential, .malformedAuthorization, .malformedCookie, .tooLarge, .malformed, .badEncoding, .badJSON: return 1
         case .unsupportedHeader, .algorithmNotAllowed: return 2
         case .typeNotAccepted: return 3  // the provider took the algorithm
         case .issuerNotAccepted: return 3

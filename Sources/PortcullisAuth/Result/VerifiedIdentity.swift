@@ -20,10 +20,17 @@ public struct VerifiedIdentity: Sendable, Equatable {
     /// Selected claims rendered as strings (strings as is, booleans
     /// `true`/`false`, numbers in JSON form). Which claims: `ProviderConfiguration.forwardedClaims`.
     public var claims: [String: String]
+    /// Forwarded claims that are arrays of strings, element by element (in
+    /// `claims` they appear joined with ","), for route claim rules.
+    public var listClaims: [String: [String]]
+    /// Hex SHA-256 (first 128 bits) of the credential as presented: a stable
+    /// name for revoking a token that carries no `jti`.
+    public var credentialHash: String?
     public var source: Source
 
     public init(provider: String, subject: String, issuer: String?, expiresAt: Double, issuedAt: Double?,
-                tokenID: String?, sessionID: String?, claims: [String: String], source: Source) {
+                tokenID: String?, sessionID: String?, claims: [String: String], listClaims: [String: [String]] = [:],
+                credentialHash: String? = nil, source: Source) {
         self.provider = provider
         self.subject = subject
         self.issuer = issuer
@@ -32,6 +39,8 @@ public struct VerifiedIdentity: Sendable, Equatable {
         self.tokenID = tokenID
         self.sessionID = sessionID
         self.claims = claims
+        self.listClaims = listClaims
+        self.credentialHash = credentialHash
         self.source = source
     }
 }

@@ -1,0 +1,68 @@
+import PortcullisAuth
+
+/// Where a provider's verification keys come from.
+public enum KeySourceSetting: Sendable, Equatable {
+    /// hs256 / nextauth / authjs: the configured secret is the key.
+    case secret
+    /// Fetched over HTTP(S) and refreshed: `jwks_url`, or the provider kind's
+    /// well-known URL (Google, Apple, Firebase).
+    case url(String)
+    /// Given in the file (`jwks`, `jwks_file`, `public_key`): loaded at start,
+    /// never refreshed.
+    case inline(KeySet)
+
+    public static func == (lhs: KeySourceSetting, rhs: KeySourceSetting) -> Bool {
+        switch (lhs, rhs) {
+        case (.secret, .secret): return true
+        case (.url(let a), .url(let b)): return a == b
+        case (.inline(let a), .inline(let b)): return a.count == b.count
+        default: return false
+        }
+    }
+}
+
+/// One configured provider: the verification rules plus its key source.
+public struct ProviderSettings: Sendable {
+    public var configuration: ProviderConfiguration
+    public var keys: KeySourceSetting
+    /// nextauth / authjs: the cookie names that carry the session (plain and `__Secure-`).
+    public var sessionCookieNames: [String]
+}
+
+/// What happens to a request on `auth: required` without a credential.
+public enum UnauthenticatedAction: Sendable, Equatable {
+    /// 401 with `WWW-Authenticate: Bearer realm="…"` (APIs; the default).
+    case challenge
+    /// 302 to a sign-in URL with the original path in `callbackUrl`, as
+    /// NextAuth's middleware does (browser routes). Only for GET and HEAD
+    /// requests; others still get the 401.
+    case redirect(String)
+}
+
+/// A rule one claim must satisfy on a route (403 `insufficient_scope` otherwise).
+public struct RouteClaimRule: Sendable, Equatable {
+    public var claim: String
+    public var requirement: ClaimRequirement
+}
+
+/// The authentication side of one route, by the route's position in `routes`.
+public struct RouteAuthSettings: Sendable {
+    public var requiredClaims: [RouteClaimRule] = []
+    /// Methods that pass without authentication (e.g. CORS preflight `OPTIONS`).
+    public var bypassMethods: Set<String> = []
+    public var onUnauthenticated: UnauthenticatedAction = .challenge
+    /// Keep the client's `Authorization` header for the upstream (default true).
+    public var forwardAuthorization = true
+    /// Keep the session cookies for the upstream (default true).
+    public var forwardSessionCookie = true
+    /// After a 2xx from the upstream, revoke the credential presented (logout).
+    public var revokeOnSuccess = false
+    public init() {}
+}
+
+/// How verified identity reaches upstreams.
+public struct IdentitySettings: Sendable {
+    /// Prefix the user id with the provider name (`google:1175…`).
+    public var prefixProvider = false
+    public init() {}
+}

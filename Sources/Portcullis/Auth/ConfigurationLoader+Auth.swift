@@ -1,0 +1,212 @@
+import Foundation
+import PortcullisAuth
+import Yams
+
+/// Reading `providers:`, `keys:` and the auth keys of routes. Every key and its
+/// default is listed in `Config/portcullis.yaml`.
+extension ConfigurationLoader {
+    /// Well-known key URLs (../shared/reference/tokens.md).
+    static let defaultKeyURLs: [ProviderConfiguration.Kind: String] = [
+        .google: "https://www.googleapis.com/oauth2/v3/certs",
+        .apple: "https://appleid.apple.com/auth/keys",
+        .firebase: "https://www.googleapis.com/robot/v1/metadata/x509/securetoken@system.gserviceaccount.com",
+    ]
+
+    static func providers(_ listNode: ConfigNode) throws(ConfigurationError) -> [ProviderSettings] {
+        var result: [ProviderSettings] = []
+        var names = Set<String>()
+        for item in try listNode.sequence() {
+            var node = item
+            let nameNode = try node.required("name")
+            let name = try nameNode.string()
+            guard !name.isEmpty, name.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D || $0 == 0x5F }) else {
+                throw nameNode.error("provider names use lower-case letters, digits, '-' and '_'")
+            }
+            guard names.insert(name).inserted else { throw nameNode.error("provider \(name) is defined twice") }
+            let typeNode = try node.required("type")
+            let typeText = try typeNode.string()
+            guard let kind = ProviderConfiguration.Kind(rawValue: typeText) else {
+                throw typeNode.error("expected hs256, google, apple, firebase, oidc, nextauth or authjs; got '\(typeText)'")
+            }
+            var c = ProviderConfiguration(name: name, kind: kind)
+            if let n = try node.optional("secret") {
+                c.secret = try n.string()
+                if c.secret!.utf8.count < 32 && (kind == .hs256 || kind == .nextauth || kind == .authjs) {
+                    throw n.error("must be at least 32 bytes (HS256 keys shorter than the hash are refused; generate one with `openssl rand -base64 32`)")
+                }
+            }
+            if let n = try node.optional("secrets") { c.secrets = try n.stringList() }
+            if let n = try node.optional("audiences") { c.audiences = try n.stringList() }
+            if let n = try node.optional("audience") { c.audiences.append(try n.string()) }
+            if let n = try node.optional("issuer") { c.issuer = try n.string() }
+            if let n = try node.optional("project_id") { c.projectID = try n.string() }
+            if let n = try node.optional("algorithms") { c.algorithms = try n.stringList() }
+            if let n = try node.optional("required_claims") {
+                for rule in try claimRules(n) { c.requiredClaims[rule.claim] = rule.requirement }
+            }
+            if let n = try node.optional("leeway") { c.leewaySeconds = Int(try n.duration()) }
+            if let n = try node.optional("cookie_name") { c.cookieName = try n.string() }
+            if let n = try node.optional("hosted_domain") { c.hostedDomain = try n.string() }
+            if let n = try node.optional("max_lifetime") { c.maxLifetimeSeconds = Int(try n.duration()) }
+            if let n = try node.optional("forward_claims") { c.forwardedClaims = try n.stringList() }
+            if let n = try node.optional("key_id") { c.keyID = try n.string() }
+            if let n = try node.optional("accepted_types") { c.acceptedTypes = try n.stringList() }
+
+            // Keys: at most one source.
+            var keys: KeySourceSetting
+            switch kind {
+            case .hs256, .nextauth, .authjs: keys = .secret
+            case .google, .apple, .firebase: keys = .url(defaultKeyURLs[kind]!)
+            case .oidc: keys = .secret  // replaced below; oidc must name its keys
+            }
+            var given: [String] = []
+            if let n = try node.optional("jwks_url") {
+                given.append("jwks_url")
+                keys = .url(try keyURL(n))
+            }
+            if let n = try node.optional("jwks") {
+                given.append("jwks")
+                keys = .inline(try keySet(n, jwks: Array(try n.string().utf8), kind: kind))
+            }
+            if let n = try node.optional("jwks_file") {
+                given.append("jwks_file")
+                keys = .inline(try keySet(n, jwks: try fileBytes(n), kind: kind))
+            }
+            if let n = try node.optional("public_key") {
+                given.append("public_key")
+                let pem = String(decoding: try fileBytes(n), as: UTF8.self)
+                do {
+                    keys = .inline(try KeySet(pemPublicKey: pem, keyID: c.keyID,
+                                              algorithm: c.algorithms.first.flatMap(JWSAlgorithm.init(rawValue:))))
+                } catch {
+                    throw n.error("\(error)")
+                }
+            }
+            if given.count > 1 {
+                throw node.error("give only one of jwks_url, jwks, jwks_file, public_key (got \(given.joined(separator: ", ")))")
+            }
+            if !given.isEmpty && (kind == .hs256 || kind == .nextauth || kind == .authjs) {
+                throw node.error("\(kind.rawValue) providers verify with their secret; \(given[0]) does not apply")
+            }
+            if kind == .oidc && given.isEmpty {
+                throw node.error("oidc providers need jwks_url, jwks, jwks_file or public_key", key: "jwks_url")
+            }
+            try node.finish()
+
+            let cookieNames: [String]
+            switch kind {
+            case .nextauth:
+                let base = c.cookieName ?? "next-auth.session-token"
+                cookieNames = [base, "__Secure-" + base]
+            case .authjs:
+                let base = c.cookieName ?? "authjs.session-token"
+                cookieNames = [base, "__Secure-" + base]
+            default:
+                cookieNames = []
+            }
+            result.append(ProviderSettings(configuration: c, keys: keys, sessionCookieNames: cookieNames))
+        }
+        return result
+    }
+
+    /// `claim: value` pairs: a quoted or plain string → equals; `true`/`false` →
+    /// that boolean; a list → one of; `"*"` → present.
+    static func claimRules(_ node: ConfigNode) throws(ConfigurationError) -> [RouteClaimRule] {
+        var rules: [RouteClaimRule] = []
+        for (claim, value) in try node.entries() {
+            guard !claim.isEmpty else { throw value.error("empty claim name") }
+            switch value.node {
+            case .sequence:
+                let list = try value.stringList()
+                guard !list.isEmpty else { throw value.error("needs at least one accepted value") }
+                rules.append(.init(claim: claim, requirement: .oneOf(list)))
+            case .scalar(let scalar):
+                let text = try value.string()
+                if scalar.style == .plain && (text == "true" || text == "false") {
+                    rules.append(.init(claim: claim, requirement: .equalsBool(text == "true")))
+                } else if text == "*" {
+                    rules.append(.init(claim: claim, requirement: .present))
+                } else {
+                    rules.append(.init(claim: claim, requirement: .equals(text)))
+                }
+            default:
+                throw value.error("expected a value, a list of values, true/false or \"*\"")
+            }
+        }
+        return rules
+    }
+
+    static func keyURL(_ node: ConfigNode) throws(ConfigurationError) -> String {
+        let url = try node.string()
+        guard url.hasPrefix("http://") || url.hasPrefix("https://"), url.count > 8,
+              !url.contains(" "), !url.contains("#") else {
+            throw node.error("expected an http:// or https:// URL, got '\(url)'")
+        }
+        return url
+    }
+
+    static func fileBytes(_ node: ConfigNode) throws(ConfigurationError) -> [UInt8] {
+        let path = try node.string()
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw node.error("cannot read \(path)")
+        }
+        return [UInt8](data)
+    }
+
+    static func keySet(_ node: ConfigNode, jwks bytes: [UInt8], kind: ProviderConfiguration.Kind) throws(ConfigurationError) -> KeySet {
+        do {
+            // A PEM certificate map (Firebase's format) or a JWKS.
+            if kind == .firebase, !bytes.contains(where: { $0 == UInt8(ascii: "[") }),
+               String(decoding: bytes, as: UTF8.self).contains("BEGIN CERTIFICATE") {
+                return try KeySet(pemCertificateMap: bytes)
+            }
+            return try KeySet(jwks: bytes)
+        } catch {
+            throw node.error("\(error)")
+        }
+    }
+
+    /// The auth keys of one route mapping.
+    static func routeAuth(_ node: inout ConfigNode, providerNames: Set<String>) throws(ConfigurationError) -> (providers: [String]?, settings: RouteAuthSettings) {
+        var settings = RouteAuthSettings()
+        var providers: [String]?
+        if let n = try node.optional("providers") {
+            let list = try n.stringList()
+            for name in list where !providerNames.contains(name) {
+                throw n.error("names no provider '\(name)' (known: \(providerNames.sorted().joined(separator: ", ")))")
+            }
+            guard !list.isEmpty else { throw n.error("needs at least one provider (omit the key to accept all)") }
+            providers = list
+        }
+        if let n = try node.optional("require_claims") { settings.requiredClaims = try claimRules(n) }
+        if let n = try node.optional("bypass_methods") {
+            let methods = try n.stringList()
+            for method in methods where method.isEmpty || !method.utf8.allSatisfy({ $0 >= 0x41 && $0 <= 0x5A }) {
+                throw n.error("'\(method)' is not an upper-case method name")
+            }
+            settings.bypassMethods = Set(methods)
+        }
+        var signIn: String?
+        if let n = try node.optional("sign_in_url") {
+            let url = try n.string()
+            guard url.hasPrefix("/") || url.hasPrefix("https://") || url.hasPrefix("http://"),
+                  url.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                throw n.error("expected a path or an http(s) URL without spaces, got '\(url)'")
+            }
+            signIn = url
+        }
+        if let n = try node.optional("on_unauthenticated") {
+            switch try n.string() {
+            case "status", "challenge", "401": settings.onUnauthenticated = .challenge
+            case "redirect":
+                guard let signIn else { throw n.error("redirect needs sign_in_url on the same route") }
+                settings.onUnauthenticated = .redirect(signIn)
+            case let other: throw n.error("expected status or redirect, got '\(other)'")
+            }
+        }
+        if let n = try node.optional("forward_authorization") { settings.forwardAuthorization = try n.bool() }
+        if let n = try node.optional("forward_session_cookie") { settings.forwardSessionCookie = try n.bool() }
+        if let n = try node.optional("revoke_on_success") { settings.revokeOnSuccess = try n.bool() }
+        return (providers, settings)
+    }
+}

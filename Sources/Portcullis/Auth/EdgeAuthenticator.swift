@@ -1,0 +1,318 @@
+import Logging
+import PortcullisAuth
+import PortcullisCore
+import PortcullisHTTP
+import PortcullisIO
+import PortcullisProxy
+
+/// The revocation check on the request path, and revocation of a presented
+/// credential (logout routes). Implemented over the embedded or Redis store.
+public protocol RevocationChecking: AnyObject, Sendable {
+    /// Called on the loop queue `loopIndex`; must not block or allocate needlessly.
+    func check(loopIndex: Int, identity: VerifiedIdentity, userID: String, now: Int64) -> RevocationDecision
+    /// Revokes the credential that produced `identity` (its `jti`, else its
+    /// `sid`, else its hash) for every instance.
+    func revokePresented(identity: VerifiedIdentity, userID: String, completion: @escaping @Sendable (Bool) -> Void)
+}
+
+public enum RevocationDecision: Sendable, Equatable { case allowed, revoked, unavailable }
+
+/// Refetches a provider's keys when a token names an unknown `kid`.
+public protocol KeyRefetching: AnyObject, Sendable {
+    /// Starts or joins a refetch. Returns false when none can happen now (inline
+    /// keys, or refetched too recently); otherwise `completion` runs once, later,
+    /// after the new keys (if any) are installed in the verifier.
+    func refetchForUnknownKey(provider: String, completion: @escaping @Sendable () -> Void) -> Bool
+}
+
+/// Auth decisions, counted for `/metrics`.
+public protocol AuthObserving: AnyObject, Sendable {
+    func decided(provider: String?, outcome: String)
+}
+
+/// The gateway's authenticator: per route it accepts a Bearer token or a
+/// session cookie, verifies it with `CredentialVerifier`, applies the route's
+/// claim rules and the revocation check, and injects identity headers.
+///
+/// Answers follow RFC 6750 §3: no credential → 401 with a bare `Bearer realm`
+/// challenge (or a redirect to the sign-in URL on browser routes); invalid,
+/// expired or revoked → 401 `invalid_token`; malformed or ambiguous → 400
+/// `invalid_request`; claims not met → 403 `insufficient_scope`; keys or
+/// revocation store unavailable → 503. Bodies are `{"error": …, "error_description": …}`.
+///
+/// Threading: immutable after init; called on loop queues concurrently.
+public final class EdgeAuthenticator: RequestAuthenticator {
+    struct RoutePolicy: Sendable {
+        let mode: AuthMode
+        let allowed: Set<String>?
+        let acceptsCookies: Bool
+        let cookieNames: [String]
+        let rules: [RouteClaimRule]
+        let bypassMethods: [[UInt8]]
+        let onUnauthenticated: UnauthenticatedAction
+        let forwardAuthorization: Bool
+        let forwardSessionCookie: Bool
+        let revokeOnSuccess: Bool
+    }
+
+    public let verifier: CredentialVerifier
+    let policies: [RoutePolicy]
+    let realm: String
+    let userIdHeader: String
+    let providerHeader: String
+    let claimHeaders: [(claim: String, header: String)]
+    let prefixProvider: Bool
+    let revocations: (any RevocationChecking)?
+    let keys: (any KeyRefetching)?
+    let observer: (any AuthObserving)?
+    let logger: Logger
+
+    public init(verifier: CredentialVerifier, configuration: GatewayConfiguration,
+                revocations: (any RevocationChecking)?, keys: (any KeyRefetching)?,
+                observer: (any AuthObserving)?, logger: Logger) {
+        self.verifier = verifier
+        self.realm = configuration.proxy.realm
+        self.userIdHeader = configuration.proxy.userIdHeader
+        self.providerHeader = configuration.proxy.providerHeader
+        self.claimHeaders = configuration.proxy.claimHeaders
+        self.prefixProvider = configuration.identity.prefixProvider
+        self.revocations = revocations
+        self.keys = keys
+        self.observer = observer
+        self.logger = logger
+        let cookieProviders = configuration.providers.filter { !$0.sessionCookieNames.isEmpty }
+        policies = configuration.proxy.routes.enumerated().map { index, route in
+            let settings = index < configuration.routeAuth.count ? configuration.routeAuth[index] : RouteAuthSettings()
+            let allowed = route.providers.map(Set.init)
+            let cookieNames = cookieProviders
+                .filter { allowed?.contains($0.configuration.name) ?? true }
+                .flatMap(\.sessionCookieNames)
+            return RoutePolicy(mode: route.auth, allowed: allowed, acceptsCookies: !cookieNames.isEmpty,
+                               cookieNames: cookieNames, rules: settings.requiredClaims,
+                               bypassMethods: settings.bypassMethods.sorted().map { Array($0.utf8) },
+                               onUnauthenticated: settings.onUnauthenticated,
+                               forwardAuthorization: settings.forwardAuthorization,
+                               forwardSessionCookie: settings.forwardSessionCookie,
+                               revokeOnSuccess: settings.revokeOnSuccess)
+        }
+    }
+
+    // MARK: Deciding
+
+    public func authenticate(_ request: RequestView, route: Route, resumption: AuthResumption) -> AuthOutcome {
+        let policy = policies[route.index]
+        if policy.mode == .none { return .anonymous }
+        if !policy.bypassMethods.isEmpty {
+            let method = request.methodBytes
+            if policy.bypassMethods.contains(where: { $0.elementsEqual(method) }) { return .anonymous }
+        }
+
+        let presented = PresentedCredential.find(in: request, cookieNames: policy.acceptsCookies ? policy.cookieNames : [])
+        let now = WallClock.nowSeconds()
+        let result: VerificationResult
+        switch presented {
+        case .malformed(let reason):
+            return reject(AuthFailure(reason), policy: policy, request: request)
+        case .none:
+            return unauthenticated(policy, request: request)
+        case .bearer(let range):
+            let token = UnsafeRawBufferPointer(rebasing: request.bytes[range])
+            result = verifier.verifyBearer(token, providers: policy.allowed, now: now)
+            if case .failed(let failure) = result, failure.reason == .unknownKey || failure.reason == .keysUnavailable,
+               let provider = failure.provider, let keys {
+                // Park the request while the provider's keys are refetched.
+                let copy = String(decoding: token, as: UTF8.self)
+                let started = keys.refetchForUnknownKey(provider: provider) { [self] in
+                    let retried = verifier.verifyBearer(copy, providers: policy.allowed, now: WallClock.nowSeconds())
+                    resumption.loop.execute { [self] in
+                        resumption.resume(decide(retried, policy: policy, presented: presented, cookies: nil,
+                                                 loopIndex: resumption.loop.index, method: nil))
+                    }
+                }
+                if started { return .deferred }
+            }
+            return decide(result, policy: policy, presented: presented, cookies: nil,
+                          loopIndex: request.loop.index, method: request.methodBytes)
+        case .cookies(let jar):
+            result = verifier.verifySessionCookies(jar.pairs, providers: policy.allowed, now: now)
+            return decide(result, policy: policy, presented: presented, cookies: jar,
+                          loopIndex: request.loop.index, method: request.methodBytes)
+        }
+    }
+
+    private func decide(_ result: VerificationResult, policy: RoutePolicy, presented: PresentedCredential,
+                        cookies: CookieJar?, loopIndex: Int, method: UnsafeRawBufferPointer?) -> AuthOutcome {
+        let identity: VerifiedIdentity
+        switch result {
+        case .failed(let failure):
+            if failure.reason == .noCredential {
+                observer?.decided(provider: nil, outcome: "no_credential")
+                return policy.mode == .optional ? .anonymous : challenge(policy, method: method)
+            }
+            return rejectFailure(failure)
+        case .verified(let verified):
+            identity = verified
+        }
+        for rule in policy.rules where !Self.satisfies(identity, rule) {
+            return rejectFailure(AuthFailure(.requiredClaimMismatch, provider: identity.provider))
+        }
+        let userID = prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
+        if let revocations {
+            switch revocations.check(loopIndex: loopIndex, identity: identity, userID: userID, now: Int64(WallClock.nowSeconds())) {
+            case .allowed: break
+            case .revoked:
+                observer?.decided(provider: identity.provider, outcome: "revoked")
+                let description = "The token has been revoked"
+                return .reject(Self.errorResponse(401, code: "invalid_token", description: description,
+                                                  challenge: "Bearer realm=\"\(realm)\", error=\"invalid_token\", error_description=\"\(description)\""))
+            case .unavailable:
+                observer?.decided(provider: identity.provider, outcome: "store_unavailable")
+                return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
+                                                  description: "The revocation store is unavailable",
+                                                  challenge: nil, extra: [("retry-after", "5")]))
+            }
+        }
+        observer?.decided(provider: identity.provider, outcome: "verified")
+
+        var headers: [(name: String, value: String)] = [(userIdHeader, userID), (providerHeader, identity.provider)]
+        for (claim, header) in claimHeaders {
+            if let value = identity.claims[claim] { headers.append((header, value)) }
+        }
+        var grant = AuthGrant(headers: headers)
+        grant.dropAuthorization = !policy.forwardAuthorization
+        if !policy.forwardSessionCookie, let cookies {
+            grant.replacementCookie = cookies.header(removing: policy.cookieNames)
+        }
+        if policy.revokeOnSuccess, let revocations {
+            grant.observer = RevokeOnSuccess(identity: identity, userID: userID, revocations: revocations, logger: logger)
+        }
+        return .grant(grant)
+    }
+
+    private func unauthenticated(_ policy: RoutePolicy, request: RequestView) -> AuthOutcome {
+        observer?.decided(provider: nil, outcome: "no_credential")
+        if policy.mode == .optional { return .anonymous }
+        if case .redirect(let signIn) = policy.onUnauthenticated, Self.isSafeMethod(request.methodBytes) {
+            var callback = request.path
+            if let query = request.query { callback += "?" + query }
+            let separator = signIn.contains("?") ? "&" : "?"
+            let location = signIn + separator + "callbackUrl=" + Self.percentEncode(callback)
+            return .reject(LocalResponse(status: 302, headers: [("location", location), ("cache-control", "no-store")],
+                                         body: Array("{\"error\":\"unauthorized\",\"error_description\":\"Sign in required\"}\n".utf8)))
+        }
+        return challenge(policy, method: request.methodBytes)
+    }
+
+    private func challenge(_ policy: RoutePolicy, method: UnsafeRawBufferPointer?) -> AuthOutcome {
+        .reject(Self.errorResponse(401, code: "unauthorized", description: "No credentials",
+                                   challenge: "Bearer realm=\"\(AuthFailureText.quotable(realm))\""))
+    }
+
+    private func reject(_ failure: AuthFailure, policy: RoutePolicy, request: RequestView) -> AuthOutcome {
+        rejectFailure(failure)
+    }
+
+    private func rejectFailure(_ failure: AuthFailure) -> AuthOutcome {
+        observer?.decided(provider: failure.provider, outcome: failure.reason.rawValue)
+        logger.debug("credential refused", metadata: ["reason": "\(failure.reason.rawValue)",
+                                                      "provider": "\(failure.provider ?? "-")"])
+        if failure.reason == .keysUnavailable {
+            return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
+                                              description: "Signing keys are not available yet",
+                                              challenge: nil, extra: [("retry-after", "5")]))
+        }
+        let code = failure.errorCode?.rawValue ?? "invalid_token"
+        return .reject(Self.errorResponse(failure.httpStatus, code: code, description: failure.description,
+                                          challenge: failure.wwwAuthenticate(realm: realm)))
+    }
+
+    // MARK: Helpers
+
+    static func errorResponse(_ status: Int, code: String, description: String, challenge: String?,
+                              extra: [(name: String, value: String)] = []) -> LocalResponse {
+        var headers = extra
+        if let challenge { headers.append(("www-authenticate", challenge)) }
+        headers.append(("cache-control", "no-store"))
+        let body = "{\"error\":\(JSONText.quoted(code)),\"error_description\":\(JSONText.quoted(description))}\n"
+        return LocalResponse(status: status, headers: headers, body: Array(body.utf8))
+    }
+
+    static func isSafeMethod(_ method: UnsafeRawBufferPointer) -> Bool {
+        method.elementsEqual("GET".utf8) || method.elementsEqual("HEAD".utf8)
+    }
+
+    /// RFC 3986 unreserved characters and '/' stay; everything else is %XX.
+    static func percentEncode(_ text: String) -> String {
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out = [UInt8]()
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                 UInt8(ascii: "~"), UInt8(ascii: "/"):
+                out.append(byte)
+            default:
+                out.append(UInt8(ascii: "%"))
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 15)])
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// A route claim rule against the identity's forwarded claims. `oneOf`
+    /// matches an element of an array claim, or a word of a space-separated
+    /// `scope`/`scp` string (RFC 8693 §4.2), or the whole string.
+    static func satisfies(_ identity: VerifiedIdentity, _ rule: RouteClaimRule) -> Bool {
+        switch rule.requirement {
+        case .present:
+            return identity.claims[rule.claim] != nil
+        case .equals(let expected):
+            return identity.listClaims[rule.claim] == nil && identity.claims[rule.claim] == expected
+        case .equalsBool(let expected):
+            return identity.claims[rule.claim] == (expected ? "true" : "false")
+        case .oneOf(let accepted):
+            if let list = identity.listClaims[rule.claim] { return list.contains { accepted.contains($0) } }
+            guard let value = identity.claims[rule.claim] else { return false }
+            if rule.claim == "scope" || rule.claim == "scp" {
+                return value.split(separator: " ").contains { accepted.contains(String($0)) }
+            }
+            return accepted.contains(value)
+        }
+    }
+}
+
+/// Quoting for challenge parameters (RFC 6750 §3: no `"`, `\` or controls).
+enum AuthFailureText {
+    static func quotable(_ text: String) -> String {
+        String(String.UnicodeScalarView(text.unicodeScalars.filter { (0x20...0x7E).contains($0.value) && $0 != "\"" && $0 != "\\" }))
+    }
+}
+
+/// Revokes the presented credential once the logout route's upstream said 2xx.
+final class RevokeOnSuccess: UpstreamResponseObserver {
+    let identity: VerifiedIdentity
+    let userID: String
+    let revocations: any RevocationChecking
+    let logger: Logger
+
+    init(identity: VerifiedIdentity, userID: String, revocations: any RevocationChecking, logger: Logger) {
+        self.identity = identity
+        self.userID = userID
+        self.revocations = revocations
+        self.logger = logger
+    }
+
+    func upstreamAnswered(status: Int) {
+        guard (200..<300).contains(status) else { return }
+        let provider = identity.provider
+        let logger = self.logger
+        revocations.revokePresented(identity: identity, userID: userID) { ok in
+            if ok {
+                logger.info("credential revoked after logout", metadata: ["provider": "\(provider)"])
+            } else {
+                logger.error("could not revoke the credential after logout", metadata: ["provider": "\(provider)"])
+            }
+        }
+    }
+}

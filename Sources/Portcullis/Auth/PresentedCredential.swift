@@ -1,0 +1,145 @@
+import PortcullisAuth
+import PortcullisHTTP
+import PortcullisProxy
+
+/// The credential a request carries, found without copying the token.
+///
+/// Selection (RFC 6750 §2, RFC 7235): one `Authorization` field whose scheme is
+/// `Bearer` (any case) followed by one or more spaces and a token68; else the
+/// route's session cookies. Two `Authorization` fields, a Bearer field without
+/// a token68, or a Bearer token together with a session cookie are
+/// `invalid_request`. Other schemes (`Basic`, …) are not ours: they count as
+/// no credential and stay untouched for the upstream.
+enum PresentedCredential {
+    case none
+    case bearer(Range<Int>)
+    case cookies(CookieJar)
+    case malformed(AuthFailure.Reason)
+
+    static func find(in request: RequestView, cookieNames: [String]) -> PresentedCredential {
+        let bytes = request.bytes
+        var authorization: Range<Int>?
+        var authorizationCount = 0
+        var hasCookieField = false
+        for field in request.head.fields {
+            switch field.name.count {
+            case 13 where HTTPBytes.equalsCaseInsensitive(bytes, field.name, "authorization"):
+                authorizationCount += 1
+                authorization = field.value
+            case 6 where HTTPBytes.equalsCaseInsensitive(bytes, field.name, "cookie"):
+                hasCookieField = true
+            default:
+                continue
+            }
+        }
+        if authorizationCount > 1 { return .malformed(.ambiguousCredential) }
+        var bearer: Range<Int>?
+        if let value = authorization {
+            switch parseBearer(bytes, value) {
+            case .notBearer: break
+            case .malformed: return .malformed(.malformedAuthorization)
+            case .token(let range): bearer = range
+            }
+        }
+        var jar: CookieJar?
+        if hasCookieField && !cookieNames.isEmpty {
+            let candidate = CookieJar(request: request)
+            if candidate.containsAny(of: cookieNames) { jar = candidate }
+        }
+        switch (bearer, jar) {
+        case (.some, .some): return .malformed(.ambiguousCredential)
+        case (.some(let range), nil): return .bearer(range)
+        case (nil, .some(let jar)): return .cookies(jar)
+        case (nil, nil): return .none
+        }
+    }
+
+    enum BearerParse: Equatable { case notBearer, malformed, token(Range<Int>) }
+
+    /// `Bearer 1*SP token68` (RFC 6750 §2.1); the scheme is case-insensitive.
+    static func parseBearer(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) -> BearerParse {
+        let scheme = "bearer".utf8
+        var i = value.lowerBound
+        for expected in scheme {
+            guard i < value.upperBound, bytes[i] | 0x20 == expected else {
+                // Another scheme, unless it is a longer word starting with "bearer".
+                return .notBearer
+            }
+            i += 1
+        }
+        if i == value.upperBound { return .malformed }  // "Bearer" alone
+        guard bytes[i] == 0x20 else { return .notBearer }  // e.g. "Bearerx …": another scheme
+        while i < value.upperBound && bytes[i] == 0x20 { i += 1 }
+        let start = i
+        while i < value.upperBound && isToken68(bytes[i]) { i += 1 }
+        // Trailing '=' padding only at the end.
+        while i < value.upperBound && bytes[i] == UInt8(ascii: "=") { i += 1 }
+        guard i == value.upperBound, i > start, bytes[start] != UInt8(ascii: "=") else { return .malformed }
+        return .token(start..<i)
+    }
+
+    @inline(__always)
+    static func isToken68(_ b: UInt8) -> Bool {
+        switch b {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "+"), UInt8(ascii: "/"):
+            return true
+        default:
+            return false
+        }
+    }
+}
+
+/// The request's cookies as (name, value) pairs, from every `Cookie` field
+/// (RFC 6265 §5.4: `name=value` joined by `; `). Built only on routes that
+/// accept session cookies and only when a `Cookie` field is present.
+struct CookieJar {
+    let text: String
+    let pairs: [(name: Substring, value: Substring)]
+
+    init(request: RequestView) {
+        var joined = [UInt8]()
+        for field in request.head.fields where field.name.count == 6
+            && HTTPBytes.equalsCaseInsensitive(request.bytes, field.name, "cookie") {
+            if !joined.isEmpty { joined.append(contentsOf: "; ".utf8) }
+            joined.append(contentsOf: UnsafeRawBufferPointer(rebasing: request.bytes[field.value]))
+        }
+        let text = String(decoding: joined, as: UTF8.self)
+        self.text = text
+        var pairs: [(name: Substring, value: Substring)] = []
+        for piece in text.split(separator: ";", omittingEmptySubsequences: true) {
+            let trimmed = piece.drop { $0 == " " || $0 == "\t" }
+            guard let equals = trimmed.firstIndex(of: "=") else { continue }
+            var value = trimmed[trimmed.index(after: equals)...]
+            while value.last == " " || value.last == "\t" { value = value.dropLast() }
+            if value.count >= 2 && value.first == "\"" && value.last == "\"" { value = value.dropFirst().dropLast() }
+            pairs.append((trimmed[..<equals], value))
+        }
+        self.pairs = pairs
+    }
+
+    /// True when a cookie is named one of `names`, or a chunk of one (`name.N`).
+    func containsAny(of names: [String]) -> Bool {
+        pairs.contains { pair in names.contains { Self.isSessionCookie(pair.name, base: $0) } }
+    }
+
+    static func isSessionCookie(_ name: Substring, base: String) -> Bool {
+        guard name.hasPrefix(base) else { return false }
+        let rest = name.dropFirst(base.count)
+        if rest.isEmpty { return true }
+        guard rest.first == ".", rest.count > 1 else { return false }
+        return rest.dropFirst().allSatisfy(\.isASCII) && rest.dropFirst().allSatisfy(\.isNumber)
+    }
+
+    /// The Cookie value without the session cookies (and their chunks); the
+    /// other cookies are kept byte for byte.
+    func header(removing names: [String]) -> String {
+        text.split(separator: ";", omittingEmptySubsequences: true)
+            .map { $0.drop { $0 == " " || $0 == "\t" } }
+            .filter { piece in
+                let name = piece.prefix { $0 != "=" }
+                return !names.contains { Self.isSessionCookie(name, base: $0) }
+            }
+            .joined(separator: "; ")
+    }
+}
