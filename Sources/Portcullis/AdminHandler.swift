@@ -1,38 +1,193 @@
+import Foundation
 import PortcullisHTTP
 import PortcullisProxy
 
+/// A revocation asked for through the admin API or `portcullis revoke`.
+public enum AdminRevocation: Sendable, Equatable {
+    /// One token by `jti`, kept until `until` (epoch seconds; nil → the maximum credential lifetime).
+    case token(id: String, until: Int64?)
+    /// One session / device (`sid`), kept until `until`.
+    case session(id: String, until: Int64?)
+    /// Every credential of `subject` (the user id the gateway injects) issued before `before`.
+    case subject(String, before: Int64)
+}
+
+/// What the admin listener can do beyond health checks; each part is optional.
+public struct AdminActions: Sendable {
+    public var revoke: (@Sendable (AdminRevocation, @escaping @Sendable (Result<Void, AdminError>) -> Void) -> Void)?
+    /// JSON array text of the revocations recorded for a subject.
+    public var listRevocations: (@Sendable (String, @escaping @Sendable (Result<String, AdminError>) -> Void) -> Void)?
+    /// JSON text for `GET /keys`.
+    public var keys: (@Sendable () -> String)?
+    /// Prometheus text for `GET /metrics`.
+    public var metrics: (@Sendable () -> String)?
+    /// nil when ready, else why not (for `/readyz`).
+    public var notReadyReason: (@Sendable () -> String?)?
+    public init() {}
+}
+
+public struct AdminError: Error, Sendable {
+    public var status: Int
+    public var message: String
+    public init(status: Int, message: String) { self.status = status; self.message = message }
+}
+
 /// The admin listener (loopback by default): `/healthz` (the process runs) and
-/// `/readyz` (listeners are up and not draining) answer without a token, as load
-/// balancers expect; every other admin endpoint needs `Authorization: Bearer
-/// <admin.token>` and is refused when no token is configured.
+/// `/readyz` (listeners up, not draining, shared store reachable) answer without
+/// a token, as load balancers expect; every other endpoint needs
+/// `Authorization: Bearer <admin.token>` and is refused when no token is configured:
+///
+/// - `POST /revocations` with `{"jti": "…", "exp": 1735689600}`, `{"session": "…"}` or
+///   `{"subject": "…", "before": 1735689600}` (before defaults to now) → 201;
+/// - `GET /revocations?subject=…` → the subject's recorded revocations;
+/// - `GET /keys` → per provider: kids, fetched at, expires at, last error;
+/// - `GET /metrics` → Prometheus text (also without a token when `admin.metrics_public`).
 public final class AdminHandler: LocalHandler, @unchecked Sendable {
-    // @unchecked Sendable: `state` is read-only after start except `draining`, a
-    // benign flag written once at shutdown.
+    // @unchecked Sendable: immutable after start except `draining`, a benign flag
+    // written once at shutdown.
     let token: String?
+    let actions: AdminActions
+    let metricsPublic: Bool
     public var draining = false
 
-    init(token: String?) { self.token = token }
+    init(token: String?, actions: AdminActions = AdminActions(), metricsPublic: Bool = false) {
+        self.token = token
+        self.actions = actions
+        self.metricsPublic = metricsPublic
+    }
 
     public func handle(_ request: RequestView, body: UnsafeRawBufferPointer) -> LocalResponse {
+        handle(request, body: body, reply: nil) ?? .error(500, "no reply")
+    }
+
+    public func handle(_ request: RequestView, body: UnsafeRawBufferPointer, reply: LocalReply) -> LocalResponse? {
+        handle(request, body: body, reply: Optional(reply))
+    }
+
+    private func handle(_ request: RequestView, body: UnsafeRawBufferPointer, reply: LocalReply?) -> LocalResponse? {
+        let method = String(decoding: request.methodBytes, as: UTF8.self)
         switch request.path {
         case "/healthz":
             return .json(200, "{\"status\":\"ok\"}\n")
         case "/readyz":
-            return draining ? .json(503, "{\"status\":\"draining\"}\n") : .json(200, "{\"status\":\"ready\"}\n")
+            if draining { return .json(503, "{\"status\":\"draining\"}\n") }
+            if let reason = actions.notReadyReason?() {
+                return .json(503, "{\"status\":\"not ready\",\"reason\":\(JSONText.quoted(reason))}\n")
+            }
+            return .json(200, "{\"status\":\"ready\"}\n")
+        case "/metrics" where metricsPublic:
+            return metrics()
         default:
-            guard let token else {
-                return .error(404, "no such admin endpoint")
+            break
+        }
+        guard let token else { return .error(404, "no such admin endpoint (admin.token is not configured)") }
+        var presented: [UInt8]?
+        request.values(of: "authorization") { value in presented = Array(value) }
+        guard let presented, presented.count == token.utf8.count + 7,
+              String(decoding: presented.prefix(7), as: UTF8.self).lowercased() == "bearer ",
+              constantTimeEqual(Array(presented.dropFirst(7)), Array(token.utf8)) else {
+            return .error(401, "admin token required", headers: [("www-authenticate", "Bearer realm=\"portcullis-admin\"")])
+        }
+        switch (method, request.path) {
+        case ("GET", "/metrics"):
+            return metrics()
+        case ("GET", "/keys"):
+            guard let keys = actions.keys else { return .json(200, "{\"providers\":[]}\n") }
+            return .json(200, keys())
+        case ("POST", "/revocations"):
+            guard let revoke = actions.revoke, let reply else { return .error(501, "revocation is not available") }
+            let revocation: AdminRevocation
+            switch Self.parseRevocation(body) {
+            case .success(let value): revocation = value
+            case .failure(let error): return .error(400, error.message)
             }
-            var presented: [UInt8]?
-            request.values(of: "authorization") { value in presented = Array(value) }
-            guard let presented, presented.count == token.utf8.count + 7,
-                  String(decoding: presented.prefix(7), as: UTF8.self).lowercased() == "bearer ",
-                  constantTimeEqual(Array(presented.dropFirst(7)), Array(token.utf8)) else {
-                return .error(401, "admin token required",
-                              headers: [("www-authenticate", "Bearer realm=\"portcullis-admin\"")])
+            revoke(revocation) { result in
+                switch result {
+                case .success: reply.send(.json(201, "{\"status\":\"revoked\"}\n"))
+                case .failure(let error): reply.send(.error(error.status, error.message))
+                }
             }
+            return nil
+        case ("GET", "/revocations"):
+            guard let list = actions.listRevocations, let reply else { return .error(501, "revocation is not available") }
+            guard let subject = Self.queryValue(request.query, "subject"), !subject.isEmpty else {
+                return .error(400, "query parameter subject is required")
+            }
+            list(subject) { result in
+                switch result {
+                case .success(let json): reply.send(.json(200, json))
+                case .failure(let error): reply.send(.error(error.status, error.message))
+                }
+            }
+            return nil
+        case (_, "/metrics"), (_, "/keys"), (_, "/revocations"):
+            return .error(405, "method not allowed on \(request.path)")
+        default:
             return .error(404, "no such admin endpoint")
         }
+    }
+
+    private func metrics() -> LocalResponse {
+        guard let metrics = actions.metrics else { return .error(404, "metrics are not enabled") }
+        return LocalResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: Array(metrics().utf8))
+    }
+
+    /// `{"jti": "…", "exp"?: N}`, `{"session": "…", "exp"?: N}` or
+    /// `{"subject": "…", "before"?: N}`; exactly one kind, no unknown members.
+    static func parseRevocation(_ body: UnsafeRawBufferPointer) -> Result<AdminRevocation, AdminError> {
+        func bad(_ message: String) -> Result<AdminRevocation, AdminError> { .failure(AdminError(status: 400, message: message)) }
+        guard !body.isEmpty else { return bad("a JSON body is required: {\"jti\":…}, {\"session\":…} or {\"subject\":…,\"before\":…}") }
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
+            return bad("the body is not a JSON object")
+        }
+        let known: Set<String> = ["jti", "session", "subject", "before", "exp", "until"]
+        if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) { return bad("unknown member \(unknown)") }
+        struct Body: Decodable {
+            var jti: String?
+            var session: String?
+            var subject: String?
+            var before: Int64?
+            var exp: Int64?
+            var until: Int64?
+        }
+        let decoded: Body
+        do { decoded = try JSONDecoder().decode(Body.self, from: Data(body)) } catch {
+            return bad("jti, session and subject are strings; exp, until and before are integer seconds since the epoch")
+        }
+        let kinds = [decoded.jti, decoded.session, decoded.subject].compactMap { $0 }
+        guard kinds.count == 1 else { return bad("give exactly one of jti, session, subject") }
+        for (name, value) in [("before", decoded.before), ("exp", decoded.exp), ("until", decoded.until)] {
+            if let value, value <= 0 || value >= 100_000_000_000 { return bad("\(name) must be a time in seconds since the epoch") }
+        }
+        let until = decoded.exp ?? decoded.until
+        func valid(_ value: String) -> Bool {
+            !value.isEmpty && value.utf8.count <= 512 && value.utf8.allSatisfy { $0 >= 0x20 && $0 != 0x7F }
+        }
+        if let id = decoded.jti {
+            guard valid(id) else { return bad("jti must be a non-empty string of at most 512 printable bytes") }
+            if decoded.before != nil { return bad("before applies to subject revocations only") }
+            return .success(.token(id: id, until: until))
+        }
+        if let id = decoded.session {
+            guard valid(id) else { return bad("session must be a non-empty string of at most 512 printable bytes") }
+            if decoded.before != nil { return bad("before applies to subject revocations only") }
+            return .success(.session(id: id, until: until))
+        }
+        let subject = decoded.subject!
+        guard valid(subject) else { return bad("subject must be a non-empty string of at most 512 printable bytes") }
+        if until != nil { return bad("exp/until apply to jti and session revocations") }
+        return .success(.subject(subject, before: decoded.before ?? Int64(Date().timeIntervalSince1970)))
+    }
+
+    static func queryValue(_ query: String?, _ name: String) -> String? {
+        guard let query else { return nil }
+        for pair in query.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            if parts.count == 2, parts[0] == name {
+                return String(parts[1]).replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+            }
+        }
+        return nil
     }
 }
 
