@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Auth load harness: RS256 Bearer tokens verified at the edge, in one run,
+# rows interleaved:
+#   nginx proxy (no auth)                                  — the reference
+#   HAProxy 2.6 jwt_verify, one token repeated / N distinct — its documented setup:
+#       alg allow-list first, then jwt_verify, then an exp check
+#   Portcullis (RS256 + revocation check), one token / N distinct
+# Tokens come from `portcullis mint` with a throwaway RSA key; every row sends
+# them through the same wrk Lua script (one header per request, rotating
+# through the token file), so wrk's own cost is alike. Bounded in time.
+#
+# Against your own deployment: --target URL --tokens FILE (lines 'Name: value',
+# e.g. from `portcullis mint --config YOURS --provider NAME --count N --format header`).
+set -euo pipefail
+
+usage() {
+    cat <<'USAGE'
+usage: Benchmarks/load/auth.sh [options]
+  --rounds N        rounds (default $ROUNDS or 3)
+  --duration S      seconds per wrk run (default $DURATION or 10)
+  --connections C   wrk connections (default 64)
+  --distinct N      distinct tokens for the "distinct" rows (default 10000)
+  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN (default all)
+  --target URL      measure only this URL with --tokens FILE (no local servers)
+  --tokens FILE     header lines to rotate through (with --target)
+  --keep DIR        keep configs, tokens and raw wrk outputs
+USAGE
+}
+
+ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-10}"; CONNECTIONS="${CONNECTIONS:-64}"; WARMUP="${WARMUP:-2}"
+DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN"; TARGET=""; TOKENS=""; KEEP=""
+INVOCATION="$0 $*"
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --rounds) ROUNDS="$2"; shift 2 ;;
+        --duration) DURATION="$2"; shift 2 ;;
+        --connections) CONNECTIONS="$2"; shift 2 ;;
+        --distinct) DISTINCT="$2"; shift 2 ;;
+        --only) ONLY="$2"; shift 2 ;;
+        --target) TARGET="$2"; shift 2 ;;
+        --tokens) TOKENS="$2"; shift 2 ;;
+        --keep) KEEP="$2"; shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
+    esac
+done
+for n in "$ROUNDS" "$DURATION" "$CONNECTIONS" "$DISTINCT"; do
+    [[ "$n" =~ ^[0-9]+$ ]] || { echo "error: '$n' is not a whole number" >&2; exit 2; }
+done
+[[ -n "$TARGET" && -z "$TOKENS" ]] && { echo "error: --target needs --tokens FILE" >&2; exit 2; }
+command -v wrk >/dev/null || { echo "error: wrk not found (apt-get install wrk)" >&2; exit 1; }
+
+WORKDIR="$(mktemp -d /tmp/portcullis-auth-load.XXXXXX)"
+source "$(dirname "${BASH_SOURCE[0]}")/servers.sh"
+cleanup() {
+    local rc=$?
+    stop_servers
+    if [[ -n "$KEEP" ]]; then mkdir -p "$KEEP" && cp -r "$WORKDIR"/. "$KEEP"/ || true; fi
+    rm -rf "$WORKDIR"
+    exit "$rc"
+}
+trap cleanup EXIT; trap 'exit 130' INT; trap 'exit 143' TERM
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+# rotate.lua FILE: each request carries the next header line of FILE.
+make_lua() {
+    cat > "$2" <<LUA
+local lines = {}
+for line in io.lines("$1") do
+  local name, value = line:match("^([^:]+):%s*(.*)$")
+  if name then lines[#lines + 1] = {name, value} end
+end
+local i = 0
+request = function()
+  i = i % #lines + 1
+  local h = {}
+  h[lines[i][1]] = lines[i][2]
+  return wrk.format(nil, nil, h)
+end
+LUA
+}
+
+ROW_NAMES=(); declare -A ROW_LABEL ROW_URL ROW_PIDS ROW_LUA
+add_row() { ROW_NAMES+=("$1"); ROW_LABEL[$1]="$2"; ROW_URL[$1]="$3"; ROW_PIDS[$1]="$4"; ROW_LUA[$1]="$5"; }
+wants() { [[ ",$ONLY," == *",$1,"* ]]; }
+
+if [[ -n "$TARGET" ]]; then
+    make_lua "$(realpath "$TOKENS")" "$WORKDIR/target.lua"
+    add_row target "$TARGET ($(wc -l < "$TOKENS") credentials)" "$TARGET" "" "$WORKDIR/target.lua"
+else
+    [[ -x "$PORTCULLIS_BIN" ]] || { echo "error: build first: swift build -c release --product portcullis" >&2; exit 1; }
+    K="$WORKDIR/keys"; mkdir -p "$K"
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$K/rsa.key.pem" 2>/dev/null
+    openssl pkey -in "$K/rsa.key.pem" -pubout -out "$K/rsa.pub.pem"
+    start_upstream
+    PORTCULLIS_PORT="$(free_port)"; PORTCULLIS_ADMIN="$(free_port)"
+    mkdir -p "$WORKDIR/portcullis"
+    cat > "$WORKDIR/portcullis/portcullis.yaml" <<CONF
+listen: [{address: "127.0.0.1:$PORTCULLIS_PORT"}]
+admin: {address: "127.0.0.1:$PORTCULLIS_ADMIN"}
+workers: 2
+access_log: off
+log_level: warning
+providers:
+  - {name: corp, type: oidc, issuer: "https://id.example.test", audiences: ["api"], algorithms: [RS256], public_key: "$K/rsa.pub.pem", key_id: k1, forward_claims: []}
+upstreams:
+  fast: {url: "http://127.0.0.1:$UPSTREAM_PORT", max_connections: 128}
+routes:
+  - {path: /, upstream: fast, auth: required}
+CONF
+    "$PORTCULLIS_BIN" check-config "$WORKDIR/portcullis/portcullis.yaml" >/dev/null
+    "$PORTCULLIS_BIN" run --config "$WORKDIR/portcullis/portcullis.yaml" > "$WORKDIR/portcullis/portcullis.out" 2>&1 &
+    PORTCULLIS_PID=$!; STARTED_PIDS+=("$PORTCULLIS_PID")
+    wait_http "http://127.0.0.1:$PORTCULLIS_ADMIN/healthz"
+    CONFIG="$WORKDIR/portcullis/portcullis.yaml"
+    echo "minting 1 + $DISTINCT RS256 tokens ..." >&2
+    "$PORTCULLIS_BIN" mint --config "$CONFIG" --provider corp --key "$K/rsa.key.pem" --kid k1 --ttl 2h --format header > "$WORKDIR/one.txt"
+    "$PORTCULLIS_BIN" mint --config "$CONFIG" --provider corp --key "$K/rsa.key.pem" --kid k1 --ttl 2h --count "$DISTINCT" --format header > "$WORKDIR/many.txt"
+    make_lua "$WORKDIR/one.txt" "$WORKDIR/one.lua"; make_lua "$WORKDIR/many.txt" "$WORKDIR/many.lua"
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H "$(head -1 "$WORKDIR/one.txt")" "http://127.0.0.1:$PORTCULLIS_PORT/")
+    [[ "$code" == 200 ]] || { echo "error: Portcullis refused a minted token ($code)" >&2; cat "$WORKDIR/portcullis/portcullis.out" >&2; exit 1; }
+
+    # HAProxy 2.6 with jwt_verify, configured as its documentation shows.
+    HAPROXY_PORT="$(free_port)"; d="$WORKDIR/haproxy"; mkdir -p "$d"
+    cat > "$d/haproxy.cfg" <<CONF
+global
+    nbthread 2
+    maxconn 4096
+defaults
+    mode http
+    option http-keep-alive
+    http-reuse always
+    timeout connect 5s
+    timeout client 300s
+    timeout server 300s
+    timeout http-keep-alive 300s
+frontend fe
+    bind 127.0.0.1:$HAPROXY_PORT
+    http-request deny content-type text/plain string "Missing Authorization" unless { req.hdr(authorization) -m found }
+    http-request set-var(txn.bearer) http_auth_bearer
+    http-request set-var(txn.jwt_alg) var(txn.bearer),jwt_header_query('\$.alg')
+    http-request deny unless { var(txn.jwt_alg) -m str "RS256" }
+    http-request deny unless { var(txn.bearer),jwt_verify(txn.jwt_alg,"$K/rsa.pub.pem") -m int 1 }
+    http-request set-var(txn.exp) var(txn.bearer),jwt_payload_query('\$.exp','int')
+    http-request set-var(txn.now) date()
+    http-request deny if { var(txn.exp),sub(txn.now) -m int lt 0 }
+    default_backend fast
+backend fast
+    server upstream 127.0.0.1:$UPSTREAM_PORT
+CONF
+    haproxy -c -f "$d/haproxy.cfg" >/dev/null
+    haproxy -db -f "$d/haproxy.cfg" > "$d/haproxy.out" 2>&1 &
+    HAPROXY_PID=$!; STARTED_PIDS+=("$HAPROXY_PID")
+    sleep 0.5
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H "$(head -1 "$WORKDIR/one.txt")" "http://127.0.0.1:$HAPROXY_PORT/")
+    [[ "$code" == 200 ]] || { echo "error: HAProxy refused a minted token ($code)" >&2; cat "$d/haproxy.out" >&2; exit 1; }
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer x.y.z" "http://127.0.0.1:$HAPROXY_PORT/")
+    [[ "$code" == 403 ]] || { echo "error: HAProxy accepted a bad token ($code)" >&2; exit 1; }
+
+    start_nginx_proxy
+    wants nginx && add_row nginx "nginx proxy, no auth" "http://127.0.0.1:$NGINX_PORT/" "$NGINX_PID" "$WORKDIR/one.lua"
+    wants haproxy1 && add_row haproxy1 "HAProxy jwt_verify, 1 token" "http://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID" "$WORKDIR/one.lua"
+    wants haproxyN && add_row haproxyN "HAProxy jwt_verify, $DISTINCT tokens" "http://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID" "$WORKDIR/many.lua"
+    wants portcullis1 && add_row portcullis1 "Portcullis RS256, 1 token" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID" "$WORKDIR/one.lua"
+    wants portcullisN && add_row portcullisN "Portcullis RS256, $DISTINCT tokens" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID" "$WORKDIR/many.lua"
+fi
+
+echo "# Portcullis auth load harness"
+echo
+echo "- invocation: \`$INVOCATION\` (rounds=$ROUNDS, duration=${DURATION}s, connections=$CONNECTIONS)"
+echo "- wrk per row: \`wrk -t1 -c$CONNECTIONS -d${DURATION}s --timeout 5s --latency -s rotate.lua URL\`"
+echo "- machine: nproc=$(nproc), $(haproxy -v | head -1 | cut -d' ' -f1-3), $(nginx -v 2>&1 | cut -d' ' -f3)"
+echo
+
+for row in "${ROW_NAMES[@]}"; do
+    wrk -t1 "-c$CONNECTIONS" "-d${WARMUP}s" --timeout 5s -s "${ROW_LUA[$row]}" "${ROW_URL[$row]}" > /dev/null 2>&1 || true
+done
+RESULTS="$WORKDIR/results.jsonl"; : > "$RESULTS"
+for round in $(seq 1 "$ROUNDS"); do
+    for row in "${ROW_NAMES[@]}"; do
+        out="$WORKDIR/wrk-$row-$round.txt"; before=""; cpu="null"; hz=100
+        [[ -n "${ROW_PIDS[$row]}" ]] && before="$($HELPER cpu ${ROW_PIDS[$row]})"
+        wrk -t1 "-c$CONNECTIONS" "-d${DURATION}s" --timeout 5s --latency -s "${ROW_LUA[$row]}" "${ROW_URL[$row]}" > "$out" 2>&1 \
+            || { echo "error: wrk failed against ${ROW_LABEL[$row]}" >&2; cat "$out" >&2; exit 1; }
+        if [[ -n "$before" ]]; then
+            after="$($HELPER cpu ${ROW_PIDS[$row]})"; cpu=$(( ${after% *} - ${before% *} )); hz="${after#* }"
+        fi
+        printf '{"row": "%s", "label": "%s", "round": %d, "file": "%s", "cpu_ticks": %s, "hz": %s}\n' \
+            "$row" "${ROW_LABEL[$row]}" "$round" "$out" "$cpu" "$hz" >> "$RESULTS"
+        printf 'round %d/%d  %-40s %s req/s\n' "$round" "$ROUNDS" "${ROW_LABEL[$row]}" \
+            "$(grep -m1 'Requests/sec' "$out" | awk '{print $2}')" >&2
+    done
+done
+echo "Medians over $ROUNDS interleaved rounds (ratio column: to the first row):"
+echo
+$HELPER table "$RESULTS"
