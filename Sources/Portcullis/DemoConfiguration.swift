@@ -5,20 +5,27 @@ public enum DemoConfiguration {
     public static let yaml = """
     # Portcullis demo: the gateway in front of three echo apps that answer with
     # the request they received (so you see what an unchanged app would see).
+    # The secrets below are demo values: set DEMO_APP_SECRET / DEMO_WEB_SECRET
+    # to use your own.
     listen: [{address: "127.0.0.1:8080"}]
-    admin: {address: "127.0.0.1:9901"}
+    admin: {address: "127.0.0.1:9901", token: "${PORTCULLIS_ADMIN_TOKEN:-demo-admin-token-0123456789}"}
     access_log: stdout
+    providers:
+      - {name: app, type: hs256, secret: "${DEMO_APP_SECRET:-demo-app-secret-change-me-0123456789abcdef}", issuer: "visits-api"}
+      - {name: web, type: nextauth, secret: "${DEMO_WEB_SECRET:-demo-web-secret-change-me-0123456789abcdef}"}
+    identity:
+      user_id_header: X-User-Id
+      claims: {email: X-User-Email}
     upstreams:
       visits: {url: "http://127.0.0.1:3001"}
       notes:  {url: "http://127.0.0.1:3002"}
       books:  {url: "http://127.0.0.1:3003"}
     routes:
-      - {path: /api/visits, upstream: visits, auth: required}
+      - {path: /api/v1/auth/logout, upstream: visits, auth: required, revoke_on_success: true}
+      - {path: /api/visits, upstream: visits, auth: required, providers: [app, web]}
       - {path: /api/notes,  upstream: notes,  auth: required}
       - {path: /api/books,  upstream: books,  auth: optional}
       - {path: /health,     upstream: books,  auth: none}
-    identity:
-      user_id_header: X-User-Id
     """
 
     public static let appPorts: [(name: String, port: UInt16)] = [("visits", 3001), ("notes", 3002), ("books", 3003)]

@@ -75,20 +75,46 @@ struct Demo: ParsableCommand {
         let apps = DemoConfiguration.appPorts.map { app in
             Gateway.LocalApp(address: try! SocketAddress(parsing: "127.0.0.1:\(app.port)"), handler: EchoApp(name: app.name))
         }
+        let credentials: (bearer: CredentialMinter.Credential, cookie: CredentialMinter.Credential,
+                          expired: CredentialMinter.Credential, revoked: CredentialMinter.Credential)
+        do { credentials = try DemoWalkthrough.credentials(configuration) } catch {
+            FileHandle.standardError.write(Data("portcullis: demo credentials: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        let port = configuration.listen[0].address.port
+        let adminToken = configuration.admin?.token ?? ""
+        let adminPort = configuration.admin?.address.port ?? 9901
         print("""
-        Portcullis demo: gateway on http://127.0.0.1:8080, admin on http://127.0.0.1:9901
+        Portcullis demo: gateway on http://127.0.0.1:\(port), admin on http://127.0.0.1:\(adminPort)
         demo apps (echo what they receive): visits :3001, notes :3002, books :3003
-
-        Try:
-          curl -s http://127.0.0.1:8080/health                               # public route: the app's view of the request
-          curl -s -H 'X-User-Id: admin' http://127.0.0.1:8080/api/books      # a spoofed identity header never reaches the app
-          curl -si http://127.0.0.1:8080/api/visits                          # protected route without a credential: 401
-          curl -si 'http://127.0.0.1:8080/api/books/../visits'               # normalized first: still the protected route
-          curl -si http://127.0.0.1:8080/nope                                # no route: 404
-          curl -s http://127.0.0.1:9901/readyz                               # admin listener
-        Stop with Ctrl-C.
+        providers: app (HS256 Bearer tokens, as the iOS app sends) and web (NextAuth session cookie, as the browser sends)
 
         """)
+        // Walk through the story once the listeners are up, then keep serving.
+        Thread.detachNewThread {
+            usleep(300_000)
+            let revoke = "{\"jti\":\"\(credentials.revoked.tokenID)\"}"
+            DemoWalkthrough.run([
+                .init(title: "No credential on a protected route: 401 with a Bearer challenge", path: "/api/visits"),
+                .init(title: "The iOS app's Bearer token: the visits app receives the verified user id",
+                      path: "/api/visits/1", header: "Authorization: Bearer \(credentials.bearer.token)"),
+                .init(title: "The web app's NextAuth session cookie: same route, same kind of identity",
+                      path: "/api/visits", header: "Cookie: \(credentials.cookie.headerValue)"),
+                .init(title: "A spoofed X-User-Id never reaches the app (public route)", path: "/api/books", header: "X-User-Id: admin"),
+                .init(title: "An expired token: 401 invalid_token", path: "/api/visits", header: "Authorization: Bearer \(credentials.expired.token)"),
+                .init(title: "A token that works now ...", path: "/api/notes", header: "Authorization: Bearer \(credentials.revoked.token)"),
+                .init(title: "... is revoked through the admin API (or a logout route) ...", path: "/__skip__"),
+            ].filter { $0.path != "/__skip__" }, port: port)
+            print("## ... is revoked through the admin API (or POST /api/v1/auth/logout with it):")
+            print("  curl -si -X POST -H 'Authorization: Bearer \(adminToken)' -d '\(revoke)' http://127.0.0.1:\(adminPort)/revocations")
+            if let (status, _, body) = DemoWalkthrough.fetchAdmin(port: adminPort, token: adminToken, body: revoke) {
+                print("  -> \(status) \(body.trimmingCharacters(in: .whitespacesAndNewlines))\n")
+            }
+            DemoWalkthrough.run([
+                .init(title: "... and is refused on the next request", path: "/api/notes", header: "Authorization: Bearer \(credentials.revoked.token)"),
+            ], port: port)
+            print("More: curl -s http://127.0.0.1:\(port)/health ; curl -s http://127.0.0.1:\(adminPort)/readyz ; Ctrl-C stops.\n")
+        }
         do {
             try Gateway.runForever(configuration, localApps: apps, logger: logger)
         } catch {
