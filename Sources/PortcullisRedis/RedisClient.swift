@@ -154,7 +154,7 @@ public final class RedisClient: @unchecked Sendable {
     private func withConnection(timeout: Double?, _ run: @escaping (Result<RedisConnection, RedisError>) -> Void) {
         if isShutdown { return run(.failure(.shutdown)) }
         if let conn = supervisor.connection { return run(.success(conn)) }
-        if case .disconnected(let error) = supervisor.reported { return run(.failure(error)) }
+        if case .disconnected(let error) = supervisor.reported { return run(.failure(Self.asDisconnected(error))) }
         if !supervisor.isRunning { return run(.failure(.disconnected(reason: "client not started"))) }
         let id = nextWaitingID
         nextWaitingID += 1
@@ -174,7 +174,7 @@ public final class RedisClient: @unchecked Sendable {
     }
 
     private func stateChanged(_ state: RedisConnectionState) {
-        if case .disconnected(let error) = state { failWaiting(error) }
+        if case .disconnected(let error) = state { failWaiting(Self.asDisconnected(error)) }
         onStateChange?(state)
     }
 
@@ -182,6 +182,13 @@ public final class RedisClient: @unchecked Sendable {
         let failed = waiting
         waiting = []
         for entry in failed { entry.run(.failure(error)) }
+    }
+
+    /// Commands that never reached a server fail as `.disconnected`, whatever the
+    /// connection error was (a refused AUTH is the connection's problem, not theirs).
+    private static func asDisconnected(_ error: RedisError) -> RedisError {
+        if case .disconnected = error { return error }
+        return .disconnected(reason: error.description)
     }
 
     /// A replica answered a write: the master moved. Ask the sentinels again.
