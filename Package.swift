@@ -36,6 +36,14 @@ var package = Package(
         .target(name: "PortcullisIO", dependencies: [
             "CPortcullisSystem", "PortcullisCore",
         ]),
+        // Redis client on the Dispatch loops (hiredis used only for its RESP reader).
+        .target(name: "PortcullisRedis", dependencies: [
+            "CHiredis", "PortcullisCore", "PortcullisIO",
+        ]),
+        // Revocation storage: embedded (default) or shared through Redis.
+        .target(name: "PortcullisStore", dependencies: [
+            "PortcullisRedis", "PortcullisCore", "PortcullisIO",
+        ], exclude: ["REDIS-SCHEMA.md"]),
         // Routing, upstream pools, forwarding, header hygiene.
         .target(name: "PortcullisProxy", dependencies: [
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP",
@@ -58,6 +66,8 @@ var package = Package(
                     resources: [.copy("Fixtures")]),
         .testTarget(name: "PortcullisProxyTests", dependencies: ["PortcullisProxy", "Portcullis"]),
         .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis"]),
+        .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO"]),
+        .testTarget(name: "PortcullisStoreTests", dependencies: ["PortcullisStore", "PortcullisRedis", "PortcullisIO"]),
     ]
 )
 
@@ -73,5 +83,14 @@ if benchmarksEnabled {
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Benchmarks/AuthVerification",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]))
+    package.targets.append(
+        .executableTarget(
+            name: "StoreBenchmarks",
+            dependencies: [
+                "PortcullisStore", "PortcullisRedis", "PortcullisIO",
+                .product(name: "Benchmark", package: "benchmark"),
+            ],
+            path: "Benchmarks/StoreBenchmarks",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]))
 }

@@ -1,0 +1,83 @@
+import PortcullisIO
+
+extension RedisConfiguration {
+    /// Reads `redis://[user][:password]@host[:port][/db]`.
+    ///
+    /// - `host` is a numeric IPv4 address, `[IPv6]`, or `localhost` (127.0.0.1):
+    ///   the gateway resolves no names on its event loops.
+    /// - `port` defaults to 6379, `db` to 0.
+    /// - user and password are percent-decoded; `redis://:secret@…` is the
+    ///   `default` user, `redis://alice:secret@…` an ACL user.
+    /// - `rediss://` (TLS) is refused: there is no TLS client yet.
+    public init(url: String) throws(RedisError) {
+        guard url.hasPrefix("redis://") else {
+            throw .invalidConfiguration("'\(Self.redacted(url))' does not start with redis://")
+        }
+        var rest = Substring(url.dropFirst("redis://".count))
+        var username: String?
+        var password: String?
+        if let at = rest.lastIndex(of: "@") {
+            let userinfo = rest[..<at]
+            rest = rest[rest.index(after: at)...]
+            if let colon = userinfo.firstIndex(of: ":") {
+                username = try Self.percentDecoded(userinfo[..<colon])
+                password = try Self.percentDecoded(userinfo[userinfo.index(after: colon)...])
+            } else {
+                username = try Self.percentDecoded(userinfo)
+            }
+            if username?.isEmpty == true { username = nil }
+        }
+        var database = 0
+        if let slash = rest.firstIndex(of: "/") {
+            let dbText = rest[rest.index(after: slash)...]
+            rest = rest[..<slash]
+            if !dbText.isEmpty {
+                guard let db = Int(dbText), db >= 0 else {
+                    throw .invalidConfiguration("database '\(dbText)' in \(Self.redacted(url)) is not a number")
+                }
+                database = db
+            }
+        }
+        var hostPort = String(rest)
+        let hasPort = hostPort.hasPrefix("[") ? hostPort.contains("]:") : hostPort.contains(":")
+        if !hasPort { hostPort += ":6379" }
+        let address: SocketAddress
+        do { address = try SocketAddress(parsing: hostPort) } catch {
+            throw .invalidConfiguration("host '\(rest)' in \(Self.redacted(url)): \(error)")
+        }
+        if username != nil && password == nil {
+            // "redis://secret@host" is read by most clients as a password.
+            password = username
+            username = nil
+        }
+        self.init(topology: .standalone(address), username: username, password: password, database: database)
+    }
+
+    /// The URL with any password replaced by `***`, for logs and errors.
+    public static func redacted(_ url: String) -> String {
+        guard url.hasPrefix("redis://"), let at = url.lastIndex(of: "@") else { return url }
+        let start = url.index(url.startIndex, offsetBy: "redis://".count)
+        guard start <= at else { return url }
+        let userinfo = url[start..<at]
+        guard let colon = userinfo.firstIndex(of: ":") else { return "redis://***" + url[at...] }
+        return "redis://" + userinfo[..<colon] + ":***" + url[at...]
+    }
+
+    private static func percentDecoded(_ text: Substring) throws(RedisError) -> String {
+        guard text.contains("%") else { return String(text) }
+        var bytes: [UInt8] = []
+        var utf8 = Array(text.utf8)[...]
+        while let b = utf8.popFirst() {
+            if b == UInt8(ascii: "%") {
+                guard utf8.count >= 2, let v = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) else {
+                    throw .invalidConfiguration("bad percent-escape in the user info of a redis:// URL")
+                }
+                bytes.append(v)
+                utf8 = utf8.dropFirst(2)
+            } else {
+                bytes.append(b)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

@@ -1,0 +1,235 @@
+import Dispatch
+import PortcullisCore
+import PortcullisIO
+
+/// One TCP connection to one Redis server, pinned to one event loop: connect,
+/// pipelined commands matched to replies in FIFO order, per-command deadlines, and
+/// (for pub/sub) push messages. It never reconnects; `ConnectionSupervisor` does.
+///
+/// Threading: every method runs on `loop.queue`, and so do all callbacks.
+/// Ownership: the connection owns its `StreamSocket` and `RESPReader` (which owns
+/// the C reader). `close` breaks the socket/timer → handler → self cycles.
+///
+/// Timeouts: one `DispatchSourceTimer` per connection, armed for the earliest
+/// pending deadline. With uniform timeouts a new command never moves that deadline
+/// earlier, so the hot path does not touch the timer.
+final class RedisConnection: @unchecked Sendable {
+    // @unchecked Sendable: confined to `loop.queue` (see type comment).
+    enum State { case idle, connecting, open, closed }
+
+    let loop: EventLoop
+    let address: SocketAddress
+    let reconnectOnTimeout: Bool
+    private(set) var state = State.idle
+
+    /// Called once when the connection closes for any reason.
+    var onClose: ((RedisError) -> Void)?
+    /// When set, array replies that are pub/sub pushes (`message`, `subscribe`, …)
+    /// go here instead of to the FIFO. Only for subscriber connections: a normal
+    /// command can legitimately answer `["message", …]`.
+    var onPush: ((RedisReply) -> Void)?
+
+    private var socket: StreamSocket?
+    private let reader = RESPReader()
+    private var output = ByteBuffer()
+    private var inFlight = ReplyQueue()
+    private var timer: DispatchSourceTimer?
+    private var armedDeadline: UInt64 = 0
+    private var connectDeadline: UInt64 = 0
+    private var onConnected: (() -> Void)?
+
+    init(address: SocketAddress, loop: EventLoop, reconnectOnTimeout: Bool) {
+        self.address = address
+        self.loop = loop
+        self.reconnectOnTimeout = reconnectOnTimeout
+    }
+
+    var pendingReplies: Int { inFlight.count }
+
+    // MARK: Connect
+
+    /// Starts a non-blocking connect; `then` runs once the socket is connected.
+    /// On failure or after `timeout` seconds, `onClose` is called (asynchronously).
+    func connect(timeout: Double, then: @escaping () -> Void) {
+        precondition(state == .idle)
+        state = .connecting
+        onConnected = then
+        connectDeadline = MonotonicClock.nowNanoseconds() + Self.nanoseconds(timeout)
+        armTimer(for: connectDeadline)
+        switch Connector.start(to: address, on: loop) {
+        case .connected(let s):
+            socket = s
+            loop.execute { [self] in if state == .connecting { didConnect() } }
+        case .inProgress(let s):
+            socket = s
+            s.waitUntilWritable { [self] in
+                guard state == .connecting else { return }
+                if let error = Connector.finishConnect(s) {
+                    close(.disconnected(reason: "connect to \(address): \(error)"))
+                } else {
+                    s.stopWaitingForWritable()
+                    didConnect()
+                }
+            }
+        case .failed(let error):
+            loop.execute { [self] in close(.disconnected(reason: "connect to \(address): \(error)")) }
+        }
+    }
+
+    private func didConnect() {
+        state = .open
+        connectDeadline = 0
+        socket!.startReading { [self] in readable() }
+        let then = onConnected
+        onConnected = nil
+        then?()
+        if state == .open && !output.isEmpty { flush() }
+    }
+
+    // MARK: Commands
+
+    /// Queues a command and writes it. `handler` nil means no reply is expected
+    /// (SUBSCRIBE on a push connection: its confirmations are pushes).
+    func send(_ arguments: CommandArguments, timeout: Double, handler: ReplyHandler?) {
+        enqueue(arguments, timeout: timeout, handler: handler)
+        flush()
+    }
+
+    /// Queues a command without writing; call `flush()` after a batch (pipelining).
+    func enqueue(_ arguments: CommandArguments, timeout: Double, handler: ReplyHandler?) {
+        guard state == .open || state == .connecting else {
+            handler?(.failure(.disconnected(reason: "connection to \(address) is closed")))
+            return
+        }
+        arguments.encode(into: &output)
+        guard let handler else { return }
+        let deadline = MonotonicClock.nowNanoseconds() &+ Self.nanoseconds(timeout)
+        inFlight.append(.init(handler: handler, deadline: deadline))
+        armTimer(for: deadline)
+    }
+
+    func flush() {
+        guard state == .open, let socket, !output.isEmpty else { return }
+        switch socket.flush(&output) {
+        case .drained: break
+        case .pending: socket.waitUntilWritable { [self] in flush() }
+        case .failed: close(.disconnected(reason: "write to \(address) failed"))
+        }
+    }
+
+    // MARK: Replies
+
+    private func readable() {
+        guard state == .open, let socket else { return }
+        let scratch = loop.readScratch
+        while state == .open {
+            switch socket.read(into: scratch) {
+            case .bytes(let n):
+                do { try reader.feed(UnsafeRawBufferPointer(rebasing: scratch[..<n])) } catch {
+                    close(error)
+                    return
+                }
+                deliverReplies()
+                if n < scratch.count { return }
+            case .wouldBlock:
+                return
+            case .endOfFile:
+                close(.disconnected(reason: "\(address) closed the connection"))
+                return
+            case .failed(let errno):
+                close(.disconnected(reason: "read from \(address): \(IOError("read", errno: errno))"))
+                return
+            }
+        }
+    }
+
+    private func deliverReplies() {
+        while state == .open {
+            let reply: RedisReply?
+            do { reply = try reader.next() } catch {
+                close(error)
+                return
+            }
+            guard let reply else { return }
+            if let onPush, Self.isPush(reply) {
+                onPush(reply)
+                continue
+            }
+            guard let entry = inFlight.popFirst() else {
+                close(.protocolViolation("reply from \(address) with no command waiting"))
+                return
+            }
+            guard let handler = entry.handler else { continue }  // timed out earlier
+            if case .error(let text) = reply { handler(.failure(.server(text))) } else { handler(.success(reply)) }
+        }
+    }
+
+    private static func isPush(_ reply: RedisReply) -> Bool {
+        guard case .array(let items) = reply, let first = items.first, case .bulk(let kind) = first else { return false }
+        switch String(decoding: kind, as: UTF8.self) {
+        case "message", "pmessage", "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "pong": return true
+        default: return false
+        }
+    }
+
+    // MARK: Deadlines
+
+    private func armTimer(for deadline: UInt64) {
+        if armedDeadline != 0 && armedDeadline <= deadline { return }
+        armedDeadline = deadline
+        if timer == nil {
+            let t = DispatchSource.makeTimerSource(queue: loop.queue)
+            t.setEventHandler { [self] in timerFired() }
+            t.schedule(deadline: .distantFuture)
+            t.resume()
+            timer = t
+        }
+        let now = MonotonicClock.nowNanoseconds()
+        let delta = deadline > now ? deadline - now : 0
+        timer!.schedule(deadline: .now() + .nanoseconds(Int(delta)), leeway: .milliseconds(1))
+    }
+
+    private func timerFired() {
+        armedDeadline = 0
+        let now = MonotonicClock.nowNanoseconds()
+        if state == .connecting {
+            if connectDeadline <= now {
+                close(.disconnected(reason: "connect to \(address) timed out"))
+                return
+            }
+            armTimer(for: connectDeadline)
+        }
+        let (expired, next) = inFlight.takeExpired(now: now)
+        if next != 0 { armTimer(for: next) }
+        for handler in expired { handler(.failure(.timeout)) }
+        if !expired.isEmpty && reconnectOnTimeout && state != .closed {
+            close(.disconnected(reason: "a command to \(address) timed out"))
+        }
+    }
+
+    // MARK: Close
+
+    /// Closes the socket and fails every command still in flight with `error`.
+    func close(_ error: RedisError) {
+        guard state != .closed else { return }
+        state = .closed
+        socket?.close()
+        socket = nil
+        timer?.setEventHandler(handler: nil)
+        timer?.cancel()
+        timer = nil
+        output.clear()
+        output.releaseIfEmpty()
+        onConnected = nil
+        let handlers = inFlight.removeAll()
+        for handler in handlers { handler(.failure(error)) }
+        let onClose = self.onClose
+        self.onClose = nil
+        onPush = nil
+        onClose?(error)
+    }
+
+    static func nanoseconds(_ seconds: Double) -> UInt64 {
+        seconds <= 0 ? 0 : UInt64(seconds * 1e9)
+    }
+}

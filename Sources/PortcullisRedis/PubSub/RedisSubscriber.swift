@@ -1,0 +1,148 @@
+import Dispatch
+import PortcullisIO
+
+/// Pub/sub on a dedicated connection (a subscribed connection can run no other
+/// command). Messages go to `onMessage`; after every (re)connect the subscriber
+/// subscribes again to every channel and pattern, and calls `onSubscribed` once
+/// the server has confirmed them all. Messages published while it was
+/// disconnected are lost (pub/sub is fire-and-forget): a caller that must not
+/// miss anything resynchronizes in `onSubscribed`.
+///
+/// Threading: public methods may be called from any thread; state lives on
+/// `loop.queue`, where all callbacks run.
+public final class RedisSubscriber: @unchecked Sendable {
+    // @unchecked Sendable: mutable state is confined to `loop.queue` (see type comment).
+    public let loop: EventLoop
+    private let supervisor: ConnectionSupervisor
+    private let commandTimeout: Double
+    private var channels: Set<String> = []
+    private var patterns: Set<String> = []
+    private var awaitingConfirmations = 0
+    private var onMessage: (@Sendable (RedisPubSubMessage) -> Void)?
+    private var onSubscribed: (@Sendable () -> Void)?
+    private var onStateChange: (@Sendable (RedisConnectionState) -> Void)?
+    private var isShutdown = false
+
+    /// - Parameters:
+    ///   - channels / patterns: subscribed on every connection (`SUBSCRIBE`, `PSUBSCRIBE`).
+    ///   - onSubscribed: after each (re)connection, once all subscriptions are confirmed.
+    public convenience init(configuration: RedisConfiguration, loop: EventLoop,
+                            channels: [String], patterns: [String] = [],
+                            onMessage: @escaping @Sendable (RedisPubSubMessage) -> Void,
+                            onSubscribed: (@Sendable () -> Void)? = nil,
+                            onStateChange: (@Sendable (RedisConnectionState) -> Void)? = nil) {
+        let resolver: AddressResolver
+        var verifyMaster = false
+        switch configuration.topology {
+        case .standalone(let address):
+            resolver = FixedAddress(address)
+        case .sentinel(let name, let sentinels):
+            resolver = SentinelDiscovery(masterName: name, sentinels: sentinels,
+                                         password: configuration.sentinelPassword,
+                                         timeout: configuration.connectTimeout)
+            verifyMaster = true
+        }
+        self.init(loop: loop, resolver: resolver,
+                  options: .init(handshake: configuration.handshake, verifyMaster: verifyMaster,
+                                 connectTimeout: configuration.connectTimeout,
+                                 reconnectOnTimeout: configuration.reconnectOnTimeout,
+                                 backoff: configuration.backoff),
+                  commandTimeout: configuration.commandTimeout,
+                  channels: channels, patterns: patterns,
+                  onMessage: onMessage, onSubscribed: onSubscribed, onStateChange: onStateChange)
+    }
+
+    init(loop: EventLoop, resolver: AddressResolver, options: ConnectionSupervisor.Options, commandTimeout: Double,
+         channels: [String], patterns: [String],
+         onMessage: @escaping @Sendable (RedisPubSubMessage) -> Void,
+         onSubscribed: (@Sendable () -> Void)?, onStateChange: (@Sendable (RedisConnectionState) -> Void)?) {
+        self.loop = loop
+        self.commandTimeout = commandTimeout
+        self.channels = Set(channels)
+        self.patterns = Set(patterns)
+        self.onMessage = onMessage
+        self.onSubscribed = onSubscribed
+        self.onStateChange = onStateChange
+        supervisor = ConnectionSupervisor(loop: loop, resolver: resolver, options: options)
+        supervisor.onPush = { [weak self] reply in self?.push(reply) }
+        supervisor.onReady = { [weak self] conn in self?.resubscribe(conn) }
+        supervisor.onStateChange = { [weak self] state in self?.onStateChange?(state) }
+    }
+
+    /// A subscriber to `+switch-master` on any one of `sentinels` (rotating on reconnect).
+    static func sentinelWatcher(sentinels: [SocketAddress], password: String?, configuration: RedisConfiguration,
+                                loop: EventLoop, onSwitch: @escaping @Sendable (SwitchMasterEvent) -> Void) -> RedisSubscriber {
+        RedisSubscriber(
+            loop: loop, resolver: RotatingAddresses(sentinels),
+            options: .init(handshake: password.map { [["AUTH", $0]] } ?? [], verifyMaster: false,
+                           connectTimeout: configuration.connectTimeout, reconnectOnTimeout: false,
+                           backoff: configuration.backoff),
+            commandTimeout: configuration.commandTimeout,
+            channels: ["+switch-master"], patterns: [],
+            onMessage: { message in
+                if let event = SwitchMasterEvent(payload: message.text) { onSwitch(event) }
+            },
+            onSubscribed: nil, onStateChange: nil)
+    }
+
+    public func start() { loop.execute { [self] in startOnLoop() } }
+    public func shutdown() { loop.execute { [self] in shutdownOnLoop() } }
+
+    func startOnLoop() {
+        guard !isShutdown else { return }
+        supervisor.start()
+    }
+
+    func shutdownOnLoop() {
+        guard !isShutdown else { return }
+        isShutdown = true
+        supervisor.shutdown()
+        onMessage = nil
+        onSubscribed = nil
+        onStateChange = nil
+    }
+
+    /// Adds channels (kept across reconnects).
+    public func subscribe(_ newChannels: [String]) {
+        loop.execute { [self] in
+            let added = newChannels.filter { channels.insert($0).inserted }
+            guard !added.isEmpty, let conn = supervisor.connection else { return }
+            conn.send(.strings(["SUBSCRIBE"] + added), timeout: commandTimeout, handler: nil)
+        }
+    }
+
+    public func unsubscribe(_ removed: [String]) {
+        loop.execute { [self] in
+            let gone = removed.filter { channels.remove($0) != nil }
+            guard !gone.isEmpty, let conn = supervisor.connection else { return }
+            conn.send(.strings(["UNSUBSCRIBE"] + gone), timeout: commandTimeout, handler: nil)
+        }
+    }
+
+    private func resubscribe(_ conn: RedisConnection) {
+        awaitingConfirmations = channels.count + patterns.count
+        if !channels.isEmpty { conn.enqueue(.strings(["SUBSCRIBE"] + channels.sorted()), timeout: commandTimeout, handler: nil) }
+        if !patterns.isEmpty { conn.enqueue(.strings(["PSUBSCRIBE"] + patterns.sorted()), timeout: commandTimeout, handler: nil) }
+        conn.flush()
+        if awaitingConfirmations == 0 { onSubscribed?() }
+    }
+
+    private func push(_ reply: RedisReply) {
+        guard case .array(let items) = reply, let kind = items.first?.string else { return }
+        switch kind {
+        case "message" where items.count == 3:
+            guard case .bulk(let payload) = items[2] else { return }
+            onMessage?(RedisPubSubMessage(channel: items[1].string ?? "", pattern: nil, payload: payload))
+        case "pmessage" where items.count == 4:
+            guard case .bulk(let payload) = items[3] else { return }
+            onMessage?(RedisPubSubMessage(channel: items[2].string ?? "", pattern: items[1].string, payload: payload))
+        case "subscribe", "psubscribe":
+            if awaitingConfirmations > 0 {
+                awaitingConfirmations -= 1
+                if awaitingConfirmations == 0 { onSubscribed?() }
+            }
+        default:
+            break
+        }
+    }
+}

@@ -1,0 +1,200 @@
+import Dispatch
+import PortcullisIO
+
+/// A non-blocking Redis client on one event loop: pipelining (any number of
+/// commands in flight, replies matched in order), per-command timeouts, reconnect
+/// with capped backoff and jitter, AUTH (password or ACL user), SELECT, and with a
+/// Sentinel topology: master discovery and re-discovery after a disconnect, a
+/// `+switch-master` event, or a `-READONLY` reply.
+///
+/// Threading: the public methods may be called from any thread; they hop onto
+/// `loop.queue`, where all state lives and where every completion and
+/// `onStateChange` runs. No call ever blocks the loop.
+///
+/// While the first connection is being made, commands wait (up to their timeout);
+/// while the client is `.disconnected` they fail at once with `.disconnected`, so
+/// callers never pile up behind a dead server.
+public final class RedisClient: @unchecked Sendable {
+    // @unchecked Sendable: mutable state is confined to `loop.queue` (see type comment).
+    public typealias Completion = @Sendable (Result<RedisReply, RedisError>) -> Void
+
+    public let loop: EventLoop
+    public let configuration: RedisConfiguration
+    private let supervisor: ConnectionSupervisor
+    private var switchWatcher: RedisSubscriber?
+    private var onStateChange: (@Sendable (RedisConnectionState) -> Void)?
+
+    /// Commands waiting for the first connection, by id (their timeout removes them).
+    private var waiting: [(id: Int, run: (Result<RedisConnection, RedisError>) -> Void)] = []
+    private var nextWaitingID = 0
+    private var isShutdown = false
+
+    /// - Parameter onStateChange: called on `loop.queue` once per state change.
+    public init(configuration: RedisConfiguration, loop: EventLoop,
+                onStateChange: (@Sendable (RedisConnectionState) -> Void)? = nil) {
+        self.loop = loop
+        self.configuration = configuration
+        self.onStateChange = onStateChange
+        let resolver: AddressResolver
+        var verifyMaster = false
+        switch configuration.topology {
+        case .standalone(let address):
+            resolver = FixedAddress(address)
+        case .sentinel(let name, let sentinels):
+            resolver = SentinelDiscovery(masterName: name, sentinels: sentinels,
+                                         password: configuration.sentinelPassword,
+                                         timeout: configuration.connectTimeout)
+            verifyMaster = true
+        }
+        supervisor = ConnectionSupervisor(
+            loop: loop, resolver: resolver,
+            options: .init(handshake: configuration.handshake, verifyMaster: verifyMaster,
+                           connectTimeout: configuration.connectTimeout,
+                           reconnectOnTimeout: configuration.reconnectOnTimeout,
+                           backoff: configuration.backoff))
+        supervisor.onStateChange = { [weak self] state in self?.stateChanged(state) }
+        supervisor.onReady = { [weak self] conn in self?.connectionReady(conn) }
+        if case .sentinel(let name, let sentinels) = configuration.topology {
+            switchWatcher = RedisSubscriber.sentinelWatcher(
+                sentinels: sentinels, password: configuration.sentinelPassword,
+                configuration: configuration, loop: loop
+            ) { [weak self] event in
+                guard let self, event.masterName == name else { return }
+                if self.supervisor.connection?.address != event.newAddress {
+                    self.supervisor.reconnectNow(reason: "sentinel: +switch-master to \(event.newAddress)")
+                }
+            }
+        }
+    }
+
+    /// Connects (asynchronously). Commands sent before the connection is ready wait for it.
+    public func start() {
+        loop.execute { [self] in
+            guard !isShutdown else { return }
+            supervisor.start()
+            switchWatcher?.startOnLoop()
+        }
+    }
+
+    /// Closes the connection; commands in flight fail with `.shutdown`.
+    public func shutdown() {
+        loop.execute { [self] in
+            guard !isShutdown else { return }
+            isShutdown = true
+            switchWatcher?.shutdownOnLoop()
+            supervisor.shutdown()
+            failWaiting(.shutdown)
+            onStateChange = nil
+        }
+    }
+
+    /// The address of the server in use, if connected. Only meaningful on `loop.queue`.
+    public var connectedAddress: SocketAddress? { supervisor.connection?.address }
+
+    // MARK: Commands
+
+    /// Sends one command, e.g. `["SET", "k", "v", "EX", "60"]`.
+    /// - Parameter timeout: seconds; nil → `configuration.commandTimeout`.
+    public func send(_ arguments: [String], timeout: Double? = nil, completion: @escaping Completion) {
+        loop.execute { [self] in sendOnLoop(.strings(arguments), timeout: timeout, completion: completion) }
+    }
+
+    /// Sends one command whose arguments are raw bytes (binary-safe values).
+    public func send(bytes arguments: [[UInt8]], timeout: Double? = nil, completion: @escaping Completion) {
+        loop.execute { [self] in sendOnLoop(.bytes(arguments), timeout: timeout, completion: completion) }
+    }
+
+    /// Sends several commands in one write; `completion` gets one result per command, in order.
+    public func pipeline(_ commands: [[String]], timeout: Double? = nil,
+                         completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void) {
+        loop.execute { [self] in
+            guard !commands.isEmpty else { return completion([]) }
+            withConnection(timeout: timeout) { [self] result in
+                switch result {
+                case .failure(let error):
+                    completion(Array(repeating: .failure(error), count: commands.count))
+                case .success(let conn):
+                    var results = [Result<RedisReply, RedisError>?](repeating: nil, count: commands.count)
+                    var remaining = commands.count
+                    for (i, command) in commands.enumerated() {
+                        conn.enqueue(.strings(command), timeout: timeout ?? configuration.commandTimeout) { [self] r in
+                            noteReadOnly(r)
+                            results[i] = r
+                            remaining -= 1
+                            if remaining == 0 { completion(results.map { $0! }) }
+                        }
+                    }
+                    conn.flush()
+                }
+            }
+        }
+    }
+
+    /// `send` for callers already on `loop.queue` (no hop).
+    public func sendOnLoop(_ arguments: [String], timeout: Double? = nil, completion: @escaping Completion) {
+        sendOnLoop(.strings(arguments), timeout: timeout, completion: completion)
+    }
+
+    private func sendOnLoop(_ arguments: CommandArguments, timeout: Double?, completion: @escaping Completion) {
+        let seconds = timeout ?? configuration.commandTimeout
+        if let conn = supervisor.connection {
+            conn.send(arguments, timeout: seconds) { [self] r in noteReadOnly(r); completion(r) }
+            return
+        }
+        withConnection(timeout: timeout) { [self] result in
+            switch result {
+            case .failure(let error): completion(.failure(error))
+            case .success(let conn): conn.send(arguments, timeout: seconds) { [self] r in noteReadOnly(r); completion(r) }
+            }
+        }
+    }
+
+    // MARK: Connection
+
+    private func withConnection(timeout: Double?, _ run: @escaping (Result<RedisConnection, RedisError>) -> Void) {
+        if isShutdown { return run(.failure(.shutdown)) }
+        if let conn = supervisor.connection { return run(.success(conn)) }
+        if case .disconnected(let error) = supervisor.reported { return run(.failure(Self.asDisconnected(error))) }
+        if !supervisor.isRunning { return run(.failure(.disconnected(reason: "client not started"))) }
+        let id = nextWaitingID
+        nextWaitingID += 1
+        waiting.append((id, run))
+        let seconds = timeout ?? configuration.commandTimeout
+        loop.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(seconds * 1e9))) { [weak self] in
+            guard let self, let i = self.waiting.firstIndex(where: { $0.id == id }) else { return }
+            let entry = self.waiting.remove(at: i)
+            entry.run(.failure(.timeout))
+        }
+    }
+
+    private func connectionReady(_ conn: RedisConnection) {
+        let ready = waiting
+        waiting = []
+        for entry in ready { entry.run(.success(conn)) }
+    }
+
+    private func stateChanged(_ state: RedisConnectionState) {
+        if case .disconnected(let error) = state { failWaiting(Self.asDisconnected(error)) }
+        onStateChange?(state)
+    }
+
+    private func failWaiting(_ error: RedisError) {
+        let failed = waiting
+        waiting = []
+        for entry in failed { entry.run(.failure(error)) }
+    }
+
+    /// Commands that never reached a server fail as `.disconnected`, whatever the
+    /// connection error was (a refused AUTH is the connection's problem, not theirs).
+    private static func asDisconnected(_ error: RedisError) -> RedisError {
+        if case .disconnected = error { return error }
+        return .disconnected(reason: error.description)
+    }
+
+    /// A replica answered a write: the master moved. Ask the sentinels again.
+    private func noteReadOnly(_ result: Result<RedisReply, RedisError>) {
+        if case .failure(let error) = result, error.isReadOnlyReplica, case .sentinel = configuration.topology {
+            supervisor.reconnectNow(reason: "-READONLY from \(supervisor.connection?.address.description ?? "server")")
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import Dispatch
+import PortcullisCore
+import PortcullisIO
+
+/// The default store: revocations live in this process only (no Redis needed on a
+/// single node). The authoritative table lives on a private serial queue; each
+/// change is applied there and then dispatched to every loop's view. Expired
+/// entries are pruned every `pruneInterval` seconds. Always healthy.
+public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable {
+    // @unchecked Sendable: `table`, `pruneTimer` and `started` are touched only on `queue`.
+    public let policy: RevocationPolicy
+    private let replicas: ViewReplicas
+    private let queue = DispatchQueue(label: "portcullis.revocations.embedded")
+    private let pruneInterval: Double
+    private var table = RevocationTable()
+    private var pruneTimer: DispatchSourceTimer?
+
+    public init(loops: [EventLoop], policy: RevocationPolicy = RevocationPolicy(), pruneInterval: Double = 60) {
+        self.policy = policy
+        self.pruneInterval = pruneInterval
+        replicas = ViewReplicas(loops: loops, policy: policy, staleAfter: .infinity)
+    }
+
+    public func view(loopIndex: Int) -> RevocationView { replicas.view(loopIndex: loopIndex) }
+
+    public var health: StoreHealth { .ok }
+
+    public func start() {
+        queue.async { [self] in
+            guard pruneTimer == nil else { return }
+            let timer = DispatchSource.makeTimerSource(queue: queue)
+            let ns = Int(pruneInterval * 1e9)
+            timer.schedule(deadline: .now() + .nanoseconds(ns), repeating: .nanoseconds(ns), leeway: .milliseconds(100))
+            timer.setEventHandler { [weak self] in self?.prune() }
+            timer.resume()
+            pruneTimer = timer
+        }
+    }
+
+    public func shutdown() {
+        queue.async { [self] in
+            pruneTimer?.cancel()
+            pruneTimer = nil
+        }
+    }
+
+    public func revoke(_ revocation: Revocation, completion: @escaping @Sendable (Result<Void, StoreError>) -> Void) {
+        if let error = revocation.validate() { return completion(.failure(error)) }
+        let r = revocation.resolved(maxCredentialLifetime: policy.maxCredentialLifetime)
+        queue.async { [self] in
+            let now = Int64(WallClock.nowSeconds())
+            if r.expiry(maxCredentialLifetime: policy.maxCredentialLifetime) > now {
+                table.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
+                replicas.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
+            }
+            completion(.success(()))
+        }
+    }
+
+    public func revocations(subject: String, completion: @escaping @Sendable (Result<[Revocation], StoreError>) -> Void) {
+        queue.async { [self] in
+            completion(.success(table.revocations(subject: subject, now: Int64(WallClock.nowSeconds()))))
+        }
+    }
+
+    /// Prunes now (also runs every `pruneInterval`).
+    public func prune() {
+        queue.async { [self] in
+            let now = Int64(WallClock.nowSeconds())
+            table.prune(now: now)
+            replicas.prune(now: now)
+        }
+    }
+}

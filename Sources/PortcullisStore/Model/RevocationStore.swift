@@ -1,0 +1,29 @@
+import PortcullisIO
+
+/// Revocation storage behind one interface: `EmbeddedRevocationStore` (one process,
+/// the default) or `RedisRevocationStore` (shared by every gateway instance).
+///
+/// Reads never touch the store itself: each event loop owns a `RevocationView`
+/// replica, updated by closures dispatched onto that loop's queue (thread-per-loop
+/// replicas, as HAProxy and Envoy do), so the hot path takes no lock.
+public protocol RevocationStore: AnyObject, Sendable {
+    /// The view owned by loop `index`: read and updated only on that loop's queue, no locks on the read path.
+    func view(loopIndex: Int) -> RevocationView
+    func revoke(_ revocation: Revocation, completion: @escaping @Sendable (Result<Void, StoreError>) -> Void)
+    func revocations(subject: String, completion: @escaping @Sendable (Result<[Revocation], StoreError>) -> Void)
+    var health: StoreHealth { get }
+    func start()
+    func shutdown()
+}
+
+extension Revocation {
+    /// Rejects revocations no backend could store.
+    func validate() -> StoreError? {
+        switch self {
+        case .token(let id, _) where id.isEmpty: return .invalid("empty jti")
+        case .session(let id, _) where id.isEmpty: return .invalid("empty session id")
+        case .subject(let s, _, _) where s.isEmpty: return .invalid("empty subject")
+        default: return nil
+        }
+    }
+}

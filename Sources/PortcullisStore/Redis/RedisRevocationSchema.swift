@@ -1,0 +1,113 @@
+/// The Redis key schema: a PUBLIC interface. Any program can revoke by writing
+/// these keys (and, for an immediate effect, publishing on the channel), for
+/// example with redis-cli; every gateway then enforces it. See REDIS-SCHEMA.md.
+///
+/// Keys (one per revocation; the key expires with the credential, `EXAT` = epoch seconds):
+///
+///     portcullis:revoked:jti:<jti>            value: anything ("1")      expires at the token's exp
+///     portcullis:revoked:session:<session>    value: anything ("1")      expires at the session's end
+///     portcullis:revoked:subject:<subject>    value: <before> (decimal epoch seconds; credentials
+///                                             with iat < before are revoked)  expires when the last
+///                                             such credential has expired
+///
+/// A key without an expiry is enforced until it is deleted.
+///
+/// Channel `portcullis:revocations`, one message per revocation (ids last: they may contain spaces):
+///
+///     jti <until> <jti>
+///     session <until> <session>
+///     subject <before> <until> <subject>
+///     resync                                  (re-read every key: after deletions, bulk imports)
+///
+/// Gateways subscribe to the channel and apply messages at once (< 100 ms across
+/// instances), re-read all keys with `SCAN` at start, after every reconnect and
+/// every `resyncInterval`, and (when the server has `notify-keyspace-events` with
+/// `K` and `$` or `A`) also pick up plain `SET`s of these keys through keyspace
+/// notifications. A write that is neither published nor notified is enforced
+/// after the next periodic resync.
+public enum RedisRevocationSchema {
+    public static let keyPrefix = "portcullis:revoked:"
+    public static let channel = "portcullis:revocations"
+
+    public static func key(for revocation: Revocation) -> String {
+        switch revocation {
+        case .token(let id, _): return keyPrefix + "jti:" + id
+        case .session(let id, _): return keyPrefix + "session:" + id
+        case .subject(let s, _, _): return keyPrefix + "subject:" + s
+        }
+    }
+
+    /// The pub/sub message announcing `revocation` (with `until` resolved).
+    public static func message(for revocation: Revocation) -> String {
+        switch revocation {
+        case .token(let id, let until): return "jti \(until) \(id)"
+        case .session(let id, let until): return "session \(until) \(id)"
+        case .subject(let s, let before, let until): return "subject \(before) \(until ?? Int64.max) \(s)"
+        }
+    }
+
+    enum Announcement: Equatable {
+        case revocation(Revocation)
+        case resync
+    }
+
+    static func parse(message: String) -> Announcement? {
+        if message == "resync" { return .resync }
+        let parts = message.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2 else { return nil }
+        let rest = parts[1]
+        switch parts[0] {
+        case "jti", "session":
+            let f = rest.split(separator: " ", maxSplits: 1)
+            guard f.count == 2, let until = Int64(f[0]) else { return nil }
+            let id = String(f[1])
+            return .revocation(parts[0] == "jti" ? .token(id: id, until: until) : .session(id: id, until: until))
+        case "subject":
+            let f = rest.split(separator: " ", maxSplits: 2)
+            guard f.count == 3, let before = Int64(f[0]), let until = Int64(f[1]) else { return nil }
+            return .revocation(.subject(String(f[2]), before: before, until: until))
+        default:
+            return nil
+        }
+    }
+
+    /// Rebuilds a revocation from a key, its value and its `EXPIRETIME`
+    /// (-1: no expiry → kept until deleted; -2: gone).
+    static func revocation(key: String, value: String?, expireTime: Int64) -> Revocation? {
+        guard key.hasPrefix(keyPrefix), expireTime != -2 else { return nil }
+        let until = expireTime == -1 ? Int64.max : expireTime
+        let rest = key.dropFirst(keyPrefix.count)
+        if rest.hasPrefix("jti:") { return .token(id: String(rest.dropFirst(4)), until: until) }
+        if rest.hasPrefix("session:") { return .session(id: String(rest.dropFirst(8)), until: until) }
+        if rest.hasPrefix("subject:") {
+            guard let value, let before = Int64(value) else { return nil }
+            return .subject(String(rest.dropFirst(8)), before: before, until: until)
+        }
+        return nil
+    }
+
+    /// Keeps the latest `before` and the latest expiry when a subject is revoked again.
+    static let subjectScript = """
+    local before = tonumber(ARGV[1])
+    local untilAt = tonumber(ARGV[2])
+    local cur = tonumber(redis.call('GET', KEYS[1]) or '')
+    if cur and cur > before then before = cur end
+    local exp = redis.call('EXPIRETIME', KEYS[1])
+    if exp > untilAt then untilAt = exp end
+    redis.call('SET', KEYS[1], string.format('%d', before), 'EXAT', untilAt)
+    return before
+    """
+
+    /// The commands that store and announce `revocation` (until resolved).
+    static func writeCommands(for revocation: Revocation) -> [[String]] {
+        let key = key(for: revocation)
+        let store: [String]
+        switch revocation {
+        case .token(_, let until), .session(_, let until):
+            store = ["SET", key, "1", "EXAT", String(until)]
+        case .subject(_, let before, let until):
+            store = ["EVAL", subjectScript, "1", key, String(before), String(until ?? Int64.max)]
+        }
+        return [store, ["PUBLISH", channel, message(for: revocation)]]
+    }
+}

@@ -1,0 +1,316 @@
+import Dispatch
+import PortcullisCore
+import PortcullisIO
+import PortcullisRedis
+
+/// Revocations shared by every gateway instance through Redis (key schema:
+/// `RedisRevocationSchema`, REDIS-SCHEMA.md).
+///
+/// - Reads: each loop's `RevocationView`, never Redis.
+/// - Coherence: a subscriber on `portcullis:revocations` (and keyspace
+///   notifications when enabled) applies every announced revocation to all views
+///   at once; a full `SCAN` resync runs after every (re)subscription, every
+///   `resyncInterval`, and on a `resync` message.
+/// - Writes: `revoke` applies locally first, then `SET … EXAT` + `PUBLISH` in one
+///   pipeline. If Redis is down the revocation stays enforced here, is queued, and
+///   is written when Redis returns (the completion reports `.unavailable`).
+/// - Degraded mode: when the subscription drops, views keep the last synchronized
+///   state for `policy.maxStaleness`, then answer by policy; on reconnect, a full
+///   resync restores `.ok` without recreating the store.
+///
+/// Threading: all mutable state lives on `ioLoop.queue` (the Redis client's and
+/// subscriber's loop); `health` is readable from anywhere through a lock.
+public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
+    // @unchecked Sendable: mutable state is confined to `ioLoop.queue`, except
+    // `healthState`, which is guarded by `healthLock`.
+    public let policy: RevocationPolicy
+    public let ioLoop: EventLoop
+    let replicas: ViewReplicas
+    let client: RedisClient
+    private(set) var subscriber: RedisSubscriber!
+    private let resyncInterval: Double
+    private let pruneInterval: Double
+    private let onEvent: (@Sendable (StoreEvent) -> Void)?
+
+    // On ioLoop.queue:
+    /// What this instance believes Redis holds (the last resync plus announcements since).
+    var table = RevocationTable()
+    private var subscribed = false
+    private var synchronized = false
+    private var resyncInProgress = false
+    private var resyncRequested = false
+    private var resyncGeneration = 0
+    /// Announcements received while a resync was scanning; re-applied over its snapshot.
+    private var deltasDuringResync: [Revocation] = []
+    /// Revocations accepted while Redis was unreachable, written when it returns.
+    private var pendingWrites: [Revocation] = []
+    private var timers: [DispatchSourceTimer] = []
+    private var degradedGeneration = 0
+    private var isShutdown = false
+
+    private let healthLock = Lock()
+    /// nil: synchronized. Otherwise wall-clock seconds since when it is not (or since start).
+    private var unsyncedSince: Double?
+    private var everSynchronized = false
+
+    /// - Parameters:
+    ///   - loops: the gateway's event loops; one view each.
+    ///   - ioLoop: where the Redis connections run; by default a dedicated loop, so
+    ///     resync parsing never delays request handling.
+    ///   - resyncInterval: seconds between full re-reads (catches keys written
+    ///     without a `PUBLISH`, and deletions).
+    ///   - onEvent: state changes, once each, on `ioLoop.queue`.
+    public init(configuration: RedisConfiguration, loops: [EventLoop], policy: RevocationPolicy = RevocationPolicy(),
+                resyncInterval: Double = 30, pruneInterval: Double = 60, ioLoop: EventLoop? = nil,
+                onEvent: (@Sendable (StoreEvent) -> Void)? = nil) {
+        self.policy = policy
+        self.resyncInterval = resyncInterval
+        self.pruneInterval = pruneInterval
+        self.onEvent = onEvent
+        let io = ioLoop ?? EventLoop(index: -1)
+        self.ioLoop = io
+        // Never synchronized yet: the policy applies until the first load.
+        replicas = ViewReplicas(loops: loops, policy: policy, staleAfter: -.infinity)
+        unsyncedSince = WallClock.nowSeconds()
+        client = RedisClient(configuration: configuration, loop: io)
+        let keyspacePattern = "__keyspace@\(configuration.database)__:\(RedisRevocationSchema.keyPrefix)*"
+        subscriber = RedisSubscriber(
+            configuration: configuration, loop: io,
+            channels: [RedisRevocationSchema.channel], patterns: [keyspacePattern],
+            onMessage: { [weak self] message in self?.received(message) },
+            onSubscribed: { [weak self] in self?.didSubscribe() },
+            onStateChange: { [weak self] state in self?.subscriberStateChanged(state) })
+    }
+
+    public func view(loopIndex: Int) -> RevocationView { replicas.view(loopIndex: loopIndex) }
+
+    public var health: StoreHealth {
+        healthLock.withLock {
+            guard let since = unsyncedSince else { return .ok }
+            guard everSynchronized else { return .unavailable }
+            let elapsed = WallClock.nowSeconds() - since
+            return elapsed >= policy.maxStaleness ? .unavailable : .degraded(sinceSeconds: elapsed)
+        }
+    }
+
+    public func start() {
+        client.start()
+        subscriber.start()
+        ioLoop.execute { [self] in
+            guard !isShutdown, timers.isEmpty else { return }
+            timers.append(repeating(every: resyncInterval) { [weak self] in self?.periodicResync() })
+            timers.append(repeating(every: pruneInterval) { [weak self] in self?.prune() })
+        }
+    }
+
+    public func shutdown() {
+        ioLoop.execute { [self] in
+            isShutdown = true
+            for t in timers { t.cancel() }
+            timers = []
+        }
+        subscriber.shutdown()
+        client.shutdown()
+    }
+
+    // MARK: Writes
+
+    public func revoke(_ revocation: Revocation, completion: @escaping @Sendable (Result<Void, StoreError>) -> Void) {
+        if let error = revocation.validate() { return completion(.failure(error)) }
+        let r = revocation.resolved(maxCredentialLifetime: policy.maxCredentialLifetime)
+        ioLoop.execute { [self] in
+            let now = Int64(WallClock.nowSeconds())
+            guard r.expiry(maxCredentialLifetime: policy.maxCredentialLifetime) > now else { return completion(.success(())) }
+            applyLocally(r)
+            write(r) { [self] error in
+                if let error {
+                    pendingWrites.append(r)
+                    completion(.failure(.unavailable("\(error); enforced by this instance, written to Redis when it returns")))
+                } else {
+                    completion(.success(()))
+                }
+            }
+        }
+    }
+
+    private func write(_ r: Revocation, done: @escaping @Sendable (RedisError?) -> Void) {
+        client.pipeline(RedisRevocationSchema.writeCommands(for: r)) { results in
+            // The SET decides; a failed PUBLISH is repaired by the periodic resync.
+            if case .failure(let e) = results[0] { done(e) } else { done(nil) }
+        }
+    }
+
+    private func flushPendingWrites() {
+        let writes = pendingWrites
+        pendingWrites = []
+        for r in writes {
+            write(r) { [self] error in if error != nil { pendingWrites.append(r) } }
+        }
+    }
+
+    public func revocations(subject: String, completion: @escaping @Sendable (Result<[Revocation], StoreError>) -> Void) {
+        ioLoop.execute { [self] in
+            if case .unavailable = health, everSynchronizedOnLoop {
+                return completion(.failure(.unavailable("Redis unreachable for longer than max staleness")))
+            }
+            completion(.success(table.revocations(subject: subject, now: Int64(WallClock.nowSeconds()))))
+        }
+    }
+
+    private var everSynchronizedOnLoop: Bool { healthLock.withLock { everSynchronized } }
+
+    // MARK: Announcements
+
+    private func received(_ message: RedisPubSubMessage) {
+        if let pattern = message.pattern, pattern.hasPrefix("__keyspace@") {
+            return keyspaceEvent(channel: message.channel, event: message.text)
+        }
+        switch RedisRevocationSchema.parse(message: message.text) {
+        case .revocation(let r)?: applyLocally(r)
+        case .resync?: resync()
+        case nil: break  // not ours; ignored
+        }
+    }
+
+    private func keyspaceEvent(channel: String, event: String) {
+        guard let colon = channel.firstIndex(of: ":") else { return }
+        let key = String(channel[channel.index(after: colon)...])
+        switch event {
+        case "set", "expire", "expireat", "pexpire", "pexpireat":
+            client.pipeline([["GET", key], ["EXPIRETIME", key]]) { [self] results in
+                guard let expireTime = (try? results[1].get())?.integer,
+                      let r = RedisRevocationSchema.revocation(key: key, value: (try? results[0].get())?.string,
+                                                                expireTime: expireTime) else { return }
+                applyLocally(r)
+            }
+        case "del", "unlink", "persist":
+            resync()
+        default:
+            break
+        }
+    }
+
+    private func applyLocally(_ r: Revocation) {
+        table.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
+        replicas.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
+        if resyncInProgress { deltasDuringResync.append(r) }
+    }
+
+    // MARK: Synchronization
+
+    private func didSubscribe() {
+        subscribed = true
+        flushPendingWrites()
+        resync()
+    }
+
+    private func subscriberStateChanged(_ state: RedisConnectionState) {
+        guard case .disconnected(let error) = state, !isShutdown else { return }
+        subscribed = false
+        guard synchronized else { return }
+        synchronized = false
+        let now = WallClock.nowSeconds()
+        healthLock.withLock { unsyncedSince = now }
+        replicas.setStaleAfter(now + policy.maxStaleness)
+        onEvent?(.degraded(reason: error.description))
+        degradedGeneration &+= 1
+        let generation = degradedGeneration
+        ioLoop.queue.asyncAfter(deadline: .now() + .nanoseconds(Int(policy.maxStaleness * 1e9))) { [weak self] in
+            guard let self, !self.synchronized, self.degradedGeneration == generation else { return }
+            self.onEvent?(.stale)
+        }
+    }
+
+    private func periodicResync() {
+        if subscribed { resync() }
+    }
+
+    /// Re-reads every revocation key with SCAN and replaces the views' tables.
+    func resync() {
+        guard subscribed, !isShutdown else { return }
+        if resyncInProgress { resyncRequested = true; return }
+        resyncInProgress = true
+        resyncRequested = false
+        deltasDuringResync = []
+        resyncGeneration &+= 1
+        scan(cursor: "0", into: RevocationTable(), generation: resyncGeneration)
+    }
+
+    private func scan(cursor: String, into snapshot: RevocationTable, generation: Int) {
+        client.send(["SCAN", cursor, "MATCH", RedisRevocationSchema.keyPrefix + "*", "COUNT", "1000"]) { [self] result in
+            guard generation == resyncGeneration else { return }
+            guard case .success(.array(let parts)) = result, parts.count == 2,
+                  let next = parts[0].string, let keys = parts[1].array?.compactMap(\.string) else {
+                return resyncFailed()
+            }
+            if keys.isEmpty { return scanned(next: next, snapshot: snapshot, generation: generation) }
+            var commands: [[String]] = []
+            commands.reserveCapacity(keys.count * 2)
+            for key in keys {
+                commands.append(["GET", key])
+                commands.append(["EXPIRETIME", key])
+            }
+            client.pipeline(commands) { [self] results in
+                guard generation == resyncGeneration else { return }
+                var snapshot = snapshot
+                for (i, key) in keys.enumerated() {
+                    guard case .success(let expiry) = results[2 * i + 1], let expireTime = expiry.integer else {
+                        return resyncFailed()
+                    }
+                    let value = (try? results[2 * i].get())?.string
+                    if let r = RedisRevocationSchema.revocation(key: key, value: value, expireTime: expireTime) {
+                        snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
+                    }
+                }
+                scanned(next: next, snapshot: snapshot, generation: generation)
+            }
+        }
+    }
+
+    private func scanned(next: String, snapshot: RevocationTable, generation: Int) {
+        if next != "0" { return scan(cursor: next, into: snapshot, generation: generation) }
+        var snapshot = snapshot
+        for r in deltasDuringResync { snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) }
+        deltasDuringResync = []
+        resyncInProgress = false
+        let now = Int64(WallClock.nowSeconds())
+        snapshot.prune(now: now)
+        table = snapshot
+        let wasSynchronized = synchronized
+        synchronized = subscribed
+        if synchronized {
+            replicas.install(snapshot, staleAfter: .infinity)
+            healthLock.withLock {
+                unsyncedSince = nil
+                everSynchronized = true
+            }
+            if !wasSynchronized { onEvent?(.synchronized(entries: snapshot.count)) }
+        }
+        if resyncRequested { resync() }
+    }
+
+    private func resyncFailed() {
+        resyncInProgress = false
+        deltasDuringResync = []
+        // The subscriber is up but commands failed (the client reconnects on its own): try again soon.
+        ioLoop.queue.asyncAfter(deadline: .now() + .milliseconds(200)) { [weak self] in
+            guard let self, self.subscribed else { return }
+            self.resync()
+        }
+    }
+
+    private func prune() {
+        let now = Int64(WallClock.nowSeconds())
+        table.prune(now: now)
+        replicas.prune(now: now)
+    }
+
+    private func repeating(every seconds: Double, _ body: @escaping @Sendable () -> Void) -> DispatchSourceTimer {
+        let timer = DispatchSource.makeTimerSource(queue: ioLoop.queue)
+        let ns = Int(seconds * 1e9)
+        timer.schedule(deadline: .now() + .nanoseconds(ns), repeating: .nanoseconds(ns), leeway: .milliseconds(50))
+        timer.setEventHandler(handler: body)
+        timer.resume()
+        return timer
+    }
+}
