@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PortcullisAuth
+import PortcullisRedis
 import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
@@ -171,7 +172,9 @@ public enum ConfigurationLoader {
         if var node = try top.optional("store") {
             if let n = try node.optional("redis") {
                 let url = try n.string()
-                guard url.hasPrefix("redis://") else { throw n.error("expected redis://[user][:password]@host:port/db") }
+                do { _ = try RedisConfiguration(url: url) } catch {
+                    throw n.error("expected redis://[user][:password]@host:port/db (\(error))")
+                }
                 store.redisURL = url
             }
             if var n = try node.optional("sentinel") {
@@ -181,7 +184,6 @@ public enum ConfigurationLoader {
                 if store.sentinelAddresses.isEmpty { throw addresses.error("needs at least one sentinel address") }
                 try n.finish()
             }
-            if let n = try node.optional("key_prefix") { store.keyPrefix = try n.string() }
             try node.finish()
         }
         if var node = try top.optional("revocation") {

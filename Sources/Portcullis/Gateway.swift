@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Logging
 import PortcullisAuth
+import PortcullisStore
 import PortcullisIO
 import PortcullisProxy
 
@@ -40,12 +41,30 @@ public enum Gateway {
             }
             accessLogFD = fd
         }
+        let store: any RevocationStore
+        do {
+            store = try StoreRevocations.makeStore(configuration.store, loops: group.loops, logger: logger)
+        } catch {
+            throw StartupError(description: "\(configuration.file): store: \(error)")
+        }
+        let revocations = StoreRevocations(store: store, loopCount: group.loops.count,
+                                           maxCredentialLifetime: 30 * 86_400)
+        store.start()
+        var actions = AdminActions()
+        actions.revoke = { request, completion in revocations.revoke(request, completion: completion) }
+        actions.listRevocations = { subject, completion in revocations.list(subject: subject, completion: completion) }
+        actions.notReadyReason = {
+            if case .unavailable = store.health, configuration.store.denyWhenUnavailable {
+                return "revocation store unavailable"
+            }
+            return nil
+        }
         let authenticator: any RequestAuthenticator
         if configuration.providers.isEmpty {
             authenticator = NoProvidersAuthenticator(realm: configuration.proxy.realm)
         } else {
             let verifier = try makeVerifier(configuration)
-            authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration, revocations: nil,
+            authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration, revocations: revocations,
                                               keys: nil, observer: nil, logger: logger)
         }
         let server = ProxyServer(group: group, configuration: configuration.proxy, authenticator: authenticator,
@@ -61,7 +80,7 @@ public enum Gateway {
         for listen in configuration.listen { try bind(listen.address, .gateway, "listen") }
         var admin: AdminHandler?
         if let adminConfiguration = configuration.admin {
-            let handler = AdminHandler(token: adminConfiguration.token)
+            let handler = AdminHandler(token: adminConfiguration.token, actions: actions)
             admin = handler
             try bind(adminConfiguration.address, .local(handler), "admin")
         }

@@ -56,8 +56,6 @@ public struct StoreSettings: Sendable {
     public var redisURL: String?
     public var sentinelMaster: String?
     public var sentinelAddresses: [SocketAddress] = []
-    /// Prefix of every Redis key the gateway writes.
-    public var keyPrefix = "portcullis:"
     /// How long the last synchronized revocation view is trusted while Redis is unreachable.
     public var maxStaleness: Double = 30
     /// After `maxStaleness`: true → 503 for authenticated requests, false → allow.

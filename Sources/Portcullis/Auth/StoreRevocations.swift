@@ -1,0 +1,118 @@
+import Foundation
+import Logging
+import PortcullisAuth
+import PortcullisIO
+import PortcullisRedis
+import PortcullisStore
+
+/// The revocation check and logout revocation over a `RevocationStore`
+/// (embedded by default, Redis when `store.redis` or `store.sentinel` is set).
+///
+/// What a credential is known by: its `jti`; else its `sid` (a session or
+/// device); else the hex SHA-256 prefix of the credential itself
+/// (`VerifiedIdentity.credentialHash`), so a Google or Apple ID token, which
+/// carries no `jti`, can still be revoked. "Sign out everywhere" revokes the
+/// subject: the user id the gateway injects (`X-User-Id`'s value).
+public final class StoreRevocations: RevocationChecking {
+    public let store: any RevocationStore
+    private let views: [RevocationView]
+    let maxCredentialLifetime: Int64
+
+    public init(store: any RevocationStore, loopCount: Int, maxCredentialLifetime: Int64) {
+        self.store = store
+        self.views = (0..<loopCount).map { store.view(loopIndex: $0) }
+        self.maxCredentialLifetime = maxCredentialLifetime
+    }
+
+    public func check(loopIndex: Int, identity: VerifiedIdentity, userID: String, now: Int64) -> RevocationDecision {
+        let verdict = views[loopIndex].check(tokenID: identity.tokenID ?? identity.credentialHash, sessionID: identity.sessionID,
+                                             subject: userID, issuedAt: identity.issuedAt.map { Int64($0) }, now: now)
+        switch verdict {
+        case .allowed: return .allowed
+        case .revoked: return .revoked
+        case .unavailable: return .unavailable
+        }
+    }
+
+    public func revokePresented(identity: VerifiedIdentity, userID: String, completion: @escaping @Sendable (Bool) -> Void) {
+        let until = Int64(identity.expiresAt.rounded(.up)) + 300
+        let revocation: Revocation
+        if let jti = identity.tokenID {
+            revocation = .token(id: jti, until: until)
+        } else if let sid = identity.sessionID {
+            revocation = .session(id: sid, until: until)
+        } else if let hash = identity.credentialHash {
+            revocation = .token(id: hash, until: until)
+        } else {
+            completion(false)
+            return
+        }
+        store.revoke(revocation) { result in
+            if case .success = result { completion(true) } else { completion(false) }
+        }
+    }
+
+    // MARK: Admin
+
+    func revoke(_ request: AdminRevocation, completion: @escaping @Sendable (Result<Void, AdminError>) -> Void) {
+        let now = Int64(Date().timeIntervalSince1970)
+        let revocation: Revocation
+        switch request {
+        case .token(let id, let until): revocation = .token(id: id, until: until ?? now + maxCredentialLifetime)
+        case .session(let id, let until): revocation = .session(id: id, until: until ?? now + maxCredentialLifetime)
+        case .subject(let subject, let before): revocation = .subject(subject, before: before, until: nil)
+        }
+        store.revoke(revocation) { result in
+            switch result {
+            case .success: completion(.success(()))
+            case .failure(.invalid(let why)): completion(.failure(AdminError(status: 400, message: why)))
+            case .failure(let error): completion(.failure(AdminError(status: 503, message: error.description)))
+            }
+        }
+    }
+
+    func list(subject: String, completion: @escaping @Sendable (Result<String, AdminError>) -> Void) {
+        store.revocations(subject: subject) { result in
+            switch result {
+            case .success(let list):
+                let items = list.map { revocation -> String in
+                    switch revocation {
+                    case .token(let id, let until): return "{\"jti\":\(JSONText.quoted(id)),\"until\":\(until)}"
+                    case .session(let id, let until): return "{\"session\":\(JSONText.quoted(id)),\"until\":\(until)}"
+                    case .subject(let s, let before, let until):
+                        return "{\"subject\":\(JSONText.quoted(s)),\"before\":\(before)\(until.map { ",\"until\":\($0)" } ?? "")}"
+                    }
+                }
+                completion(.success("{\"subject\":\(JSONText.quoted(subject)),\"revocations\":[\(items.joined(separator: ","))]}\n"))
+            case .failure(let error):
+                completion(.failure(AdminError(status: 503, message: error.description)))
+            }
+        }
+    }
+
+    /// The configured store: Redis (standalone or through Sentinel) or embedded.
+    static func makeStore(_ settings: StoreSettings, loops: [EventLoop], logger: Logger) throws -> any RevocationStore {
+        let policy = RevocationPolicy(maxStaleness: settings.maxStaleness, denyWhenUnavailable: settings.denyWhenUnavailable)
+        guard settings.usesRedis else { return EmbeddedRevocationStore(loops: loops, policy: policy) }
+        var configuration: RedisConfiguration
+        if let url = settings.redisURL {
+            configuration = try RedisConfiguration(url: url)
+        } else {
+            configuration = RedisConfiguration(topology: .standalone(try SocketAddress(parsing: "127.0.0.1:6379")))
+        }
+        if let master = settings.sentinelMaster {
+            configuration.topology = .sentinel(masterName: master, sentinels: settings.sentinelAddresses)
+        }
+        let target = settings.redisURL.map(RedisConfiguration.redacted) ?? "sentinel \(settings.sentinelMaster ?? "")"
+        return RedisRevocationStore(configuration: configuration, loops: loops, policy: policy) { event in
+            switch event {
+            case .synchronized(let entries):
+                logger.info("revocation store synchronized", metadata: ["redis": "\(target)", "entries": "\(entries)"])
+            case .degraded(let reason):
+                logger.warning("revocation store degraded: serving the last synchronized view", metadata: ["redis": "\(target)", "reason": "\(reason)"])
+            case .stale:
+                logger.error("revocation view is stale beyond revocation.max_staleness; on_unavailable applies", metadata: ["redis": "\(target)"])
+            }
+        }
+    }
+}
