@@ -200,7 +200,6 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
 
     private func didSubscribe() {
         subscribed = true
-        flushPendingWrites()
         resync()
     }
 
@@ -232,6 +231,8 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         resyncInProgress = true
         resyncRequested = false
         deltasDuringResync = []
+        // Written first: on the same connection, Redis applies them before the SCAN sees their keys.
+        flushPendingWrites()
         resyncGeneration &+= 1
         scan(cursor: "0", into: RevocationTable(), generation: resyncGeneration)
     }
@@ -271,6 +272,8 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         if next != "0" { return scan(cursor: next, into: snapshot, generation: generation) }
         var snapshot = snapshot
         for r in deltasDuringResync { snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) }
+        // Not in Redis yet, but already enforced here: keep enforcing them.
+        for r in pendingWrites { snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) }
         deltasDuringResync = []
         resyncInProgress = false
         let now = Int64(WallClock.nowSeconds())

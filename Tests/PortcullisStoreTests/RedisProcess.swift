@@ -1,0 +1,168 @@
+// A copy of Tests/PortcullisRedisTests/RedisProcess.swift (test targets cannot share sources).
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Real `redis-server` / sentinel processes on free 127.0.0.1 ports, started with
+/// posix_spawn (Foundation.Process has hung on Linux when many children come and
+/// go). Nothing here listens on or contacts any other address.
+final class RedisProcess: @unchecked Sendable {
+    // @unchecked Sendable: used from one test at a time (suites are serialized).
+    let port: UInt16
+    let directory: String
+    private let arguments: [String]
+    private(set) var pid: pid_t = 0
+
+    /// A plain server: `redis-server --port N --save "" --appendonly no` plus `extra`.
+    init(extra: [String] = []) throws {
+        port = RedisProcess.freePort()
+        directory = RedisProcess.makeDirectory()
+        arguments = ["/usr/bin/redis-server", "--port", "\(port)", "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no", "--dir", directory, "--protected-mode", "no"] + extra
+        try launch()
+    }
+
+    /// A sentinel watching `masterPort` as `name`, with a short down-after.
+    init(sentinelFor name: String, masterPort: UInt16, downAfterMilliseconds: Int = 1000) throws {
+        port = RedisProcess.freePort()
+        directory = RedisProcess.makeDirectory()
+        let config = """
+        port \(port)
+        bind 127.0.0.1
+        dir \(directory)
+        sentinel monitor \(name) 127.0.0.1 \(masterPort) 1
+        sentinel down-after-milliseconds \(name) \(downAfterMilliseconds)
+        sentinel failover-timeout \(name) 4000
+        sentinel parallel-syncs \(name) 1
+        """
+        let path = directory + "/sentinel.conf"
+        try config.write(toFile: path, atomically: true, encoding: .utf8)
+        arguments = ["/usr/bin/redis-server", path, "--sentinel"]
+        try launch()
+    }
+
+    deinit { stop() }
+
+    func launch() throws {
+        pid = try RedisProcess.spawn(arguments, stdout: directory + "/out.log")
+        guard RedisProcess.waitForPort(port, timeout: 10) else {
+            throw RedisTestFailure("redis on \(port) did not start: \(log)")
+        }
+    }
+
+    /// SIGKILL and reap.
+    func stop() {
+        guard pid > 0 else { return }
+        kill(pid, SIGKILL)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        pid = 0
+    }
+
+    /// Same port, same arguments.
+    func restart() throws {
+        stop()
+        try launch()
+    }
+
+    var log: String { (try? String(contentsOfFile: directory + "/out.log", encoding: .utf8)) ?? "" }
+
+    /// Runs `redis-cli -p <port> args…` and returns its stdout (trimmed).
+    @discardableResult
+    func cli(_ args: [String]) -> String {
+        RedisProcess.capture(["/usr/bin/redis-cli", "-h", "127.0.0.1", "-p", "\(port)"] + args)
+    }
+
+    // MARK: Helpers
+
+    static func freePort() -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        return UInt16(bigEndian: addr.sin_port)
+    }
+
+    static func waitForPort(_ port: UInt16, timeout: Double) -> Bool {
+        let end = Date().addingTimeInterval(timeout)
+        while Date() < end {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+            addr.sin_port = port.bigEndian
+            let rc = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            close(fd)
+            if rc == 0 { return true }
+            usleep(20_000)
+        }
+        return false
+    }
+
+    static func makeDirectory() -> String {
+        var template = Array((NSTemporaryDirectory() + "/portcullis-redis-XXXXXX").utf8CString)
+        return template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
+    }
+
+    static func spawn(_ argv: [String], stdout path: String?) throws -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        if let path {
+            posix_spawn_file_actions_addopen(&actions, 1, path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+            posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        }
+        var cArgs = argv.map { strdup($0) } + [nil]
+        defer { for p in cArgs { free(p) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, argv[0], &actions, nil, &cArgs, environ)
+        guard rc == 0 else { throw RedisTestFailure("posix_spawn \(argv[0]): \(rc)") }
+        return pid
+    }
+
+    /// Runs a short command to completion (bounded: killed after `timeout`), returns stdout.
+    static func capture(_ argv: [String], timeout: Double = 10) -> String {
+        let path = makeDirectory() + "/capture.out"
+        guard let pid = try? spawn(argv, stdout: path) else { return "" }
+        let end = Date().addingTimeInterval(timeout)
+        var status: Int32 = 0
+        while waitpid(pid, &status, WNOHANG) == 0 {
+            if Date() > end { kill(pid, SIGKILL); waitpid(pid, &status, 0); break }
+            usleep(5_000)
+        }
+        let out = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        return out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+struct RedisTestFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Polls `condition` every 10 ms until it holds or `timeout` seconds pass.
+func waitUntil(_ timeout: Double, _ condition: () -> Bool) -> Bool {
+    let end = Date().addingTimeInterval(timeout)
+    while Date() < end {
+        if condition() { return true }
+        usleep(10_000)
+    }
+    return condition()
+}
+
+/// A value written by callbacks on loop queues and read by the test thread.
+final class Locked<Value>: @unchecked Sendable {
+    // @unchecked Sendable: every access holds `lock`.
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func get() -> Value { lock.lock(); defer { lock.unlock() }; return value }
+    func update(_ body: (inout Value) -> Void) { lock.lock(); body(&value); lock.unlock() }
+}
