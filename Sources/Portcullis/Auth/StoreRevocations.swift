@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PortcullisAuth
 import PortcullisIO
+import PortcullisProxy
 import PortcullisRedis
 import PortcullisStore
 
