@@ -41,6 +41,11 @@ var package = Package(
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // Signing keys: outbound GET client, key fetch / refresh / shared cache.
+        .target(name: "PortcullisKeys", dependencies: [
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Configuration, wiring, admin endpoints, lifecycle.
         .target(name: "Portcullis", dependencies: [
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth",
@@ -58,6 +63,8 @@ var package = Package(
                     resources: [.copy("Fixtures")]),
         .testTarget(name: "PortcullisProxyTests", dependencies: ["PortcullisProxy", "Portcullis"]),
         .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis"]),
+        .testTarget(name: "PortcullisKeysTests", dependencies: ["PortcullisKeys", "PortcullisAuth", "PortcullisIO"],
+                    resources: [.copy("Fixtures")]),
     ]
 )
 

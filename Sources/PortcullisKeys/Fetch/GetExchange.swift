@@ -1,0 +1,285 @@
+import PortcullisCore
+import PortcullisHTTP
+import PortcullisIO
+
+/// One GET, from connect to the last body byte, as a state machine on one
+/// event loop. Nothing here blocks: connect, write and read are driven by the
+/// socket's Dispatch sources, timeouts by the loop's deadline ticker, and name
+/// resolution (when needed) runs on the resolver's own queue.
+///
+/// Lifetime: the socket's handlers, the loop's deadline table and a pending
+/// resolution hold the exchange; `finish` clears all three, so it is freed
+/// once the completion has run.
+final class GetExchange: DeadlineTarget, @unchecked Sendable {
+    // @unchecked Sendable: every member is touched only on `loop.queue`; the
+    // only cross-queue hop (resolution) re-enters through `loop.execute`.
+
+    private enum Phase { case resolving, connecting, writing, reading, finished }
+
+    private let url: FetchURL
+    private let options: HTTPFetchOptions
+    private let loop: EventLoop
+    private var completion: ((Result<HTTPFetchResponse, HTTPFetchError>) -> Void)?
+
+    private var phase = Phase.resolving
+    private var addresses: [SocketAddress] = []
+    private var addressIndex = 0
+    private var lastConnectError: HTTPFetchError?
+    private var socket: StreamSocket?
+    private var outbound = ByteBuffer()
+
+    private var inbound: [UInt8] = []
+    private var headParser = ResponseHeadParser()
+    private var status = 0
+    private var headers: [(name: String, value: String)] = []
+    private var framing: BodyFraming?
+    private var remaining = 0
+    private var chunked: ChunkedDecoder
+    private var body: [UInt8] = []
+
+    private var totalDeadline: UInt64 = 0
+    private var connectDeadline: UInt64 = 0
+    var deadline: UInt64 { connectDeadline == 0 ? totalDeadline : min(connectDeadline, totalDeadline) }
+
+    init(url: FetchURL, options: HTTPFetchOptions, loop: EventLoop,
+         completion: @escaping (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
+        self.url = url
+        self.options = options
+        self.loop = loop
+        self.completion = completion
+        self.chunked = ChunkedDecoder(limits: HTTPLimits(maxBodyBytes: options.maxBodyBytes))
+    }
+
+    /// On `loop.queue`.
+    func start() {
+        loop.assertInLoop()
+        totalDeadline = loop.now() &+ Self.nanoseconds(options.totalTimeout)
+        loop.watchDeadline(self)
+        if let literal = HostResolver.literal(url.host, port: url.port) {
+            addresses = literal
+            connectNext()
+            return
+        }
+        HostResolver.resolve(url.host, port: url.port) { [self] result in
+            loop.execute { [self] in
+                guard phase == .resolving else { return }  // timed out meanwhile
+                switch result {
+                case .success(let found): addresses = found; connectNext()
+                case .failure(let error): finish(.failure(error))
+                }
+            }
+        }
+    }
+
+    // MARK: Connect
+
+    private func connectNext() {
+        guard addressIndex < addresses.count else {
+            finish(.failure(lastConnectError ?? .connectFailed(address: url.hostHeader, reason: "no address")))
+            return
+        }
+        let address = addresses[addressIndex]
+        addressIndex += 1
+        phase = .connecting
+        switch Connector.start(to: address, on: loop) {
+        case .connected(let socket):
+            self.socket = socket
+            connected()
+        case .inProgress(let socket):
+            self.socket = socket
+            connectDeadline = loop.now() &+ Self.nanoseconds(options.connectTimeout)
+            socket.waitUntilWritable { [self] in connectWritable(address) }
+        case .failed(let error):
+            lastConnectError = .connectFailed(address: address.description, reason: error.description)
+            connectNext()
+        }
+    }
+
+    private func connectWritable(_ address: SocketAddress) {
+        guard phase == .connecting, let socket else { return }
+        socket.stopWaitingForWritable()
+        if let error = Connector.finishConnect(socket) {
+            socket.close()
+            self.socket = nil
+            connectDeadline = 0
+            lastConnectError = .connectFailed(address: address.description, reason: error.description)
+            connectNext()
+            return
+        }
+        connected()
+    }
+
+    private func connected() {
+        connectDeadline = 0
+        phase = .writing
+        outbound.append("GET ")
+        outbound.append(url.pathAndQuery)
+        outbound.append(" HTTP/1.1\r\nHost: ")
+        outbound.append(url.hostHeader)
+        outbound.append("\r\nUser-Agent: ")
+        outbound.append(options.userAgent)
+        outbound.append("\r\nAccept: application/json, */*;q=0.5\r\nConnection: close\r\n\r\n")
+        flushRequest()
+    }
+
+    private func flushRequest() {
+        guard phase == .writing, let socket else { return }
+        switch socket.flush(&outbound) {
+        case .drained:
+            phase = .reading
+            socket.startReading { [self] in readable() }
+        case .pending:
+            socket.waitUntilWritable { [self] in flushRequest() }
+        case .failed:
+            finish(.failure(.connectionLost(url: url.description, reason: "write failed")))
+        }
+    }
+
+    // MARK: Read
+
+    private func readable() {
+        guard phase == .reading, let socket else { return }
+        let scratch = loop.readScratch
+        while phase == .reading {
+            switch socket.read(into: scratch) {
+            case .bytes(let n):
+                received(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+            case .wouldBlock:
+                return
+            case .endOfFile:
+                endOfInput()
+                return
+            case .failed(let code):
+                finish(.failure(.connectionLost(url: url.description, reason: IOError("read", errno: code).description)))
+                return
+            }
+        }
+    }
+
+    private func received(_ bytes: UnsafeRawBufferPointer) {
+        guard framing == nil else { receivedBody(bytes); return }
+        inbound.append(contentsOf: bytes)
+        while framing == nil {
+            var head = ResponseHead()
+            let parsed = inbound.withUnsafeBytes { headParser.parse($0, requestMethod: .get, into: &head) }
+            switch parsed {
+            case .incomplete:
+                return
+            case .failure(let error):
+                finish(.failure(.malformedResponse(url: url.description, reason: error.reason)))
+                return
+            case .complete:
+                let rest = Array(inbound[head.headLength...])
+                if head.status < 200 {  // 1xx: an interim head, the real one follows
+                    inbound = rest
+                    headParser.reset()
+                    continue
+                }
+                status = head.status
+                headers = inbound.withUnsafeBytes { p in
+                    head.fields.map { (Self.text(p, $0.name), Self.text(p, $0.value)) }
+                }
+                inbound = []
+                framing = head.framing
+                switch head.framing {
+                case .none:
+                    finish(.success(response))
+                    return
+                case .contentLength(let length):
+                    guard length <= options.maxBodyBytes else {
+                        finish(.failure(.bodyTooLarge(url: url.description, limit: options.maxBodyBytes)))
+                        return
+                    }
+                    remaining = length
+                    body.reserveCapacity(length)
+                    if length == 0 { finish(.success(response)); return }
+                case .chunked, .untilClose:
+                    break
+                }
+                if !rest.isEmpty { rest.withUnsafeBytes { receivedBody($0) } }
+            }
+        }
+    }
+
+    private func receivedBody(_ bytes: UnsafeRawBufferPointer) {
+        guard phase == .reading, let framing else { return }
+        switch framing {
+        case .none:
+            return
+        case .contentLength:
+            let take = min(remaining, bytes.count)
+            body.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[0..<take]))
+            remaining -= take
+            if remaining == 0 { finish(.success(response)) }
+        case .chunked:
+            var consumed = 0
+            switch chunked.decode(bytes, consumed: &consumed, onData: { body.append(contentsOf: $0) }) {
+            case .needMore:
+                return
+            case .done:
+                finish(.success(response))
+            case .failure(let error) where error.status == 413:
+                finish(.failure(.bodyTooLarge(url: url.description, limit: options.maxBodyBytes)))
+            case .failure(let error):
+                finish(.failure(.malformedResponse(url: url.description, reason: error.reason)))
+            }
+        case .untilClose:
+            guard body.count + bytes.count <= options.maxBodyBytes else {
+                finish(.failure(.bodyTooLarge(url: url.description, limit: options.maxBodyBytes)))
+                return
+            }
+            body.append(contentsOf: bytes)
+        }
+    }
+
+    private func endOfInput() {
+        switch framing {
+        case .untilClose?:
+            finish(.success(response))
+        case nil:
+            finish(.failure(.connectionLost(url: url.description, reason: "closed before the response head was complete")))
+        default:
+            finish(.failure(.connectionLost(url: url.description, reason: "closed before the body was complete")))
+        }
+    }
+
+    // MARK: End
+
+    private var response: HTTPFetchResponse { HTTPFetchResponse(status: status, headers: headers, body: body) }
+
+    func deadlineExpired(now: UInt64) {
+        guard phase != .finished else { return }
+        let connectExpired = phase == .connecting && connectDeadline != 0 && connectDeadline <= now
+        let address = addresses.isEmpty ? url.hostHeader : addresses[addressIndex - 1].description
+        if now >= totalDeadline {
+            finish(.failure(connectExpired ? .connectTimedOut(address: address, seconds: options.connectTimeout)
+                                           : .timedOut(url: url.description, seconds: options.totalTimeout)))
+            return
+        }
+        guard connectExpired else { return }
+        // Only this address's connect ran out: try the next one, if any.
+        socket?.close()
+        socket = nil
+        connectDeadline = 0
+        lastConnectError = .connectTimedOut(address: address, seconds: options.connectTimeout)
+        connectNext()
+    }
+
+    private func finish(_ result: Result<HTTPFetchResponse, HTTPFetchError>) {
+        guard phase != .finished else { return }
+        phase = .finished
+        loop.unwatchDeadline(self)
+        socket?.close()
+        socket = nil
+        inbound = []
+        let completion = self.completion
+        self.completion = nil
+        completion?(result)
+    }
+
+    private static func text(_ p: UnsafeRawBufferPointer, _ range: Range<Int>) -> String {
+        String(decoding: UnsafeRawBufferPointer(rebasing: p[range]), as: UTF8.self)
+    }
+
+    private static func nanoseconds(_ seconds: Double) -> UInt64 { UInt64(max(0, seconds) * 1e9) }
+}
