@@ -134,6 +134,7 @@ extension KeyManager {
     func resolve(_ state: ProviderKeyState, _ outcome: RefetchOutcome) {
         let waiters = state.waiters ?? []
         state.waiters = nil
+        ensureNextFetchPlanned(state)
         for waiter in waiters { waiter(outcome) }
     }
 

@@ -15,6 +15,19 @@ extension KeyManager {
         rearmTimer(state)
     }
 
+    /// After an operation that did not plan what comes next (a wait on
+    /// another instance that saw nothing new), plans the regular refresh, or a
+    /// retry when there are no keys.
+    func ensureNextFetchPlanned(_ state: ProviderKeyState) {
+        guard state.nextFetchAt == nil, state.remote != nil, !stopped else { return }
+        if state.document != nil {
+            scheduleRefresh(state)
+        } else {
+            state.nextFetchAt = WallClock.nowSeconds() + retryDelay(failures: max(1, state.consecutiveFailures))
+            rearmTimer(state)
+        }
+    }
+
     /// 1, 2, 4, ... × `retryInitialDelay`, capped, plus up to 20 % jitter.
     func retryDelay(failures: Int) -> Double {
         let base = configuration.retryInitialDelay * Double(1 << min(max(failures - 1, 0), 20))
@@ -51,9 +64,10 @@ extension KeyManager {
         state.timer?.cancel()
         state.timer = nil
         updateHealth(state)
-        if let next = state.nextFetchAt, next <= WallClock.nowSeconds() + 0.005, state.waiters == nil {
+        if let next = state.nextFetchAt, next <= WallClock.nowSeconds() + 0.005 {
             state.nextFetchAt = nil
-            refreshDue(state)
+            // With a fetch already in flight, its completion plans the next one.
+            if state.waiters == nil { refreshDue(state) }
         }
         rearmTimer(state)
     }
