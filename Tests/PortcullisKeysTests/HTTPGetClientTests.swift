@@ -78,13 +78,43 @@ extension PortcullisKeysTests {
             #expect(address == "127.0.0.1:\(port)")
         }
 
-        @Test func httpsFailsWithATypedErrorBeforeConnecting() async {
-            let result = await get("https://127.0.0.1:1/keys")
-            guard case .failure(let error) = result, case .tlsUnsupported = error else {
-                Issue.record("expected tlsUnsupported, got \(result)")
+        @Test func httpsVerifiesTheKeyHostAgainstTheGivenCA() async throws {
+            let server = try KeyServer(keys: ["rsa-a": "RS256"], tlsNames: "IP:127.0.0.1,DNS:localhost")
+            defer { server.stop() }
+            let options = HTTPFetchOptions(connectTimeout: 2, totalTimeout: 5, caFile: server.caFile)
+            let plain = try await get(server.url, options: options).get()
+            #expect(plain.status == 200 && plain.body.count > 300)
+            // By name: SNI plus a DNS-name check.
+            let byName = try await get("https://localhost:\(server.port)/keys", options: options).get()
+            #expect(byName.body == plain.body)
+            try server.setState(["framing": "chunked"])
+            #expect(try await get(server.url, options: options).get().body == plain.body)
+        }
+
+        @Test func httpsRefusesAnUntrustedCertificate() async throws {
+            let server = try KeyServer(keys: ["rsa-a": "RS256"], tlsNames: "IP:127.0.0.1")
+            defer { server.stop() }
+            // The system store does not hold the throwaway CA.
+            let result = await get(server.url, options: HTTPFetchOptions(connectTimeout: 2, totalTimeout: 5))
+            guard case .failure(.tlsFailed(_, let reason)) = result else {
+                Issue.record("expected tlsFailed, got \(result)")
                 return
             }
-            #expect(error.description.contains("TLS"))
+            #expect(reason.contains("certificate verification failed"), "\(reason)")
+        }
+
+        @Test func httpsRefusesACertificateForAnotherName() async throws {
+            let server = try KeyServer(keys: ["rsa-a": "RS256"], tlsNames: "DNS:keys.elsewhere.test")
+            defer { server.stop() }
+            let options = HTTPFetchOptions(connectTimeout: 2, totalTimeout: 5, caFile: server.caFile)
+            for url in [server.url, "https://localhost:\(server.port)/keys"] {
+                let result = await get(url, options: options)
+                guard case .failure(.tlsFailed(_, let reason)) = result else {
+                    Issue.record("\(url): expected tlsFailed, got \(result)")
+                    continue
+                }
+                #expect(reason.contains("mismatch"), "\(reason)")
+            }
         }
 
         @Test func urlsAreParsedStrictly() throws {

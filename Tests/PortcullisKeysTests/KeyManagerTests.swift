@@ -135,6 +135,19 @@ extension PortcullisKeysTests {
             #expect(inline.providerStatus.origin == .inline && inline.providerStatus.source == "inline")
         }
 
+        @Test func keysAreFetchedOverHTTPS() async throws {
+            let server = try KeyServer(keys: ["ec-a": "ES256"], tlsNames: "IP:127.0.0.1")
+            defer { server.stop() }
+            let verifier = try TestIssuer.verifier()
+            var configuration = KeyManagerConfiguration()
+            configuration.fetch.caFile = server.caFile
+            let manager = try KeyManager.make(server: server, verifier: verifier, configuration: configuration)
+            defer { manager.shutdown() }
+            await manager.started()
+            #expect(manager.providerStatus.source.hasPrefix("https://"))
+            #expect(verifier.check(try server.token(kid: "ec-a")).identity != nil)
+        }
+
         @Test func defaultSourcesFollowTheRuleBook() throws {
             #expect(try KeySource.forProvider("g", kind: .google) == .url("https://www.googleapis.com/oauth2/v3/certs", format: .jwks))
             #expect(try KeySource.forProvider("a", kind: .apple) == .url("https://appleid.apple.com/auth/keys", format: .jwks))

@@ -14,7 +14,10 @@ final class KeyServer: @unchecked Sendable {
     private let process: Process
     private let stdin: Pipe
 
-    init(keys: [String: String] = ["rsa-a": "RS256", "rsa-b": "RS256", "ec-a": "ES256"]) throws {
+    let scheme: String
+
+    init(keys: [String: String] = ["rsa-a": "RS256", "rsa-b": "RS256", "ec-a": "ES256"], tlsNames: String? = nil) throws {
+        scheme = tlsNames == nil ? "http" : "https"
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("keyserver-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let script = Bundle.module.url(forResource: "Fixtures/key_server", withExtension: "py")
@@ -23,6 +26,7 @@ final class KeyServer: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         process.arguments = [script.path, "--dir", directory.path,
                              "--keys", keys.sorted { $0.key < $1.key }.map { "\($0.key):\($0.value)" }.joined(separator: ",")]
+            + (tlsNames.map { ["--tls", "--tls-san", $0] } ?? [])
         stdin = Pipe()
         process.standardInput = stdin
         try process.run()
@@ -37,7 +41,10 @@ final class KeyServer: @unchecked Sendable {
         self.port = port
     }
 
-    var url: String { "http://127.0.0.1:\(port)/keys" }
+    var url: String { "\(scheme)://127.0.0.1:\(port)/keys" }
+
+    /// The throwaway CA that signed the HTTPS certificate.
+    var caFile: String { directory.appendingPathComponent("ca.pem").path }
 
     /// Replaces state.json (see key_server.py for the members).
     func setState(_ state: [String: Any]) throws {
@@ -56,7 +63,8 @@ final class KeyServer: @unchecked Sendable {
 
     /// Key requests served so far.
     func count(reset: Bool = false) async throws -> Int {
-        let response = try await get("http://127.0.0.1:\(port)/__count\(reset ? "?reset=1" : "")").get()
+        let response = try await get("\(scheme)://127.0.0.1:\(port)/__count\(reset ? "?reset=1" : "")",
+                                     options: HTTPFetchOptions(connectTimeout: 2, totalTimeout: 5, caFile: caFile)).get()
         let object = try JSONSerialization.jsonObject(with: Data(response.body)) as! [String: Any]
         return object["total"] as! Int
     }

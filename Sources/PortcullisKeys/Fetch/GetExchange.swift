@@ -14,7 +14,7 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     // @unchecked Sendable: every member is touched only on `loop.queue`; the
     // only cross-queue hop (resolution) re-enters through `loop.execute`.
 
-    private enum Phase { case resolving, connecting, writing, reading, finished }
+    private enum Phase { case resolving, connecting, handshaking, reading, finished }
 
     private let url: FetchURL
     private let options: HTTPFetchOptions
@@ -27,6 +27,10 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     private var lastConnectError: HTTPFetchError?
     private var socket: StreamSocket?
     private var outbound = ByteBuffer()
+    private let tlsContext: TLSClientContext?
+    private var tls: TLSClientSession?
+    /// Decrypted bytes land here (TLS only; freed in deinit).
+    private var plaintext = UnsafeMutableRawBufferPointer(start: nil, count: 0)
 
     private var inbound: [UInt8] = []
     private var headParser = ResponseHeadParser()
@@ -41,14 +45,17 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     private var connectDeadline: UInt64 = 0
     var deadline: UInt64 { connectDeadline == 0 ? totalDeadline : min(connectDeadline, totalDeadline) }
 
-    init(url: FetchURL, options: HTTPFetchOptions, loop: EventLoop,
+    init(url: FetchURL, options: HTTPFetchOptions, loop: EventLoop, tls: TLSClientContext?,
          completion: @escaping (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
         self.url = url
+        self.tlsContext = tls
         self.options = options
         self.loop = loop
         self.completion = completion
         self.chunked = ChunkedDecoder(limits: HTTPLimits(maxBodyBytes: options.maxBodyBytes))
     }
+
+    deinit { if plaintext.count > 0 { plaintext.deallocate() } }
 
     /// On `loop.queue`.
     func start() {
@@ -111,25 +118,68 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
 
     private func connected() {
         connectDeadline = 0
-        phase = .writing
-        outbound.append("GET ")
-        outbound.append(url.pathAndQuery)
-        outbound.append(" HTTP/1.1\r\nHost: ")
-        outbound.append(url.hostHeader)
-        outbound.append("\r\nUser-Agent: ")
-        outbound.append(options.userAgent)
-        outbound.append("\r\nAccept: application/json, */*;q=0.5\r\nConnection: close\r\n\r\n")
-        flushRequest()
+        guard let socket else { return }
+        var request = ByteBuffer()
+        request.append("GET ")
+        request.append(url.pathAndQuery)
+        request.append(" HTTP/1.1\r\nHost: ")
+        request.append(url.hostHeader)
+        request.append("\r\nUser-Agent: ")
+        request.append(options.userAgent)
+        request.append("\r\nAccept: application/json, */*;q=0.5\r\nConnection: close\r\n\r\n")
+        let requestBytes = Array(request.readable)
+        if let tlsContext {
+            do {
+                tls = try TLSClientSession(context: tlsContext, host: url.host, isIPLiteral: url.hostIsIPLiteral)
+            } catch {
+                finish(.failure(.tlsFailed(url: url.description, reason: "\(error)")))
+                return
+            }
+            pendingRequest = requestBytes
+            phase = .handshaking
+            socket.startReading { [self] in readable() }
+            continueHandshake()
+        } else {
+            phase = .reading
+            outbound.append(requestBytes)
+            socket.startReading { [self] in readable() }
+            flushOutbound()
+        }
     }
 
-    private func flushRequest() {
-        guard phase == .writing, let socket else { return }
+    /// The request, held until the TLS handshake completes.
+    private var pendingRequest: [UInt8] = []
+
+    private func continueHandshake() {
+        guard phase == .handshaking, let tls else { return }
+        let step = tls.handshake()
+        tls.takeCiphertext { outbound.append($0) }
+        switch step {
+        case .wantRead:
+            flushOutbound()
+        case .failed(let reason):
+            finish(.failure(.tlsFailed(url: url.description, reason: reason)))
+        case .done:
+            phase = .reading
+            guard tls.write(pendingRequest) else {
+                finish(.failure(.tlsFailed(url: url.description, reason: "SSL_write: \(TLSErrors.drain())")))
+                return
+            }
+            pendingRequest = []
+            tls.takeCiphertext { outbound.append($0) }
+            flushOutbound()
+            drainTLS()  // application data may have arrived with the last handshake flight
+        }
+    }
+
+    /// Sends queued bytes; waits for writability when the kernel pushes back.
+    private func flushOutbound() {
+        guard phase != .finished, let socket else { return }
         switch socket.flush(&outbound) {
         case .drained:
-            phase = .reading
-            socket.startReading { [self] in readable() }
+            break
         case .pending:
-            socket.waitUntilWritable { [self] in flushRequest() }
+            socket.waitUntilWritable { [self] in flushOutbound() }
         case .failed:
             finish(.failure(.connectionLost(url: url.description, reason: "write failed")))
         }
@@ -138,19 +188,54 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     // MARK: Read
 
     private func readable() {
-        guard phase == .reading, let socket else { return }
+        guard phase == .reading || phase == .handshaking, let socket else { return }
         let scratch = loop.readScratch
-        while phase == .reading {
+        while phase == .reading || phase == .handshaking {
             switch socket.read(into: scratch) {
             case .bytes(let n):
-                received(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+                let bytes = UnsafeRawBufferPointer(rebasing: scratch[0..<n])
+                if let tls {
+                    tls.receiveCiphertext(bytes)
+                    if phase == .handshaking { continueHandshake() } else { drainTLS() }
+                } else {
+                    received(bytes)
+                }
             case .wouldBlock:
                 return
             case .endOfFile:
-                endOfInput()
+                if tls != nil, phase == .reading { drainTLS() }
+                if phase == .reading && tls != nil && framing == .untilClose {
+                    // Without close_notify the end of an until-close body cannot be trusted.
+                    finish(.failure(.connectionLost(url: url.description, reason: "TLS connection closed without close_notify")))
+                } else {
+                    endOfInput()
+                }
                 return
             case .failed(let code):
                 finish(.failure(.connectionLost(url: url.description, reason: IOError("read", errno: code).description)))
+                return
+            }
+        }
+    }
+
+    /// Decrypts whatever OpenSSL can and feeds it to the response parser.
+    private func drainTLS() {
+        guard let tls else { return }
+        if plaintext.count == 0 { plaintext = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16) }
+        let scratch = plaintext
+        while phase == .reading {
+            switch tls.read(into: scratch) {
+            case .bytes(let n):
+                received(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+            case .wantRead:
+                tls.takeCiphertext { outbound.append($0) }  // e.g. a key update answer
+                if !outbound.isEmpty { flushOutbound() }
+                return
+            case .closed:
+                endOfInput()
+                return
+            case .failed(let reason):
+                finish(.failure(.tlsFailed(url: url.description, reason: reason)))
                 return
             }
         }
@@ -233,6 +318,11 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     }
 
     private func endOfInput() {
+        guard phase == .reading || phase == .handshaking else { return }
+        if phase == .handshaking {
+            finish(.failure(.tlsFailed(url: url.description, reason: "connection closed during the handshake")))
+            return
+        }
         switch framing {
         case .untilClose?:
             finish(.success(response))
@@ -271,6 +361,7 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
         loop.unwatchDeadline(self)
         socket?.close()
         socket = nil
+        tls = nil
         inbound = []
         let completion = self.completion
         self.completion = nil

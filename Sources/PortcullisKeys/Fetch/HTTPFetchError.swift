@@ -3,8 +3,8 @@
 public enum HTTPFetchError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The URL cannot be fetched as written.
     case invalidURL(String, reason: String)
-    /// `https://` was asked for but this build has no TLS client for key fetches.
-    case tlsUnsupported(url: String)
+    /// The TLS handshake failed: untrusted or mismatched certificate, protocol error, ...
+    case tlsFailed(url: String, reason: String)
     /// getaddrinfo found no usable address.
     case resolutionFailed(host: String, reason: String)
     /// The TCP connect was refused or failed (every resolved address was tried).
@@ -23,7 +23,7 @@ public enum HTTPFetchError: Error, Sendable, Equatable, CustomStringConvertible 
     public var description: String {
         switch self {
         case .invalidURL(let url, let reason): return "invalid URL '\(url)': \(reason)"
-        case .tlsUnsupported(let url): return "cannot fetch \(url): https:// key URLs need the TLS client, which this build does not have yet (use an http:// loopback URL or an inline key document)"
+        case .tlsFailed(let url, let reason): return "TLS with \(url) failed: \(reason)"
         case .resolutionFailed(let host, let reason): return "cannot resolve \(host): \(reason)"
         case .connectFailed(let address, let reason): return "connect to \(address) failed: \(reason)"
         case .connectTimedOut(let address, let seconds): return "connect to \(address) timed out after \(seconds) s"

@@ -16,10 +16,14 @@ Every request re-reads DIR/state.json (all members optional):
     framing        "length" | "chunked" | "close"     (default "length")
     pad_bytes      add a "pad" member of this many bytes to the JWKS
 
+With --tls, it serves HTTPS with a certificate from a throwaway CA written to
+DIR/ca.pem; --tls-san lists the certificate's names (default
+"IP:127.0.0.1,DNS:localhost").
+
 GET /__count answers {"total": N}, the number of key requests so far;
 GET /__count?reset=1 also sets it back to 0.
 """
-import argparse, base64, datetime, json, os, sys, threading, time
+import argparse, base64, datetime, ipaddress, json, os, ssl, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from cryptography import x509
 from cryptography.x509.oid import NameOID
@@ -126,10 +130,42 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
+def tls_context(directory, sans):
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "portcullis test CA")])
+    now = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=1)
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    names = []
+    for san in sans.split(","):
+        kind, value = san.split(":", 1)
+        names.append(x509.IPAddress(ipaddress.ip_address(value)) if kind == "IP" else x509.DNSName(value))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "key host")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    with open(os.path.join(directory, "ca.pem"), "wb") as f:
+        f.write(ca.public_bytes(serialization.Encoding.PEM))
+    chain = os.path.join(directory, "server.pem")
+    with open(chain, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(chain)
+    return context
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", required=True)
     parser.add_argument("--keys", required=True)
+    parser.add_argument("--tls", action="store_true")
+    parser.add_argument("--tls-san", default="IP:127.0.0.1,DNS:localhost")
     args = parser.parse_args()
     for spec in args.keys.split(","):
         kid, alg = spec.split(":")
@@ -143,6 +179,8 @@ def main():
     Handler.state_path = os.path.join(args.dir, "state.json")
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    if args.tls:
+        server.socket = tls_context(args.dir, args.tls_san).wrap_socket(server.socket, server_side=True)
     tmp = os.path.join(args.dir, "port.tmp")
     with open(tmp, "w") as f:
         f.write(str(server.server_address[1]))
