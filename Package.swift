@@ -41,9 +41,9 @@ var package = Package(
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP",
             .product(name: "Logging", package: "swift-log"),
         ]),
-        // Signing keys: outbound GET client, key fetch / refresh / shared cache.
+        // Signing keys: outbound GET client (plain and TLS), key fetch / refresh / shared cache.
         .target(name: "PortcullisKeys", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth",
+            "COpenSSL", "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // Configuration, wiring, admin endpoints, lifecycle.
