@@ -49,9 +49,14 @@ var package = Package(
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // Signing keys: outbound GET client (plain and TLS), key fetch / refresh / shared cache.
+        .target(name: "PortcullisKeys", dependencies: [
+            "COpenSSL", "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Configuration, wiring, admin endpoints, lifecycle.
         .target(name: "Portcullis", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
         ]),
@@ -68,6 +73,8 @@ var package = Package(
         .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis"]),
         .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO"]),
         .testTarget(name: "PortcullisStoreTests", dependencies: ["PortcullisStore", "PortcullisRedis", "PortcullisIO"]),
+        .testTarget(name: "PortcullisKeysTests", dependencies: ["PortcullisKeys", "PortcullisAuth", "PortcullisIO"],
+                    resources: [.copy("Fixtures")]),
     ]
 )
 

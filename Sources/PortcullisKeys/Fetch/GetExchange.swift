@@ -1,0 +1,376 @@
+import PortcullisCore
+import PortcullisHTTP
+import PortcullisIO
+
+/// One GET, from connect to the last body byte, as a state machine on one
+/// event loop. Nothing here blocks: connect, write and read are driven by the
+/// socket's Dispatch sources, timeouts by the loop's deadline ticker, and name
+/// resolution (when needed) runs on the resolver's own queue.
+///
+/// Lifetime: the socket's handlers, the loop's deadline table and a pending
+/// resolution hold the exchange; `finish` clears all three, so it is freed
+/// once the completion has run.
+final class GetExchange: DeadlineTarget, @unchecked Sendable {
+    // @unchecked Sendable: every member is touched only on `loop.queue`; the
+    // only cross-queue hop (resolution) re-enters through `loop.execute`.
+
+    private enum Phase { case resolving, connecting, handshaking, reading, finished }
+
+    private let url: FetchURL
+    private let options: HTTPFetchOptions
+    private let loop: EventLoop
+    private var completion: ((Result<HTTPFetchResponse, HTTPFetchError>) -> Void)?
+
+    private var phase = Phase.resolving
+    private var addresses: [SocketAddress] = []
+    private var addressIndex = 0
+    private var lastConnectError: HTTPFetchError?
+    private var socket: StreamSocket?
+    private var outbound = ByteBuffer()
+    private let tlsContext: TLSClientContext?
+    private var tls: TLSClientSession?
+    /// Decrypted bytes land here (TLS only; freed in deinit).
+    private var plaintext = UnsafeMutableRawBufferPointer(start: nil, count: 0)
+
+    private var inbound: [UInt8] = []
+    private var headParser = ResponseHeadParser()
+    private var status = 0
+    private var headers: [(name: String, value: String)] = []
+    private var framing: BodyFraming?
+    private var remaining = 0
+    private var chunked: ChunkedDecoder
+    private var body: [UInt8] = []
+
+    private var totalDeadline: UInt64 = 0
+    private var connectDeadline: UInt64 = 0
+    var deadline: UInt64 { connectDeadline == 0 ? totalDeadline : min(connectDeadline, totalDeadline) }
+
+    init(url: FetchURL, options: HTTPFetchOptions, loop: EventLoop, tls: TLSClientContext?,
+         completion: @escaping (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
+        self.url = url
+        self.tlsContext = tls
+        self.options = options
+        self.loop = loop
+        self.completion = completion
+        self.chunked = ChunkedDecoder(limits: HTTPLimits(maxBodyBytes: options.maxBodyBytes))
+    }
+
+    deinit { if plaintext.count > 0 { plaintext.deallocate() } }
+
+    /// On `loop.queue`.
+    func start() {
+        loop.assertInLoop()
+        totalDeadline = loop.now() &+ Self.nanoseconds(options.totalTimeout)
+        loop.watchDeadline(self)
+        if let literal = HostResolver.literal(url.host, port: url.port) {
+            addresses = literal
+            connectNext()
+            return
+        }
+        HostResolver.resolve(url.host, port: url.port) { [self] result in
+            loop.execute { [self] in
+                guard phase == .resolving else { return }  // timed out meanwhile
+                switch result {
+                case .success(let found): addresses = found; connectNext()
+                case .failure(let error): finish(.failure(error))
+                }
+            }
+        }
+    }
+
+    // MARK: Connect
+
+    private func connectNext() {
+        guard addressIndex < addresses.count else {
+            finish(.failure(lastConnectError ?? .connectFailed(address: url.hostHeader, reason: "no address")))
+            return
+        }
+        let address = addresses[addressIndex]
+        addressIndex += 1
+        phase = .connecting
+        switch Connector.start(to: address, on: loop) {
+        case .connected(let socket):
+            self.socket = socket
+            connected()
+        case .inProgress(let socket):
+            self.socket = socket
+            connectDeadline = loop.now() &+ Self.nanoseconds(options.connectTimeout)
+            socket.waitUntilWritable { [self] in connectWritable(address) }
+        case .failed(let error):
+            lastConnectError = .connectFailed(address: address.description, reason: error.description)
+            connectNext()
+        }
+    }
+
+    private func connectWritable(_ address: SocketAddress) {
+        guard phase == .connecting, let socket else { return }
+        socket.stopWaitingForWritable()
+        if let error = Connector.finishConnect(socket) {
+            socket.close()
+            self.socket = nil
+            connectDeadline = 0
+            lastConnectError = .connectFailed(address: address.description, reason: error.description)
+            connectNext()
+            return
+        }
+        connected()
+    }
+
+    private func connected() {
+        connectDeadline = 0
+        guard let socket else { return }
+        var request = ByteBuffer()
+        request.append("GET ")
+        request.append(url.pathAndQuery)
+        request.append(" HTTP/1.1\r\nHost: ")
+        request.append(url.hostHeader)
+        request.append("\r\nUser-Agent: ")
+        request.append(options.userAgent)
+        request.append("\r\nAccept: application/json, */*;q=0.5\r\nConnection: close\r\n\r\n")
+        let requestBytes = Array(request.readable)
+        if let tlsContext {
+            do {
+                tls = try TLSClientSession(context: tlsContext, host: url.host, isIPLiteral: url.hostIsIPLiteral)
+            } catch {
+                finish(.failure(.tlsFailed(url: url.description, reason: "\(error)")))
+                return
+            }
+            pendingRequest = requestBytes
+            phase = .handshaking
+            socket.startReading { [self] in readable() }
+            continueHandshake()
+        } else {
+            phase = .reading
+            outbound.append(requestBytes)
+            socket.startReading { [self] in readable() }
+            flushOutbound()
+        }
+    }
+
+    /// The request, held until the TLS handshake completes.
+    private var pendingRequest: [UInt8] = []
+
+    private func continueHandshake() {
+        guard phase == .handshaking, let tls else { return }
+        let step = tls.handshake()
+        tls.takeCiphertext { outbound.append($0) }
+        switch step {
+        case .wantRead:
+            flushOutbound()
+        case .failed(let reason):
+            finish(.failure(.tlsFailed(url: url.description, reason: reason)))
+        case .done:
+            phase = .reading
+            guard tls.write(pendingRequest) else {
+                finish(.failure(.tlsFailed(url: url.description, reason: "SSL_write: \(TLSErrors.drain())")))
+                return
+            }
+            pendingRequest = []
+            tls.takeCiphertext { outbound.append($0) }
+            flushOutbound()
+            drainTLS()  // application data may have arrived with the last handshake flight
+        }
+    }
+
+    /// Sends queued bytes; waits for writability when the kernel pushes back.
+    private func flushOutbound() {
+        guard phase != .finished, let socket else { return }
+        switch socket.flush(&outbound) {
+        case .drained:
+            break
+        case .pending:
+            socket.waitUntilWritable { [self] in flushOutbound() }
+        case .failed:
+            finish(.failure(.connectionLost(url: url.description, reason: "write failed")))
+        }
+    }
+
+    // MARK: Read
+
+    private func readable() {
+        guard phase == .reading || phase == .handshaking, let socket else { return }
+        let scratch = loop.readScratch
+        while phase == .reading || phase == .handshaking {
+            switch socket.read(into: scratch) {
+            case .bytes(let n):
+                let bytes = UnsafeRawBufferPointer(rebasing: scratch[0..<n])
+                if let tls {
+                    tls.receiveCiphertext(bytes)
+                    if phase == .handshaking { continueHandshake() } else { drainTLS() }
+                } else {
+                    received(bytes)
+                }
+            case .wouldBlock:
+                return
+            case .endOfFile:
+                if tls != nil, phase == .reading { drainTLS() }
+                if phase == .reading && tls != nil && framing == .untilClose {
+                    // Without close_notify the end of an until-close body cannot be trusted.
+                    finish(.failure(.connectionLost(url: url.description, reason: "TLS connection closed without close_notify")))
+                } else {
+                    endOfInput()
+                }
+                return
+            case .failed(let code):
+                finish(.failure(.connectionLost(url: url.description, reason: IOError("read", errno: code).description)))
+                return
+            }
+        }
+    }
+
+    /// Decrypts whatever OpenSSL can and feeds it to the response parser.
+    private func drainTLS() {
+        guard let tls else { return }
+        if plaintext.count == 0 { plaintext = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16) }
+        let scratch = plaintext
+        while phase == .reading {
+            switch tls.read(into: scratch) {
+            case .bytes(let n):
+                received(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+            case .wantRead:
+                tls.takeCiphertext { outbound.append($0) }  // e.g. a key update answer
+                if !outbound.isEmpty { flushOutbound() }
+                return
+            case .closed:
+                endOfInput()
+                return
+            case .failed(let reason):
+                finish(.failure(.tlsFailed(url: url.description, reason: reason)))
+                return
+            }
+        }
+    }
+
+    private func received(_ bytes: UnsafeRawBufferPointer) {
+        guard framing == nil else { receivedBody(bytes); return }
+        inbound.append(contentsOf: bytes)
+        while framing == nil {
+            var head = ResponseHead()
+            let parsed = inbound.withUnsafeBytes { headParser.parse($0, requestMethod: .get, into: &head) }
+            switch parsed {
+            case .incomplete:
+                return
+            case .failure(let error):
+                finish(.failure(.malformedResponse(url: url.description, reason: error.reason)))
+                return
+            case .complete:
+                let rest = Array(inbound[head.headLength...])
+                if head.status < 200 {  // 1xx: an interim head, the real one follows
+                    inbound = rest
+                    headParser.reset()
+                    continue
+                }
+                status = head.status
+                headers = inbound.withUnsafeBytes { p in
+                    head.fields.map { (Self.text(p, $0.name), Self.text(p, $0.value)) }
+                }
+                inbound = []
+                framing = head.framing
+                switch head.framing {
+                case .none:
+                    finish(.success(response))
+                    return
+                case .contentLength(let length):
+                    guard length <= options.maxBodyBytes else {
+                        finish(.failure(.bodyTooLarge(url: url.description, limit: options.maxBodyBytes)))
+                        return
+                    }
+                    remaining = length
+                    body.reserveCapacity(length)
+                    if length == 0 { finish(.success(response)); return }
+                case .chunked, .untilClose:
+                    break
+                }
+                if !rest.isEmpty { rest.withUnsafeBytes { receivedBody($0) } }
+            }
+        }
+    }
+
+    private func receivedBody(_ bytes: UnsafeRawBufferPointer) {
+        guard phase == .reading, let framing else { return }
+        switch framing {
+        case .none:
+            return
+        case .contentLength:
+            let take = min(remaining, bytes.count)
+            body.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[0..<take]))
+            remaining -= take
+            if remaining == 0 { finish(.success(response)) }
+        case .chunked:
+            var consumed = 0
+            switch chunked.decode(bytes, consumed: &consumed, onData: { body.append(contentsOf: $0) }) {
+            case .needMore:
+                return
+            case .done:
+                finish(.success(response))
+            case .failure(let error) where error.status == 413:
+                finish(.failure(.bodyTooLarge(url: url.description, limit: options.maxBodyBytes)))
+            case .failure(let error):
+                finish(.failure(.malformedResponse(url: url.description, reason: error.reason)))
+            }
+        case .untilClose:
+            guard body.count + bytes.count <= options.maxBodyBytes else {
+                finish(.failure(.bodyTooLarge(url: url.description, limit: options.maxBodyBytes)))
+                return
+            }
+            body.append(contentsOf: bytes)
+        }
+    }
+
+    private func endOfInput() {
+        guard phase == .reading || phase == .handshaking else { return }
+        if phase == .handshaking {
+            finish(.failure(.tlsFailed(url: url.description, reason: "connection closed during the handshake")))
+            return
+        }
+        switch framing {
+        case .untilClose?:
+            finish(.success(response))
+        case nil:
+            finish(.failure(.connectionLost(url: url.description, reason: "closed before the response head was complete")))
+        default:
+            finish(.failure(.connectionLost(url: url.description, reason: "closed before the body was complete")))
+        }
+    }
+
+    // MARK: End
+
+    private var response: HTTPFetchResponse { HTTPFetchResponse(status: status, headers: headers, body: body) }
+
+    func deadlineExpired(now: UInt64) {
+        guard phase != .finished else { return }
+        let connectExpired = phase == .connecting && connectDeadline != 0 && connectDeadline <= now
+        let address = addresses.isEmpty ? url.hostHeader : addresses[addressIndex - 1].description
+        if now >= totalDeadline {
+            finish(.failure(connectExpired ? .connectTimedOut(address: address, seconds: options.connectTimeout)
+                                           : .timedOut(url: url.description, seconds: options.totalTimeout)))
+            return
+        }
+        guard connectExpired else { return }
+        // Only this address's connect ran out: try the next one, if any.
+        socket?.close()
+        socket = nil
+        connectDeadline = 0
+        lastConnectError = .connectTimedOut(address: address, seconds: options.connectTimeout)
+        connectNext()
+    }
+
+    private func finish(_ result: Result<HTTPFetchResponse, HTTPFetchError>) {
+        guard phase != .finished else { return }
+        phase = .finished
+        loop.unwatchDeadline(self)
+        socket?.close()
+        socket = nil
+        tls = nil
+        inbound = []
+        let completion = self.completion
+        self.completion = nil
+        completion?(result)
+    }
+
+    private static func text(_ p: UnsafeRawBufferPointer, _ range: Range<Int>) -> String {
+        String(decoding: UnsafeRawBufferPointer(rebasing: p[range]), as: UTF8.self)
+    }
+
+    private static func nanoseconds(_ seconds: Double) -> UInt64 { UInt64(max(0, seconds) * 1e9) }
+}

@@ -1,0 +1,23 @@
+/// Limits for one outbound GET.
+public struct HTTPFetchOptions: Sendable, Equatable {
+    /// Seconds allowed for the TCP connect (per address tried).
+    public var connectTimeout: Double
+    /// Seconds allowed for the whole exchange, resolution and connect included.
+    public var totalTimeout: Double
+    /// Largest body accepted; a larger one fails with `bodyTooLarge`.
+    public var maxBodyBytes: Int
+    /// Sent as `User-Agent`.
+    public var userAgent: String
+    /// PEM file of trusted root certificates for `https://`; nil → the system store.
+    public var caFile: String?
+
+    /// Defaults: 2 s connect, 10 s total, 1 MiB body.
+    public init(connectTimeout: Double = 2, totalTimeout: Double = 10, maxBodyBytes: Int = 1 << 20,
+                userAgent: String = "portcullis-keys/1", caFile: String? = nil) {
+        self.caFile = caFile
+        self.connectTimeout = connectTimeout
+        self.totalTimeout = totalTimeout
+        self.maxBodyBytes = maxBodyBytes
+        self.userAgent = userAgent
+    }
+}

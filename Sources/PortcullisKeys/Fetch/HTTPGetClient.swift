@@ -1,0 +1,73 @@
+import Dispatch
+import PortcullisIO
+
+/// A small outbound HTTP/1.1 GET client for key documents, driven by a
+/// PortcullisIO event loop. One connection per request (`Connection: close`);
+/// no redirects, no pooling: key hosts are asked a few times an hour.
+///
+/// Bodies framed by `Content-Length`, `chunked` or connection close are
+/// accepted up to `HTTPFetchOptions.maxBodyBytes`. `https://` runs TLS 1.2+
+/// (OpenSSL over memory BIOs on the same non-blocking socket) with SNI, peer
+/// verification against the system store or `HTTPFetchOptions.caFile`, and a
+/// host name (or IP) check.
+///
+/// Threading: `get` may be called from any thread; the exchange runs on
+/// `loop.queue` and `completion` is called there, exactly once.
+public struct HTTPGetClient: Sendable {
+    public let options: HTTPFetchOptions
+    private let tls: TLSContextSlot
+
+    public init(options: HTTPFetchOptions = HTTPFetchOptions()) {
+        self.options = options
+        self.tls = TLSContextSlot(caFile: options.caFile)
+    }
+
+    /// GETs `url` (text form); an unparsable URL fails through `completion`.
+    public func get(_ url: String, on loop: EventLoop,
+                    completion: @escaping @Sendable (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
+        do {
+            get(try FetchURL(parsing: url), on: loop, completion: completion)
+        } catch {
+            loop.execute { completion(.failure(error)) }
+        }
+    }
+
+    /// GETs `url`.
+    public func get(_ url: FetchURL, on loop: EventLoop,
+                    completion: @escaping @Sendable (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
+        let options = self.options
+        let tls = self.tls
+        loop.execute {
+            var context: TLSClientContext?
+            if url.scheme == .https {
+                switch tls.context() {
+                case .success(let made): context = made
+                case .failure(.tlsFailed(_, let reason)): completion(.failure(.tlsFailed(url: url.description, reason: reason))); return
+                case .failure(let error): completion(.failure(error)); return
+                }
+            }
+            GetExchange(url: url, options: options, loop: loop, tls: context, completion: completion).start()
+        }
+    }
+}
+
+/// The client's TLS context, made on first `https://` use (loading the trust
+/// store costs a few milliseconds that plain-HTTP users need not pay).
+final class TLSContextSlot: @unchecked Sendable {
+    // @unchecked Sendable: `made` is read and written only inside `lock.sync`.
+    private let caFile: String?
+    private let lock = DispatchQueue(label: "portcullis.keys.tls-context")
+    private var made: Result<TLSClientContext, HTTPFetchError>?
+
+    init(caFile: String?) { self.caFile = caFile }
+
+    func context() -> Result<TLSClientContext, HTTPFetchError> {
+        lock.sync { () -> Result<TLSClientContext, HTTPFetchError> in
+            if let made { return made }
+            let result: Result<TLSClientContext, HTTPFetchError>
+            do throws(HTTPFetchError) { result = .success(try TLSClientContext(caFile: caFile)) } catch { result = .failure(error) }
+            made = result
+            return result
+        }
+    }
+}
