@@ -64,8 +64,16 @@ public enum Gateway {
             authenticator = NoProvidersAuthenticator(realm: configuration.proxy.realm)
         } else {
             let verifier = try makeVerifier(configuration)
+            let keys: SigningKeys?
+            do { keys = try SigningKeys.make(configuration, verifier: verifier, logger: logger) } catch {
+                throw StartupError(description: "\(configuration.file): providers: \(error)")
+            }
+            if let keys {
+                keys.manager.start()
+                actions.keys = { keys.statusJSON() }
+            }
             authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration, revocations: revocations,
-                                              keys: nil, observer: nil, logger: logger)
+                                              keys: keys, observer: nil, logger: logger)
         }
         let server = ProxyServer(group: group, configuration: configuration.proxy, authenticator: authenticator,
                                  accessLogFD: accessLogFD, logger: logger)

@@ -22,7 +22,7 @@ public protocol KeyRefetching: AnyObject, Sendable {
     /// Starts or joins a refetch. Returns false when none can happen now (inline
     /// keys, or refetched too recently); otherwise `completion` runs once, later,
     /// after the new keys (if any) are installed in the verifier.
-    func refetchForUnknownKey(provider: String, completion: @escaping @Sendable () -> Void) -> Bool
+    func refetchForUnknownKey(provider: String, loop: EventLoop, completion: @escaping @Sendable () -> Void) -> Bool
 }
 
 /// Auth decisions, counted for `/metrics`.
@@ -122,12 +122,11 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                let provider = failure.provider, let keys {
                 // Park the request while the provider's keys are refetched.
                 let copy = String(decoding: token, as: UTF8.self)
-                let started = keys.refetchForUnknownKey(provider: provider) { [self] in
+                let started = keys.refetchForUnknownKey(provider: provider, loop: resumption.loop) { [self] in
+                    // On the connection's loop: decide with the keys as they are now.
                     let retried = verifier.verifyBearer(copy, providers: policy.allowed, now: WallClock.nowSeconds())
-                    resumption.loop.execute { [self] in
-                        resumption.resume(decide(retried, policy: policy, presented: presented, cookies: nil,
-                                                 loopIndex: resumption.loop.index, method: nil))
-                    }
+                    resumption.resume(decide(retried, policy: policy, presented: presented, cookies: nil,
+                                             loopIndex: resumption.loop.index, method: nil))
                 }
                 if started { return .deferred }
             }

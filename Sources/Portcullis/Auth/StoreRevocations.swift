@@ -91,10 +91,7 @@ public final class StoreRevocations: RevocationChecking {
         }
     }
 
-    /// The configured store: Redis (standalone or through Sentinel) or embedded.
-    static func makeStore(_ settings: StoreSettings, loops: [EventLoop], logger: Logger) throws -> any RevocationStore {
-        let policy = RevocationPolicy(maxStaleness: settings.maxStaleness, denyWhenUnavailable: settings.denyWhenUnavailable)
-        guard settings.usesRedis else { return EmbeddedRevocationStore(loops: loops, policy: policy) }
+    static func redisConfiguration(_ settings: StoreSettings) throws -> RedisConfiguration {
         var configuration: RedisConfiguration
         if let url = settings.redisURL {
             configuration = try RedisConfiguration(url: url)
@@ -104,6 +101,14 @@ public final class StoreRevocations: RevocationChecking {
         if let master = settings.sentinelMaster {
             configuration.topology = .sentinel(masterName: master, sentinels: settings.sentinelAddresses)
         }
+        return configuration
+    }
+
+    /// The configured store: Redis (standalone or through Sentinel) or embedded.
+    static func makeStore(_ settings: StoreSettings, loops: [EventLoop], logger: Logger) throws -> any RevocationStore {
+        let policy = RevocationPolicy(maxStaleness: settings.maxStaleness, denyWhenUnavailable: settings.denyWhenUnavailable)
+        guard settings.usesRedis else { return EmbeddedRevocationStore(loops: loops, policy: policy) }
+        let configuration = try redisConfiguration(settings)
         let target = settings.redisURL.map(RedisConfiguration.redacted) ?? "sentinel \(settings.sentinelMaster ?? "")"
         return RedisRevocationStore(configuration: configuration, loops: loops, policy: policy) { event in
             switch event {

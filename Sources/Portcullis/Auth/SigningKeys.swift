@@ -1,0 +1,134 @@
+import Foundation
+import Logging
+import PortcullisAuth
+import PortcullisIO
+import PortcullisKeys
+import PortcullisRedis
+
+/// Fetched key sets for the authenticator: unknown-`kid` refetches through
+/// `KeyManager`, which parks nothing itself; the authenticator parks the
+/// request (`AuthOutcome.deferred`) until the completion runs.
+final class SigningKeys: KeyRefetching {
+    let manager: KeyManager
+    let managed: Set<String>
+
+    init(manager: KeyManager, managed: Set<String>) {
+        self.manager = manager
+        self.managed = managed
+    }
+
+    func refetchForUnknownKey(provider: String, loop: EventLoop, completion: @escaping @Sendable () -> Void) -> Bool {
+        guard managed.contains(provider) else { return false }
+        manager.refetchForUnknownKey(provider: provider, on: loop) { _ in completion() }
+        return true
+    }
+
+    /// `GET /keys`.
+    func statusJSON() -> String {
+        let items = manager.status().map { s -> String in
+            var fields = ["\"provider\":\(JSONQuote.quoted(s.provider))", "\"source\":\(JSONQuote.quoted(s.source))",
+                          "\"kids\":[\(s.kids.map(JSONQuote.quoted).joined(separator: ","))]",
+                          "\"health\":\(JSONQuote.quoted("\(s.health)"))",
+                          "\"consecutive_failures\":\(s.consecutiveFailures)"]
+            if let at = s.fetchedAt { fields.append("\"fetched_at\":\(Int64(at))") }
+            if let at = s.expiresAt { fields.append("\"expires_at\":\(Int64(at))") }
+            if let error = s.lastError { fields.append("\"last_error\":\(JSONQuote.quoted(error))") }
+            return "{" + fields.joined(separator: ",") + "}"
+        }
+        return "{\"providers\":[\(items.joined(separator: ","))]}\n"
+    }
+
+    /// The key manager for every provider whose keys come from a URL, sharing
+    /// fetched documents through Redis when the store is Redis.
+    static func make(_ configuration: GatewayConfiguration, verifier: CredentialVerifier, logger: Logger) throws -> SigningKeys? {
+        var providers: [ManagedKeyProvider] = []
+        for p in configuration.providers {
+            guard case .url(let url) = p.keys else { continue }
+            let explicit = url == ConfigurationLoader.defaultKeyURLs[p.configuration.kind] ? nil : url
+            let source = try KeySource.forProvider(p.configuration.name, kind: p.configuration.kind, jwksURL: explicit)
+            if let source { providers.append(ManagedKeyProvider(name: p.configuration.name, source: source)) }
+        }
+        guard !providers.isEmpty else { return nil }
+        let r = configuration.keyRefresh
+        var settings = KeyManagerConfiguration(minimumTTL: r.minimumTTL, maximumTTL: r.maximumTTL, staleFor: r.serveStaleFor,
+                                               minimumRefetchInterval: r.minimumRefetchInterval)
+        settings.fetch.totalTimeout = r.fetchTimeout
+        settings.fetch.connectTimeout = min(settings.fetch.connectTimeout, r.fetchTimeout)
+        let fetchLoop = EventLoop(index: -2)
+        var cache: any SharedKeyCache = InProcessKeyCache()
+        if configuration.store.usesRedis {
+            cache = RedisKeyCache(client: RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
+                                                      loop: fetchLoop), staleFor: r.serveStaleFor)
+        }
+        let manager = try KeyManager(verifier: verifier, providers: providers, cache: cache, fetchLoop: fetchLoop,
+                                     configuration: settings, logger: logger) { event in
+            logger.info("signing keys: \(event)")
+        }
+        return SigningKeys(manager: manager, managed: Set(providers.map(\.name)))
+    }
+}
+
+/// Fetched key documents shared by every instance through Redis:
+/// `portcullis:keys:<provider>` holds `format\nfetchedAt\nexpiresAt\n<document>`
+/// (kept `staleFor` past expiry); `portcullis:keys:<provider>:claim` is the
+/// `SET NX PX` claim that lets one instance fetch per refetch interval.
+final class RedisKeyCache: SharedKeyCache {
+    let client: RedisClient
+    let staleFor: Double
+
+    init(client: RedisClient, staleFor: Double) {
+        self.client = client
+        self.staleFor = staleFor
+        client.start()
+    }
+
+    func load(provider: String, completion: @escaping @Sendable (CachedKeyDocument?) -> Void) {
+        client.send(["GET", "portcullis:keys:\(provider)"]) { result in
+            guard case .success(.bulk(let bytes)) = result else { completion(nil); return }
+            var lines: [[UInt8]] = []
+            var start = 0
+            for (i, b) in bytes.enumerated() where b == 0x0A && lines.count < 3 {
+                lines.append(Array(bytes[start..<i]))
+                start = i + 1
+            }
+            guard lines.count == 3, let format = KeyDocumentFormat(rawValue: String(decoding: lines[0], as: UTF8.self)),
+                  let fetchedAt = Double(String(decoding: lines[1], as: UTF8.self)),
+                  let expiresAt = Double(String(decoding: lines[2], as: UTF8.self)) else { completion(nil); return }
+            completion(CachedKeyDocument(body: Array(bytes[start...]), format: format, fetchedAt: fetchedAt, expiresAt: expiresAt))
+        }
+    }
+
+    func store(provider: String, document: CachedKeyDocument) {
+        var value = Array("\(document.format.rawValue)\n\(document.fetchedAt)\n\(document.expiresAt)\n".utf8)
+        value.append(contentsOf: document.body)
+        let keep = max(1, Int64(document.expiresAt + staleFor - Date().timeIntervalSince1970))
+        client.send(bytes: [Array("SET".utf8), Array("portcullis:keys:\(provider)".utf8), value,
+                            Array("EX".utf8), Array(String(keep).utf8)]) { _ in }
+    }
+
+    func claimFetch(provider: String, interval: Double, completion: @escaping @Sendable (Bool) -> Void) {
+        client.send(["SET", "portcullis:keys:\(provider):claim", "1", "NX", "PX", String(max(1, Int(interval * 1000)))]) { result in
+            switch result {
+            case .success(.simpleString): completion(true)
+            case .success: completion(false)
+            // Redis down: fetch locally rather than never.
+            case .failure: completion(true)
+            }
+        }
+    }
+}
+
+enum JSONQuote {
+    static func quoted(_ s: String) -> String {
+        var out = "\""
+        for scalar in s.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            default:
+                if scalar.value < 0x20 { out += String(format: "\\u%04x", scalar.value) } else { out.unicodeScalars.append(scalar) }
+            }
+        }
+        return out + "\""
+    }
+}

@@ -1,0 +1,210 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The local key host of the PortcullisKeys tests (Tests/PortcullisKeysTests/Fixtures/key_server.py),
+/// as a real process: JWKS over HTTP on 127.0.0.1, publishing what state.json says.
+final class KeyHost {
+    let directory: String
+    let port: UInt16
+    let process = Process()
+    let stdin = Pipe()
+
+    init(kids: [String]) throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("portcullis-keyhost-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let script = E2E.packageRoot.appendingPathComponent("Tests/PortcullisKeysTests/Fixtures/key_server.py").path
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script, "--dir", directory, "--keys", kids.map { "\($0):RS256" }.joined(separator: ",")]
+        process.standardInput = stdin
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let portFile = "\(directory)/port"
+        let end = Date().addingTimeInterval(20)
+        while !FileManager.default.fileExists(atPath: portFile) && Date() < end { usleep(50_000) }
+        guard let text = try? String(contentsOfFile: portFile, encoding: .utf8), let p = UInt16(text.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            throw TestFailure("key host did not start")
+        }
+        port = p
+    }
+
+    func publish(_ kids: [String]) throws {
+        let json = "{\"publish\": [\(kids.map { "\"\($0)\"" }.joined(separator: ","))], \"cache_control\": \"max-age=600\"}"
+        try json.write(toFile: "\(directory)/state.json", atomically: true, encoding: .utf8)
+    }
+
+    func keyPath(_ kid: String) -> String { "\(directory)/\(kid).key.pem" }
+
+    func fetchCount() -> Int {
+        let (_, body) = E2E.curl(["http://127.0.0.1:\(port)/__count"])
+        return (try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Int])?["total"] ?? -1
+    }
+
+    deinit {
+        try? stdin.fileHandleForWriting.close()
+        E2E.stop(process, signal: SIGTERM)
+    }
+}
+
+/// Fetched signing keys and revocation through the real binary: a rotated
+/// key is fetched once when a token names it (the request waits, it is not
+/// refused); revocations through the admin API and through a logout route
+/// are enforced on the next request, on this instance and on another one
+/// sharing a real redis-server.
+@Suite(.serialized)
+struct KeysAndRevocationEndToEndTests {
+    static func mint(_ gateway: GatewayProcess, key: String, kid: String, sub: String = "user") throws -> String {
+        let (status, out, err) = E2E.run(E2E.binary, ["mint", "--config", gateway.configPath, "--provider", "corp",
+                                                     "--key", key, "--kid", kid, "--sub", sub, "--format", "header"])
+        guard status == 0 else { throw TestFailure("mint: \(err)") }
+        return out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    @Test func aRotatedKeyIsFetchedOnceWhileRequestsWait() throws {
+        let host = try KeyHost(kids: ["k1", "k2"])
+        try host.publish(["k1"])
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        providers:
+          - {name: corp, type: oidc, issuer: "https://id.example.test", audiences: ["api"], jwks_url: "http://127.0.0.1:\(host.port)/jwks"}
+        keys: {min_refetch_interval: 1s}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """)
+        let first = try Self.mint(g, key: host.keyPath("k1"), kid: "k1")
+        var status = 0
+        for _ in 0..<50 where status != 200 { status = E2E.curl(["-H", first, "\(g.url)/a"]).status; usleep(100_000) }
+        #expect(status == 200)
+        let before = host.fetchCount()
+
+        try host.publish(["k1", "k2"])
+        let rotated = try Self.mint(g, key: host.keyPath("k2"), kid: "k2")
+        // Ten concurrent requests with the new kid: all wait for one fetch and pass.
+        let group = DispatchGroup()
+        let statuses = LockedArray()
+        let url = g.url
+        for _ in 0..<10 {
+            group.enter()
+            DispatchQueue.global().async {
+                statuses.append(E2E.curl(["-H", rotated, "\(url)/b"]).status)
+                group.leave()
+            }
+        }
+        #expect(group.wait(timeout: .now() + 30) == .success)
+        #expect(statuses.values == Array(repeating: 200, count: 10))
+        #expect(host.fetchCount() - before == 1)
+        // An unknown kid that the host does not publish either: refused, not hung.
+        let unknown = try Self.mint(g, key: host.keyPath("k2"), kid: "k9")
+        #expect(E2E.curl(["-H", unknown, "\(g.url)/c"]).status == 401)
+    }
+
+    @Test func adminRevocationIsEnforcedOnTheNextRequest() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """, adminToken: "admin-token-0123456789abcdef")
+        let (_, out, _) = E2E.run(E2E.binary, ["mint", "--config", g.configPath, "--provider", "app", "--format", "json", "--sub", "alice"])
+        let minted = try JSONSerialization.jsonObject(with: Data(out.utf8)) as! [String: String]
+        let header = "Authorization: \(minted["value"]!.replacingOccurrences(of: "Authorization: ", with: ""))"
+        #expect(E2E.curl(["-H", header, "\(g.url)/x"]).status == 200)
+
+        let admin = "http://127.0.0.1:\(g.adminPort)/revocations"
+        let auth = "Authorization: Bearer admin-token-0123456789abcdef"
+        // Bad input: 400 with a reason, nothing revoked.
+        for bad in ["{}", "{\"jti\":\"\"}", "{\"jti\":1}", "{\"jti\":\"a\",\"subject\":\"b\"}", "not json", "{\"jti\":\"a\",\"extra\":1}"] {
+            let r = E2E.curl(["-X", "POST", "-H", auth, "-d", bad, admin])
+            #expect(r.status == 400, "\(bad): \(r.body)")
+            #expect(r.body.contains("\"error\""))
+        }
+        #expect(E2E.curl(["-X", "POST", "-d", "{\"jti\":\"\(minted["jti"]!)\"}", admin]).status == 401)
+        #expect(E2E.curl(["-H", header, "\(g.url)/x"]).status == 200)
+
+        #expect(E2E.curl(["-X", "POST", "-H", auth, "-d", "{\"jti\":\"\(minted["jti"]!)\"}", admin]).status == 201)
+        let refused = E2E.curl(["-H", header, "\(g.url)/x"])
+        #expect(refused.status == 401)
+        #expect(refused.body.contains("revoked"))
+
+        // Sign out everywhere: every token of the subject issued before now.
+        let (_, second, _) = E2E.run(E2E.binary, ["mint", "--config", g.configPath, "--provider", "app", "--sub", "bob", "--format", "header"])
+        let bob = second.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(E2E.curl(["-H", bob, "\(g.url)/x"]).status == 200)
+        sleep(1)
+        #expect(E2E.curl(["-X", "POST", "-H", auth, "-d", "{\"subject\":\"bob\"}", admin]).status == 201)
+        #expect(E2E.curl(["-H", bob, "\(g.url)/x"]).status == 401)
+        let listed = E2E.curl(["-H", auth, "\(admin)?subject=bob"])
+        #expect(listed.status == 200)
+        #expect(listed.body.contains("\"subject\":\"bob\""))
+    }
+
+    @Test func logoutOnOneInstanceIsEnforcedOnAnotherThroughRedis() throws {
+        let redis = try RedisServerProcess()
+        let upstream = try EchoUpstream()
+        let config = """
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
+        store: {redis: "redis://127.0.0.1:\(redis.port)/0"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api/v1/auth/logout, upstream: app, auth: required, revoke_on_success: true}
+          - {path: /, upstream: app, auth: required}
+        """
+        let a = try GatewayProcess(config)
+        let b = try GatewayProcess(config)
+        let (_, out, _) = E2E.run(E2E.binary, ["mint", "--config", a.configPath, "--provider", "app", "--format", "header"])
+        let credential = out.trimmingCharacters(in: .whitespacesAndNewlines)
+        var ready = 0
+        for _ in 0..<50 where ready != 200 { ready = E2E.curl(["-H", credential, "\(b.url)/visits"]).status; usleep(100_000) }
+        #expect(ready == 200)
+        #expect(E2E.curl(["-H", credential, "\(a.url)/visits"]).status == 200)
+
+        #expect(E2E.curl(["-X", "POST", "-H", credential, "\(a.url)/api/v1/auth/logout"]).status == 200)
+        let start = Date()
+        var status = 200
+        while status == 200 && Date().timeIntervalSince(start) < 5 {
+            status = E2E.curl(["-H", credential, "\(b.url)/visits"]).status
+        }
+        let delay = Date().timeIntervalSince(start)
+        print("revocation on instance A enforced on instance B after \(Int(delay * 1000)) ms (includes curl start-up)")
+        #expect(status == 401)
+        #expect(E2E.curl(["-H", credential, "\(a.url)/visits"]).status == 401)
+        #expect(try redis.keys().contains { $0.hasPrefix("portcullis:") })
+    }
+}
+
+/// A real redis-server on a free loopback port, no persistence.
+final class RedisServerProcess {
+    let port = E2E.freePort()
+    let process = Process()
+
+    init() throws {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/redis-server")
+        process.arguments = ["--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        guard E2E.waitForPort(port) else { throw TestFailure("redis-server did not start") }
+    }
+
+    func keys() throws -> [String] {
+        let (_, out, _) = E2E.run("/usr/bin/redis-cli", ["-p", "\(port)", "--scan"])
+        return out.split(separator: "\n").map(String.init)
+    }
+
+    deinit { E2E.stop(process, signal: SIGKILL) }
+}
+
+final class LockedArray: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [Int] = []
+    func append(_ value: Int) { lock.lock(); items.append(value); lock.unlock() }
+    var values: [Int] { lock.lock(); defer { lock.unlock() }; return items }
+}
