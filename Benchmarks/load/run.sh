@@ -16,6 +16,7 @@ usage: Benchmarks/load/run.sh [options]
   --target URL        measure only this URL (your deployment); no local servers are started
   --header 'N: V'     extra request header (repeatable), sent through a wrk Lua script
   --keep DIR          copy configs, logs and raw wrk outputs to DIR
+  --baseline BIN      add a row for another portcullis binary (e.g. main's build), same config
 Environment: PORTCULLIS_BIN (default .build/release/portcullis), ROUNDS, DURATION,
 CONNECTIONS, WARMUP.
 USAGE
@@ -29,6 +30,7 @@ ONLY="upstream,nginx,haproxy,portcullis"
 TARGET=""
 HEADERS=()
 KEEP=""
+BASELINE_BIN=""
 INVOCATION="$0 $*"
 
 while [[ $# -gt 0 ]]; do
@@ -41,6 +43,7 @@ while [[ $# -gt 0 ]]; do
         --target) TARGET="$2"; shift 2 ;;
         --header) HEADERS+=("$2"); shift 2 ;;
         --keep) KEEP="$2"; shift 2 ;;
+        --baseline) BASELINE_BIN="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -91,6 +94,10 @@ else
     wants upstream && add_row upstream "upstream direct (nginx return 200)" "http://127.0.0.1:$UPSTREAM_PORT/" "$UPSTREAM_PID"
     if wants nginx; then start_nginx_proxy; add_row nginx "nginx proxy" "http://127.0.0.1:$NGINX_PORT/" "$NGINX_PID"; fi
     if wants haproxy; then start_haproxy; add_row haproxy "HAProxy proxy" "http://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID"; fi
+    if [[ -n "$BASELINE_BIN" ]]; then
+        start_portcullis "" "$BASELINE_BIN" baseline
+        add_row baseline "Portcullis baseline" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"
+    fi
     if wants portcullis; then start_portcullis; add_row portcullis "Portcullis" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"; fi
 fi
 [[ ${#ROW_NAMES[@]} -gt 0 ]] || { echo "error: no rows selected" >&2; exit 2; }
@@ -100,7 +107,7 @@ check_alive() {
     for pid in ${ROW_PIDS[$row]}; do
         if ! kill -0 "$pid" 2>/dev/null; then
             echo "error: ${ROW_LABEL[$row]} (pid $pid) is no longer running" >&2
-            [[ "$row" == portcullis ]] && { echo "--- portcullis output:" >&2; cat "$WORKDIR/portcullis/portcullis.out" >&2; }
+            [[ "$row" == portcullis || "$row" == baseline ]] && { echo "--- portcullis output:" >&2; cat "$WORKDIR/$row/portcullis.out" >&2; }
             exit 1
         fi
     done
@@ -114,6 +121,7 @@ echo "- wrk command per row: \`wrk ${WRK_ARGS[*]} URL\`"
 echo "- machine: nproc=$(nproc), kernel $(uname -r), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "- tools: $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2), $(nginx -v 2>&1 | cut -d' ' -f3), $(haproxy -v | head -1 | cut -d' ' -f1-3)"
 [[ -z "$TARGET" ]] && wants portcullis && echo "- portcullis: $PORTCULLIS_BIN (binary built $(date -u -r "$PORTCULLIS_BIN" +%Y-%m-%dT%H:%MZ); repo HEAD now $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$( [[ -n "$(git -C "$REPO_ROOT" status --porcelain -- Sources Package.swift 2>/dev/null)" ]] && echo ', working tree has uncommitted Sources changes'))"
+[[ -n "$BASELINE_BIN" ]] && echo "- portcullis baseline: $BASELINE_BIN (binary built $(date -u -r "$BASELINE_BIN" +%Y-%m-%dT%H:%MZ))"
 for row in "${ROW_NAMES[@]}"; do echo "- row ${ROW_LABEL[$row]}: ${ROW_URL[$row]}"; done
 echo
 

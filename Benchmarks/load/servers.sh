@@ -145,18 +145,18 @@ CONF
     wait_http "http://127.0.0.1:$HAPROXY_PORT/" ok
 }
 
-# start_portcullis [EXTRA_YAML] -> sets PORTCULLIS_PORT, PORTCULLIS_ADMIN, PORTCULLIS_PID
-# The release binary, 2 workers, pooled keep-alive to the upstream.
+# start_portcullis [EXTRA_YAML [BIN [NAME]]] -> sets PORTCULLIS_PORT, PORTCULLIS_ADMIN, PORTCULLIS_PID
+# The release binary (or BIN, in $WORKDIR/NAME), 2 workers, pooled keep-alive to the upstream.
 start_portcullis() {
-    local extra="${1-}"
-    if [[ ! -x "$PORTCULLIS_BIN" ]]; then
-        echo "error: $PORTCULLIS_BIN not found; build it with:" >&2
+    local extra="${1-}" bin="${2:-$PORTCULLIS_BIN}" name="${3:-portcullis}"
+    if [[ ! -x "$bin" ]]; then
+        echo "error: $bin not found; build it with:" >&2
         echo "  cd $REPO_ROOT && swift build -c release --product portcullis" >&2
         return 1
     fi
     PORTCULLIS_PORT="$(free_port)"
     PORTCULLIS_ADMIN="$(free_port)"
-    local d="$WORKDIR/portcullis"; mkdir -p "$d"
+    local d="$WORKDIR/$name"; mkdir -p "$d"
     cat > "$d/portcullis.yaml" <<CONF
 listen: [{address: "127.0.0.1:$PORTCULLIS_PORT"}]
 admin: {address: "127.0.0.1:$PORTCULLIS_ADMIN"}
@@ -169,8 +169,8 @@ routes:
   - {path: /, upstream: fast, auth: none}
 $extra
 CONF
-    "$PORTCULLIS_BIN" check-config "$d/portcullis.yaml" >/dev/null || return 1
-    "$PORTCULLIS_BIN" run --config "$d/portcullis.yaml" > "$d/portcullis.out" 2>&1 &
+    "$bin" check-config "$d/portcullis.yaml" >/dev/null || return 1
+    "$bin" run --config "$d/portcullis.yaml" > "$d/portcullis.out" 2>&1 &
     PORTCULLIS_PID=$!; STARTED_PIDS+=("$PORTCULLIS_PID")
     wait_http "http://127.0.0.1:$PORTCULLIS_ADMIN/healthz" || { cat "$d/portcullis.out" >&2; return 1; }
     wait_http "http://127.0.0.1:$PORTCULLIS_PORT/" ok || { cat "$d/portcullis.out" >&2; return 1; }

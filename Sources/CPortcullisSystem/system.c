@@ -2,6 +2,8 @@
 #include "CPortcullisSystem.h"
 #include <fcntl.h>
 #include <signal.h>
+#include <errno.h>
+#include <sys/epoll.h>
 
 int portcullis_accept_nonblocking(int fd, struct sockaddr *addr, socklen_t *len) {
     return accept4(fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -14,3 +16,28 @@ int portcullis_set_nonblocking(int fd) {
 }
 
 void portcullis_ignore_sigpipe(void) { signal(SIGPIPE, SIG_IGN); }
+
+int portcullis_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+int portcullis_epoll_add(int epfd, int fd, unsigned long long token) {
+    struct epoll_event ev;
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.u64 = token;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+int portcullis_epoll_wait(int epfd, unsigned long long *tokens, unsigned int *ready, int max, int timeout_ms) {
+    struct epoll_event events[256];
+    if (max > 256) max = 256;
+    int n;
+    do { n = epoll_wait(epfd, events, max, timeout_ms); } while (n < 0 && errno == EINTR);
+    for (int i = 0; i < n; i++) {
+        uint32_t e = events[i].events;
+        unsigned int r = 0;
+        if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) r |= PORTCULLIS_READABLE;
+        if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) r |= PORTCULLIS_WRITABLE;
+        tokens[i] = events[i].data.u64;
+        ready[i] = r;
+    }
+    return n;
+}

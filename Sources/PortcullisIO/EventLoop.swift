@@ -34,14 +34,40 @@ public final class EventLoop: @unchecked Sendable {
     /// Monotonic time at the last event, refreshed by `now()`.
     public private(set) var lastNow: UInt64 = MonotonicClock.nowNanoseconds()
 
+    // Readiness of this loop's stream sockets (see EventLoop+Readiness.swift). All only on `queue`.
+    /// This loop's own epoll instance; every `StreamSocket` of the loop is registered once, edge-triggered.
+    let pollFD: Int32
+    /// The one Dispatch source of the loop's sockets: readable when `pollFD` has events.
+    var pollSource: DispatchSourceRead?
+    /// Registered sockets by slot; a socket's token is its slot and a generation.
+    var registered: [StreamSocket?] = []
+    var freeSlots: [Int] = []
+    var generation: UInt32 = 0
+    /// Sockets whose handler must run because readiness was already known when
+    /// reading resumed or a write wait began (an edge-triggered poller reports no new edge).
+    var deferred: [StreamSocket] = []
+    var deferredScheduled = false
+    var polling = false
+    let eventTokens: UnsafeMutablePointer<UInt64>
+    let eventReady: UnsafeMutablePointer<UInt32>
+
     public init(index: Int, scratchBytes: Int = 64 * 1024, tickMilliseconds: Int = 100) {
         self.index = index
         self.queue = DispatchQueue(label: "portcullis.loop.\(index)", qos: .userInitiated)
         self.readScratch = UnsafeMutableRawBufferPointer.allocate(byteCount: scratchBytes, alignment: 16)
         self.tickNanoseconds = UInt64(tickMilliseconds) * 1_000_000
+        self.pollFD = System.makePoller()
+        self.eventTokens = .allocate(capacity: Self.eventBatch)
+        self.eventReady = .allocate(capacity: Self.eventBatch)
+        startPolling()
     }
 
-    deinit { readScratch.deallocate() }
+    deinit {
+        pollSource?.cancel()
+        readScratch.deallocate()
+        eventTokens.deallocate()
+        eventReady.deallocate()
+    }
 
     @inline(__always)
     public func now() -> UInt64 {

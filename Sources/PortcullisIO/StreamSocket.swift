@@ -4,27 +4,47 @@ import PortcullisCore
 import Glibc
 #endif
 
-/// A non-blocking TCP socket pinned to one event loop, with Dispatch read and write
-/// sources. Owns its file descriptor: the descriptor is closed after both sources
-/// have been cancelled (libdispatch requires that order).
+/// A non-blocking TCP socket pinned to one event loop. Owns its file descriptor.
 ///
 /// Threading: every method must be called on `loop.queue`. Handlers run there too.
 ///
-/// Back-pressure: `pauseReading()` suspends the read source (the kernel's socket
-/// buffer then fills and TCP flow control pushes back on the peer);
-/// `waitUntilWritable(_:)` arms the write source only while output is pending.
+/// Readiness comes from the loop's edge-triggered poller (EventLoop+Readiness.swift):
+/// the socket is registered once, on the first `startReading` or `waitUntilWritable`,
+/// and remembers what the last edges said (`readReady`, `writeReady`) until a read or
+/// write finds the kernel empty or full. So pausing, resuming and waiting for
+/// writability are flag changes, never system calls; a handler is re-run (soon, on
+/// the loop, never from inside the call) when reading resumes or a write wait begins
+/// while readiness is already known.
+///
+/// Contract for the read handler: read until `read` reports `.wouldBlock`, a short
+/// read (fewer bytes than the buffer holds, which on a TCP socket means the receive
+/// queue was emptied), end of file or an error — or pause reading. A handler that
+/// returns otherwise is not called again until new bytes arrive.
+///
+/// Back-pressure: `pauseReading()` stops calling the read handler (the kernel's
+/// socket buffer then fills and TCP flow control pushes back on the peer);
+/// `waitUntilWritable(_:)` calls its handler while output is pending.
+///
+/// Measured against the first design (one Dispatch read and write source per
+/// socket), load harness, same run: see the numbers in EventLoop+Readiness.swift.
 public final class StreamSocket: @unchecked Sendable {
     // @unchecked Sendable: confined to `loop.queue` (see type comment).
 
     public let fd: Int32
     public unowned let loop: EventLoop
-    private var readSource: DispatchSourceRead?
-    private var readSuspended = false
-    private var writeSource: DispatchSourceWrite?
-    private var writeSuspended = true
+    private var readHandler: (() -> Void)?
     private var writeHandler: (() -> Void)?
+    private var readPaused = false
+    /// The last edge said readable and no read has since found the socket drained.
+    private var readReady = false
+    /// The last edge said writable and no write has since found the socket full.
+    private var writeReady = false
+    private var isRegistered = false
+    /// Queued with the loop to run handlers (see `EventLoop.scheduleHandlers`).
+    private var isScheduled = false
+    /// The loop's token for this socket while registered.
+    var token: UInt64 = 0
     public private(set) var isClosed = false
-    private var liveSources = 0
 
     public init(fd: Int32, loop: EventLoop) {
         self.fd = fd
@@ -35,29 +55,42 @@ public final class StreamSocket: @unchecked Sendable {
         if !isClosed { System.close(fd) }
     }
 
-    /// Starts delivering readable events to `handler`.
-    public func startReading(_ handler: @escaping () -> Void) {
-        precondition(readSource == nil)
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: loop.queue)
-        source.setEventHandler(handler: handler)
-        liveSources += 1
-        source.setCancelHandler { [self] in sourceCancelled() }
-        readSource = source
-        source.resume()
+    /// Registers with the loop's poller once. A failure (out of memory in the kernel)
+    /// is reported to the handlers as readiness: their next read or write fails.
+    private func registerIfNeeded() {
+        guard !isRegistered, !isClosed else { return }
+        isRegistered = true
+        if loop.register(self) != nil {
+            readReady = true
+            writeReady = true
+            schedule()
+        }
     }
 
-    public var isReadingPaused: Bool { readSuspended }
+    private func schedule() {
+        guard !isScheduled else { return }
+        isScheduled = true
+        loop.scheduleHandlers(self)
+    }
+
+    /// Starts delivering readable events to `handler`.
+    public func startReading(_ handler: @escaping () -> Void) {
+        precondition(readHandler == nil)
+        readHandler = handler
+        registerIfNeeded()
+        if readReady && !readPaused { schedule() }
+    }
+
+    public var isReadingPaused: Bool { readPaused }
 
     public func pauseReading() {
-        guard let source = readSource, !readSuspended else { return }
-        source.suspend()
-        readSuspended = true
+        readPaused = true
     }
 
     public func resumeReading() {
-        guard let source = readSource, readSuspended else { return }
-        readSuspended = false
-        source.resume()
+        guard readPaused else { return }
+        readPaused = false
+        if readReady && readHandler != nil { schedule() }
     }
 
     /// Calls `handler` when the socket becomes writable, repeatedly, until
@@ -65,35 +98,49 @@ public final class StreamSocket: @unchecked Sendable {
     public func waitUntilWritable(_ handler: @escaping () -> Void) {
         guard !isClosed else { return }
         writeHandler = handler
-        if writeSource == nil {
-            let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: loop.queue)
-            source.setEventHandler { [unowned self] in self.writeHandler?() }
-            liveSources += 1
-            source.setCancelHandler { [self] in sourceCancelled() }
-            writeSource = source
-            writeSuspended = false
-            source.resume()
-        } else if writeSuspended {
-            writeSuspended = false
-            writeSource!.resume()
-        }
+        registerIfNeeded()
+        if writeReady { schedule() }
     }
 
     public func stopWaitingForWritable() {
-        guard let source = writeSource, !writeSuspended else { return }
-        source.suspend()
-        writeSuspended = true
         writeHandler = nil
+    }
+
+    /// An edge from the poller.
+    func ready(_ bits: UInt32) {
+        if bits & 2 != 0 { writeReady = true }
+        if bits & 1 != 0 { readReady = true }
+        runHandlers()
+    }
+
+    /// Runs what `schedule()` queued.
+    func runDeferred() {
+        isScheduled = false
+        runHandlers()
+    }
+
+    /// Write first, so that output drained here can make room before more is read.
+    private func runHandlers() {
+        if writeReady, let handler = writeHandler, !isClosed { handler() }
+        if readReady, !readPaused, let handler = readHandler, !isClosed { handler() }
     }
 
     @inline(__always)
     public func read(into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
-        System.read(fd, into: buffer)
+        let result = System.read(fd, into: buffer)
+        switch result {
+        case .bytes(let n) where n < buffer.count: readReady = false
+        case .wouldBlock: readReady = false
+        default: break
+        }
+        return result
     }
 
     @inline(__always)
     public func write(_ buffer: UnsafeRawBufferPointer) -> IOResult {
-        System.write(fd, buffer)
+        let result = System.write(fd, buffer)
+        if case .wouldBlock = result { writeReady = false }
+        return result
     }
 
     /// What happened to bytes handed to `send(_:pending:)`.
@@ -107,7 +154,7 @@ public final class StreamSocket: @unchecked Sendable {
             pending.append(bytes)
             return .queued
         }
-        switch System.write(fd, bytes) {
+        switch write(bytes) {
         case .bytes(let n) where n == bytes.count:
             return .written
         case .bytes(let n):
@@ -124,10 +171,10 @@ public final class StreamSocket: @unchecked Sendable {
     public enum FlushOutcome { case drained, pending, failed }
 
     /// Writes queued bytes until done or the kernel pushes back. On `.drained` the
-    /// write source is disarmed and the buffer's storage released.
+    /// write wait ends and the buffer's storage is released.
     public func flush(_ pending: inout ByteBuffer) -> FlushOutcome {
         while !pending.isEmpty {
-            switch System.write(fd, pending.readable) {
+            switch write(pending.readable) {
             case .bytes(let n): pending.consume(n)
             case .wouldBlock, .endOfFile: return .pending
             case .failed: return .failed
@@ -141,31 +188,14 @@ public final class StreamSocket: @unchecked Sendable {
     /// Half-closes the write side (sends FIN) so the peer sees the end of a response.
     public func shutdownWrite() { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
 
-    /// Cancels the sources; the descriptor is closed once they are gone.
+    /// Closes the descriptor (which also removes it from the loop's poller) and drops
+    /// the handlers. Events already collected for it are recognised as stale.
     public func close() {
         guard !isClosed else { return }
         isClosed = true
+        readHandler = nil
         writeHandler = nil
-        if liveSources == 0 {
-            System.close(fd)
-            return
-        }
-        if let source = readSource {
-            source.setEventHandler(handler: nil)
-            if readSuspended { readSuspended = false; source.resume() }
-            source.cancel()
-        }
-        if let source = writeSource {
-            source.setEventHandler(handler: nil)
-            if writeSuspended { writeSuspended = false; source.resume() }
-            source.cancel()
-        }
-        readSource = nil
-        writeSource = nil
-    }
-
-    private func sourceCancelled() {
-        liveSources -= 1
-        if liveSources == 0 { System.close(fd) }
+        if isRegistered { loop.unregister(self) }
+        System.close(fd)
     }
 }

@@ -51,6 +51,28 @@ public enum System {
         }
     }
 
+    /// A new epoll instance (close-on-exec). Failing here means the process is out
+    /// of descriptors at start-up, which nothing can recover from.
+    static func makePoller() -> Int32 {
+        let fd = portcullis_epoll_create()
+        precondition(fd >= 0, "epoll_create1 failed: errno \(Glibc.errno)")
+        return fd
+    }
+
+    /// Registers `fd` once with `poller`, edge-triggered for input and output.
+    static func register(_ fd: Int32, with poller: Int32, token: UInt64) -> IOError? {
+        portcullis_epoll_add(poller, fd, token) == 0 ? nil : IOError("epoll_ctl", errno: Glibc.errno)
+    }
+
+    /// Collects ready sockets without blocking; returns how many slots were filled.
+    static func poll(_ poller: Int32, tokens: UnsafeMutablePointer<UInt64>,
+                     ready: UnsafeMutablePointer<UInt32>, max: Int) -> Int {
+        let n = tokens.withMemoryRebound(to: UInt64.self, capacity: max) { t in
+            portcullis_epoll_wait(poller, t, ready, Int32(max), 0)
+        }
+        return n > 0 ? Int(n) : 0
+    }
+
     public static func close(_ fd: Int32) {
         _ = Glibc.close(fd)  // EINTR on close must not be retried on Linux.
     }

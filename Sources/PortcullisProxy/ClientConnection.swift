@@ -838,6 +838,14 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     private func sendToClient(_ bytes: UnsafeRawBufferPointer) {
         guard !isClosed, bytes.count > 0 else { return }
+        if corked {
+            if outbound.readableBytes + bytes.count <= Self.corkLimit {
+                outbound.append(bytes)  // leaves with the rest of the pass in `uncorkOutput()`
+                return
+            }
+            uncorkOutput()  // a large piece: send what is held, then this one directly
+            if isClosed { return }
+        }
         let wasQueued = !outbound.isEmpty
         switch socket.send(bytes, pending: &outbound) {
         case .written: return
@@ -861,6 +869,42 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     /// True while the client has unsent response bytes (the upstream should wait).
     var isBackedUp: Bool { !outbound.isEmpty }
+
+    // MARK: Corking (one send per upstream read pass)
+
+    /// While set, `sendToClient` only gathers bytes in `outbound`; `uncorkOutput()`
+    /// sends them with one system call. A response head and the body that arrived
+    /// with it then leave together (one `sendto` instead of two, and one packet).
+    private var corked = false
+    /// `outbound` already held bytes waiting for writability when the cork began.
+    private var corkedBehindPending = false
+    /// Pieces that would grow the held bytes past this go out directly (no copy of
+    /// large bodies); what was held is sent first, so order is kept.
+    private static let corkLimit = 16 * 1024
+
+    /// Starts gathering output (called by the upstream side before it processes a read).
+    func corkOutput() {
+        guard !corked, !isClosed else { return }
+        corked = true
+        corkedBehindPending = !outbound.isEmpty
+    }
+
+    /// Sends what was gathered since `corkOutput()`.
+    func uncorkOutput() {
+        guard corked else { return }
+        corked = false
+        // Bytes behind a pending write wait go out with it, in order.
+        guard !isClosed, !outbound.isEmpty, !corkedBehindPending else { return }
+        switch socket.flush(&outbound) {
+        case .drained:
+            if closeAfterFlush { close() }
+        case .failed:
+            abort()
+        case .pending:
+            upstream?.socket.pauseReading()
+            socket.waitUntilWritable { [unowned self] in self.clientWritable() }
+        }
+    }
 
     // MARK: Timeouts and closing
 

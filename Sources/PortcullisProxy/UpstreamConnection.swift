@@ -143,6 +143,10 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     // MARK: Receiving the response
 
     private func readable() {
+        // Everything this pass sends to the client leaves in one write at its end.
+        let corkedClient = client
+        corkedClient?.corkOutput()
+        defer { corkedClient?.uncorkOutput() }
         while state != .closed && !socket.isReadingPaused {
             let fromScratch = inbound.isEmpty
             let result = fromScratch

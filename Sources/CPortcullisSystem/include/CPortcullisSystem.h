@@ -10,4 +10,20 @@ int portcullis_accept_nonblocking(int fd, struct sockaddr *addr, socklen_t *len)
 int portcullis_set_nonblocking(int fd);
 /// Ignores SIGPIPE process-wide: write errors come back as EPIPE instead.
 void portcullis_ignore_sigpipe(void);
+
+// epoll(7), wrapped: Glibc's Swift module lacks <sys/epoll.h>, and `struct epoll_event`
+// is packed on x86_64, so Swift sees only tokens and a two-bit readiness mask.
+
+/// Readiness bits reported by `portcullis_epoll_wait`.
+#define PORTCULLIS_READABLE 1u  /* EPOLLIN, EPOLLRDHUP, EPOLLHUP or EPOLLERR */
+#define PORTCULLIS_WRITABLE 2u  /* EPOLLOUT, EPOLLHUP or EPOLLERR */
+
+/// epoll_create1(EPOLL_CLOEXEC).
+int portcullis_epoll_create(void);
+/// Registers `fd` once, edge-triggered, for input and output (EPOLLIN | EPOLLOUT |
+/// EPOLLRDHUP | EPOLLET) with `token` as its user data. 0 or -1 with errno.
+int portcullis_epoll_add(int epfd, int fd, unsigned long long token);
+/// epoll_wait into up to `max` (<= 256) parallel slots of tokens and readiness bits.
+/// Retries EINTR; returns the count, or -1 with errno.
+int portcullis_epoll_wait(int epfd, unsigned long long *tokens, unsigned int *ready, int max, int timeout_ms);
 #endif
