@@ -52,7 +52,8 @@ enum DemoWalkthrough {
     }
 
     /// One blocking HTTP/1.1 exchange over loopback (never on a loop queue).
-    static func fetch(port: UInt16, method: String, path: String, header: String?, body: String? = nil) -> (Int, String, String)? {
+    static func fetch(host: String = "127.0.0.1", port: UInt16, method: String, path: String, header: String?,
+                      body: String? = nil) -> (Int, String, String)? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -61,7 +62,7 @@ enum DemoWalkthrough {
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = port.bigEndian
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_addr.s_addr = inet_addr(host)
         let connected = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
