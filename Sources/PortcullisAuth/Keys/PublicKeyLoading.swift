@@ -55,30 +55,28 @@ extension EVPKey {
 
     /// A `-----BEGIN PUBLIC KEY-----` (SubjectPublicKeyInfo) block.
     static func pemPublicKey(_ pem: String) throws(KeyLoadingError) -> EVPKey {
-        let bytes = Array(pem.utf8)
-        guard let bio = BIO_new_mem_buf(bytes, Int32(bytes.count)) else { throw .openSSL(OpenSSLError.drain("BIO_new_mem_buf")) }
-        defer { BIO_free(bio) }
-        guard let key = PEM_read_bio_PUBKEY(bio, nil, nil, nil) else {
-            let error = OpenSSLError.drain("PEM_read_bio_PUBKEY")
-            throw .invalidPEM("not a PEM public key (\(error.reasons.first ?? "unreadable"))")
+        try withMemoryBIO(Array(pem.utf8)) { bio throws(KeyLoadingError) in
+            guard let key = PEM_read_bio_PUBKEY(bio, nil, nil, nil) else {
+                let error = OpenSSLError.drain("PEM_read_bio_PUBKEY")
+                throw .invalidPEM("not a PEM public key (\(error.reasons.first ?? "unreadable"))")
+            }
+            return EVPKey(takingOwnershipOf: key)
         }
-        return EVPKey(takingOwnershipOf: key)
     }
 
     /// The public key of a `-----BEGIN CERTIFICATE-----` block. Only the key
     /// is used: the certificate's validity and chain are not checked, as
     /// Google's and Firebase's libraries do not either.
     static func pemCertificate(_ pem: String) throws(KeyLoadingError) -> EVPKey {
-        let bytes = Array(pem.utf8)
-        guard let bio = BIO_new_mem_buf(bytes, Int32(bytes.count)) else { throw .openSSL(OpenSSLError.drain("BIO_new_mem_buf")) }
-        defer { BIO_free(bio) }
-        guard let certificate = PEM_read_bio_X509(bio, nil, nil, nil) else {
-            let error = OpenSSLError.drain("PEM_read_bio_X509")
-            throw .invalidPEM("not a PEM certificate (\(error.reasons.first ?? "unreadable"))")
+        try withMemoryBIO(Array(pem.utf8)) { bio throws(KeyLoadingError) in
+            guard let certificate = PEM_read_bio_X509(bio, nil, nil, nil) else {
+                let error = OpenSSLError.drain("PEM_read_bio_X509")
+                throw .invalidPEM("not a PEM certificate (\(error.reasons.first ?? "unreadable"))")
+            }
+            defer { X509_free(certificate) }
+            guard let key = X509_get_pubkey(certificate) else { throw .openSSL(OpenSSLError.drain("X509_get_pubkey")) }
+            return EVPKey(takingOwnershipOf: key)
         }
-        defer { X509_free(certificate) }
-        guard let key = X509_get_pubkey(certificate) else { throw .openSSL(OpenSSLError.drain("X509_get_pubkey")) }
-        return EVPKey(takingOwnershipOf: key)
     }
 
     /// The natural JWS algorithm for a public key when none is configured.
@@ -102,4 +100,19 @@ func makeVerifier(key: EVPKey, algorithm: JWSAlgorithm) throws(KeyLoadingError) 
     if algorithm.isECDSA { return try ECDSAVerifier(key: key, algorithm: algorithm) }
     if algorithm == .edDSA { return try EdDSAVerifier(key: key) }
     throw .algorithmMismatch(algorithm.rawValue, keyType: "public")
+}
+
+/// A read-only memory BIO over `bytes`, valid only inside `body`:
+/// `BIO_new_mem_buf` does not copy, so the bytes must stay pinned while
+/// OpenSSL reads them (an array passed straight to the call is only
+/// guaranteed alive for the duration of that one call).
+func withMemoryBIO<R>(_ bytes: [UInt8], _ body: (OpaquePointer) throws(KeyLoadingError) -> R) throws(KeyLoadingError) -> R {
+    let result: Result<R, KeyLoadingError> = bytes.withUnsafeBytes { raw in
+        guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else {
+            return .failure(.openSSL(OpenSSLError.drain("BIO_new_mem_buf")))
+        }
+        defer { BIO_free(bio) }
+        do throws(KeyLoadingError) { return .success(try body(bio)) } catch { return .failure(error) }
+    }
+    return try result.get()
 }

@@ -25,13 +25,12 @@ public final class SigningKey: Sendable {
     /// A PEM private key (PKCS #8 or traditional). The algorithm defaults
     /// from the key type (RSA → RS256, P-256 → ES256, P-384 → ES384, Ed25519 → EdDSA).
     public init(privateKeyPEM pem: String, algorithm: JWSAlgorithm? = nil) throws(KeyLoadingError) {
-        let bytes = Array(pem.utf8)
-        guard let bio = BIO_new_mem_buf(bytes, Int32(bytes.count)) else { throw .openSSL(OpenSSLError.drain("BIO_new_mem_buf")) }
-        defer { BIO_free(bio) }
-        guard let pointer = PEM_read_bio_PrivateKey(bio, nil, nil, nil) else {
-            throw .invalidPEM("not a PEM private key (\(OpenSSLError.drain("PEM_read_bio_PrivateKey").reasons.first ?? "unreadable"))")
+        let key = try withMemoryBIO(Array(pem.utf8)) { bio throws(KeyLoadingError) in
+            guard let pointer = PEM_read_bio_PrivateKey(bio, nil, nil, nil) else {
+                throw .invalidPEM("not a PEM private key (\(OpenSSLError.drain("PEM_read_bio_PrivateKey").reasons.first ?? "unreadable"))")
+            }
+            return EVPKey(takingOwnershipOf: pointer)
         }
-        let key = EVPKey(takingOwnershipOf: pointer)
         guard let algorithm = algorithm ?? key.defaultAlgorithm(rsa: .rs256) else { throw .unsupported("private key type") }
         self.algorithm = algorithm
         self.material = .privateKey(key)
