@@ -24,6 +24,7 @@ import Dispatch
 /// socket may already reuse) is recognised as stale and dropped.
 extension EventLoop {
     static let eventBatch = 128
+    static let passesPerWakeUp = 8
 
     func startPolling() {
         let source = DispatchSource.makeReadSource(fileDescriptor: pollFD, queue: queue)
@@ -78,10 +79,14 @@ extension EventLoop {
     private func pollReadySockets() {
         polling = true
         defer { polling = false }
-        // Bounded: whatever is left keeps `pollFD` readable and the source fires again,
-        // after other work queued on the loop (timers, accepts) had its turn.
-        for _ in 0..<4 {
+        // Poll again while a pass finds work: events that arrived during the previous
+        // pass are picked up here rather than through another wake-up of the source
+        // (a re-arm, a wake of libdispatch's manager thread and of a worker: context
+        // switches). Bounded: whatever is left keeps `pollFD` readable and the source
+        // fires again, after other work queued on the loop (timers, accepts) had its turn.
+        for _ in 0..<Self.passesPerWakeUp {
             let n = System.poll(pollFD, tokens: eventTokens, ready: eventReady, max: Self.eventBatch)
+            if n == 0 { return }
             for i in 0..<n {
                 let token = eventTokens[i]
                 let slot = Int(truncatingIfNeeded: token & 0xFFFF_FFFF)
@@ -89,7 +94,6 @@ extension EventLoop {
                 socket.ready(eventReady[i])
             }
             runDeferred()
-            if n < Self.eventBatch { return }
         }
     }
 
