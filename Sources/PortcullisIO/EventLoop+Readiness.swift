@@ -32,6 +32,9 @@ import Dispatch
 /// socket may already reuse) is recognised as stale and dropped.
 extension EventLoop {
     static let eventBatch = 128
+    /// Measured with `perf stat` under the harness load, interleaved, per request:
+    /// 1 pass per wake-up: 0.34 context switches, 0.28 `epoll_ctl`, 5.0 syscalls, 35 µs CPU;
+    /// up to 8: 0.18, 0.12, 4.6, 31 µs (req/s within noise in the harness itself).
     static let passesPerWakeUp = 8
 
     func startPolling() {
