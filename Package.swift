@@ -69,6 +69,7 @@ var package = Package(
         .testTarget(name: "PortcullisHTTPTests", dependencies: ["PortcullisHTTP"]),
         .testTarget(name: "PortcullisAuthTests", dependencies: ["PortcullisAuth"],
                     resources: [.copy("Fixtures")]),
+        .testTarget(name: "PortcullisIOTests", dependencies: ["PortcullisIO", "PortcullisCore"]),
         .testTarget(name: "PortcullisProxyTests", dependencies: ["PortcullisProxy", "Portcullis"]),
         .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis"]),
         .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO"]),

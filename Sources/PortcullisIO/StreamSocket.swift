@@ -26,7 +26,7 @@ import Glibc
 /// `waitUntilWritable(_:)` calls its handler while output is pending.
 ///
 /// Measured against the first design (one Dispatch read and write source per
-/// socket), load harness, same run: see the numbers in EventLoop+Readiness.swift.
+/// socket): see the table in EventLoop+Readiness.swift.
 public final class StreamSocket: @unchecked Sendable {
     // @unchecked Sendable: confined to `loop.queue` (see type comment).
 

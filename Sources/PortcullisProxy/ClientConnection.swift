@@ -839,8 +839,8 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
     private func sendToClient(_ bytes: UnsafeRawBufferPointer) {
         guard !isClosed, bytes.count > 0 else { return }
         if corked {
-            if outbound.readableBytes + bytes.count <= Self.corkLimit {
-                outbound.append(bytes)  // leaves with the rest of the pass in `uncorkOutput()`
+            if loop.gatherScratch.readableBytes + bytes.count <= Self.corkLimit {
+                loop.gatherScratch.append(bytes)  // leaves with the rest of the pass in `uncorkOutput()`
                 return
             }
             uncorkOutput()  // a large piece: send what is held, then this one directly
@@ -872,38 +872,32 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     // MARK: Corking (one send per upstream read pass)
 
-    /// While set, `sendToClient` only gathers bytes in `outbound`; `uncorkOutput()`
-    /// sends them with one system call. A response head and the body that arrived
-    /// with it then leave together (one `sendto` instead of two, and one packet).
+    /// While set, `sendToClient` only gathers bytes in the loop's `gatherScratch`;
+    /// `uncorkOutput()` sends them with one system call. A response head and the
+    /// body that arrived with it then leave together (one `sendto` instead of two,
+    /// and one packet), and nothing is allocated for it.
     private var corked = false
-    /// `outbound` already held bytes waiting for writability when the cork began.
-    private var corkedBehindPending = false
     /// Pieces that would grow the held bytes past this go out directly (no copy of
     /// large bodies); what was held is sent first, so order is kept.
     private static let corkLimit = 16 * 1024
 
-    /// Starts gathering output (called by the upstream side before it processes a read).
+    /// Starts gathering output (called by the upstream side before it processes a
+    /// read). One connection of a loop at a time: the pass that corks also uncorks.
     func corkOutput() {
         guard !corked, !isClosed else { return }
         corked = true
-        corkedBehindPending = !outbound.isEmpty
     }
 
-    /// Sends what was gathered since `corkOutput()`.
+    /// Sends what was gathered since `corkOutput()`, like `sendToClient` would have.
     func uncorkOutput() {
         guard corked else { return }
         corked = false
-        // Bytes behind a pending write wait go out with it, in order.
-        guard !isClosed, !outbound.isEmpty, !corkedBehindPending else { return }
-        switch socket.flush(&outbound) {
-        case .drained:
-            if closeAfterFlush { close() }
-        case .failed:
-            abort()
-        case .pending:
-            upstream?.socket.pauseReading()
-            socket.waitUntilWritable { [unowned self] in self.clientWritable() }
-        }
+        var gathered = ByteBuffer()
+        swap(&gathered, &loop.gatherScratch)
+        defer { gathered.clear(); swap(&gathered, &loop.gatherScratch) }
+        if gathered.isEmpty { return }
+        sendToClient(gathered.readable)
+        if closeAfterFlush && outbound.isEmpty { close() }
     }
 
     // MARK: Timeouts and closing
@@ -948,7 +942,7 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     private func closeAfterFlushing() {
         phase = .closing
-        if outbound.isEmpty { close() } else { closeAfterFlush = true; deadline = loop.lastNow &+ 5_000_000_000 }
+        if outbound.isEmpty && !corked { close() } else { closeAfterFlush = true; deadline = loop.lastNow &+ 5_000_000_000 }
     }
 
     /// Closes at once, abandoning any exchange in flight.
