@@ -205,6 +205,18 @@ final class RawConnection {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// Reads until the received text contains `marker`, the peer closes or the timeout passes.
+    func read(until marker: String) -> String {
+        var out = [UInt8]()
+        var buf = [UInt8](repeating: 0, count: 65536)
+        while !String(decoding: out, as: UTF8.self).contains(marker) {
+            let n = recv(fd, &buf, buf.count, 0)
+            if n <= 0 { break }
+            out.append(contentsOf: buf[0..<n])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
     /// Reads exactly `count` responses framed by Content-Length (no chunked support needed here).
     func readResponses(_ count: Int) -> [HTTPResponse] {
         var data = [UInt8]()
