@@ -30,7 +30,7 @@ var package = Package(
         // Pure layers: no I/O.
         .target(name: "PortcullisCore"),
         .target(name: "PortcullisHTTP"),
-        .target(name: "PortcullisAuth", dependencies: ["COpenSSL"]),
+        .target(name: "PortcullisAuth", dependencies: ["COpenSSL", "PortcullisCore"]),
 
         // I/O: Dispatch event loops and sockets.
         .target(name: "PortcullisIO", dependencies: [
@@ -67,13 +67,15 @@ var package = Package(
         ]),
 
         .testTarget(name: "PortcullisHTTPTests", dependencies: ["PortcullisHTTP"]),
-        .testTarget(name: "PortcullisAuthTests", dependencies: ["PortcullisAuth"],
+        .testTarget(name: "PortcullisAuthTests", dependencies: ["PortcullisAuth", "PortcullisCore"],
                     resources: [.copy("Fixtures")]),
         .testTarget(name: "PortcullisIOTests", dependencies: ["PortcullisIO", "PortcullisCore"]),
         .testTarget(name: "PortcullisProxyTests", dependencies: ["PortcullisProxy", "Portcullis"]),
-        .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis"]),
-        .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO"]),
-        .testTarget(name: "PortcullisStoreTests", dependencies: ["PortcullisStore", "PortcullisRedis", "PortcullisIO"]),
+        // Real redis-server / sentinel processes for the tests that need them.
+        .target(name: "PortcullisTestSupport", path: "Tests/PortcullisTestSupport"),
+        .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis", "PortcullisTestSupport"]),
+        .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
+        .testTarget(name: "PortcullisStoreTests", dependencies: ["PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisKeysTests", dependencies: ["PortcullisKeys", "PortcullisAuth", "PortcullisIO"],
                     resources: [.copy("Fixtures")]),
     ]

@@ -15,10 +15,15 @@ out="$root/.build-fuzz/auth"
 mkdir -p "$out/corpus" "$out/artifacts"
 
 echo "building auth-fuzz (swiftc -sanitize=fuzzer,address -O)..."
+# PortcullisAuth imports PortcullisCore (its Lock): build that module first.
+mapfile -t core < <(find "$root/Sources/PortcullisCore" -name '*.swift' | sort)
+swiftc -sanitize=address -parse-as-library -O -module-name PortcullisCore -emit-module \
+    -emit-module-path "$out/PortcullisCore.swiftmodule" -emit-library -static \
+    "${core[@]}" -o "$out/libPortcullisCore.a"
 mapfile -t sources < <(find "$root/Sources/PortcullisAuth" -name '*.swift' | sort)
-swiftc -sanitize=fuzzer,address -parse-as-library -O -I "$root/Sources/COpenSSL" \
+swiftc -sanitize=fuzzer,address -parse-as-library -O -I "$root/Sources/COpenSSL" -I "$out" \
     "${sources[@]}" "$root/Tests/Fuzz/Auth/main.swift" \
-    -module-name AuthFuzz -lssl -lcrypto -o "$out/auth-fuzz"
+    -module-name AuthFuzz -L "$out" -lPortcullisCore -lssl -lcrypto -o "$out/auth-fuzz"
 
 seeds="$(mktemp -d)"
 trap 'rm -rf "$seeds"' EXIT

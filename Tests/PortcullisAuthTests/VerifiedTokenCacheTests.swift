@@ -1,6 +1,7 @@
 import Dispatch
 import Testing
 @testable import PortcullisAuth
+import PortcullisCore
 
 @Suite struct VerifiedTokenCacheTests {
     static let secret = "an-auth-secret-of-at-least-32-bytes!!"

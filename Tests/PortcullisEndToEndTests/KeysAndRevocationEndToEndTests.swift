@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import PortcullisTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -85,17 +86,18 @@ struct KeysAndRevocationEndToEndTests {
         let rotated = try Self.mint(g, key: host.keyPath("k2"), kid: "k2")
         // Ten concurrent requests with the new kid: all wait for one fetch and pass.
         let group = DispatchGroup()
-        let statuses = LockedArray()
+        let statuses = Locked<[Int]>([])
         let url = g.url
         for _ in 0..<10 {
             group.enter()
             DispatchQueue.global().async {
-                statuses.append(E2E.curl(["-H", rotated, "\(url)/b"]).status)
+                let status = E2E.curl(["-H", rotated, "\(url)/b"]).status
+                statuses.update { $0.append(status) }
                 group.leave()
             }
         }
         #expect(group.wait(timeout: .now() + 30) == .success)
-        #expect(statuses.values == Array(repeating: 200, count: 10))
+        #expect(statuses.get() == Array(repeating: 200, count: 10))
         #expect(host.fetchCount() - before == 1)
         // An unknown kid that the host does not publish either: refused, not hung.
         let unknown = try Self.mint(g, key: host.keyPath("k2"), kid: "k9")
@@ -146,7 +148,7 @@ struct KeysAndRevocationEndToEndTests {
     }
 
     @Test func logoutOnOneInstanceIsEnforcedOnAnotherThroughRedis() throws {
-        let redis = try RedisServerProcess()
+        let redis = try RedisProcess()
         let upstream = try EchoUpstream()
         let config = """
         providers:
@@ -177,34 +179,6 @@ struct KeysAndRevocationEndToEndTests {
         print("revocation on instance A enforced on instance B after \(Int(delay * 1000)) ms (includes curl start-up)")
         #expect(status == 401)
         #expect(E2E.curl(["-H", credential, "\(a.url)/visits"]).status == 401)
-        #expect(try redis.keys().contains { $0.hasPrefix("portcullis:") })
+        #expect(redis.cli(["--scan"]).split(separator: "\n").contains { $0.hasPrefix("portcullis:") })
     }
-}
-
-/// A real redis-server on a free loopback port, no persistence.
-final class RedisServerProcess {
-    let port = E2E.freePort()
-    let process = Process()
-
-    init() throws {
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/redis-server")
-        process.arguments = ["--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        guard E2E.waitForPort(port) else { throw TestFailure("redis-server did not start") }
-    }
-
-    func keys() throws -> [String] {
-        let (_, out, _) = E2E.run("/usr/bin/redis-cli", ["-p", "\(port)", "--scan"])
-        return out.split(separator: "\n").map(String.init)
-    }
-
-    deinit { E2E.stop(process, signal: SIGKILL) }
-}
-
-final class LockedArray: @unchecked Sendable {
-    private let lock = NSLock()
-    private var items: [Int] = []
-    func append(_ value: Int) { lock.lock(); items.append(value); lock.unlock() }
-    var values: [Int] { lock.lock(); defer { lock.unlock() }; return items }
 }

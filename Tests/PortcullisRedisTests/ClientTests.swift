@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import PortcullisTestSupport
 import PortcullisIO
 import PortcullisRedis
 

@@ -1,4 +1,5 @@
 import Testing
+import PortcullisTestSupport
 import PortcullisCore
 import PortcullisIO
 @testable import PortcullisRedis

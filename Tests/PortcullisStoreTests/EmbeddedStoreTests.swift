@@ -1,4 +1,5 @@
 import Testing
+import PortcullisTestSupport
 import PortcullisIO
 @testable import PortcullisStore
 

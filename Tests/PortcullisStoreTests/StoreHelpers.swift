@@ -1,4 +1,5 @@
 import Dispatch
+import PortcullisTestSupport
 import Foundation
 import PortcullisCore
 import PortcullisIO

@@ -1,4 +1,5 @@
 internal import COpenSSL
+import PortcullisCore
 
 /// A bounded cache of verified credentials (Envoy's verified-token cache).
 ///

@@ -1,3 +1,4 @@
+import PortcullisCore
 /// A small pool of per-key OpenSSL contexts.
 ///
 /// `EVP_PKEY_CTX`, `EVP_MD_CTX`, `EVP_MAC_CTX` and `EVP_CIPHER_CTX` must not be

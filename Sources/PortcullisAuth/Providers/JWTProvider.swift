@@ -1,3 +1,4 @@
+import PortcullisCore
 /// A provider that verifies compact JWS bearer tokens (google, apple,
 /// firebase, hs256, oidc) with its policy and its current key set.
 ///

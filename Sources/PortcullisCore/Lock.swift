@@ -7,13 +7,13 @@ import Darwin
 #endif
 
 /// A pthread mutex owned by one class. Used instead of `Synchronization.Mutex`
-/// so the module keeps the package's macOS 14 deployment target.
-final class Lock: @unchecked Sendable {
+/// so the package keeps the package's macOS 14 deployment target.
+public final class Lock: @unchecked Sendable {
     // @unchecked Sendable: the mutex is heap-allocated once, never moved, and
     // only touched through pthread calls, which are thread-safe by contract.
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    @usableFromInline let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
-    init() {
+    public init() {
         mutex = .allocate(capacity: 1)
         mutex.initialize(to: pthread_mutex_t())
         pthread_mutex_init(mutex, nil)
@@ -24,8 +24,8 @@ final class Lock: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    @inline(__always)
-    func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+    @inlinable
+    public func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body()
@@ -33,15 +33,15 @@ final class Lock: @unchecked Sendable {
 }
 
 /// A value guarded by a `Lock`.
-final class LockedValue<Value>: @unchecked Sendable {
+public final class LockedValue<Value>: @unchecked Sendable {
     // @unchecked Sendable: `value` is only read or written inside `lock.withLock`.
-    private let lock = Lock()
-    private var value: Value
+    @usableFromInline let lock = Lock()
+    @usableFromInline var value: Value
 
-    init(_ value: Value) { self.value = value }
+    public init(_ value: Value) { self.value = value }
 
-    @inline(__always)
-    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+    @inlinable
+    public func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
         try lock.withLock { try body(&value) }
     }
 }

@@ -3,18 +3,20 @@ import Foundation
 import Glibc
 #endif
 
+/// Shared by the Redis, Store and end-to-end test targets.
+///
 /// Real `redis-server` / sentinel processes on free 127.0.0.1 ports, started with
 /// posix_spawn (Foundation.Process has hung on Linux when many children come and
 /// go). Nothing here listens on or contacts any other address.
-final class RedisProcess: @unchecked Sendable {
+public final class RedisProcess: @unchecked Sendable {
     // @unchecked Sendable: used from one test at a time (suites are serialized).
-    let port: UInt16
-    let directory: String
+    public let port: UInt16
+    public let directory: String
     private let arguments: [String]
-    private(set) var pid: pid_t = 0
+    public private(set) var pid: pid_t = 0
 
     /// A plain server: `redis-server --port N --save "" --appendonly no` plus `extra`.
-    init(extra: [String] = []) throws {
+    public init(extra: [String] = []) throws {
         port = RedisProcess.freePort()
         directory = RedisProcess.makeDirectory()
         arguments = ["/usr/bin/redis-server", "--port", "\(port)", "--bind", "127.0.0.1", "--save", "",
@@ -23,7 +25,7 @@ final class RedisProcess: @unchecked Sendable {
     }
 
     /// A sentinel watching `masterPort` as `name`, with a short down-after.
-    init(sentinelFor name: String, masterPort: UInt16, downAfterMilliseconds: Int = 1000) throws {
+    public init(sentinelFor name: String, masterPort: UInt16, downAfterMilliseconds: Int = 1000) throws {
         port = RedisProcess.freePort()
         directory = RedisProcess.makeDirectory()
         let config = """
@@ -43,7 +45,7 @@ final class RedisProcess: @unchecked Sendable {
 
     deinit { stop() }
 
-    func launch() throws {
+    public func launch() throws {
         pid = try RedisProcess.spawn(arguments, stdout: directory + "/out.log")
         guard RedisProcess.waitForPort(port, timeout: 10) else {
             throw RedisTestFailure("redis on \(port) did not start: \(log)")
@@ -51,7 +53,7 @@ final class RedisProcess: @unchecked Sendable {
     }
 
     /// SIGKILL and reap.
-    func stop() {
+    public func stop() {
         guard pid > 0 else { return }
         kill(pid, SIGKILL)
         var status: Int32 = 0
@@ -60,22 +62,22 @@ final class RedisProcess: @unchecked Sendable {
     }
 
     /// Same port, same arguments.
-    func restart() throws {
+    public func restart() throws {
         stop()
         try launch()
     }
 
-    var log: String { (try? String(contentsOfFile: directory + "/out.log", encoding: .utf8)) ?? "" }
+    public var log: String { (try? String(contentsOfFile: directory + "/out.log", encoding: .utf8)) ?? "" }
 
     /// Runs `redis-cli -p <port> args…` and returns its stdout (trimmed).
     @discardableResult
-    func cli(_ args: [String]) -> String {
+    public func cli(_ args: [String]) -> String {
         RedisProcess.capture(["/usr/bin/redis-cli", "-h", "127.0.0.1", "-p", "\(port)"] + args)
     }
 
     // MARK: Helpers
 
-    static func freePort() -> UInt16 {
+    public static func freePort() -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var addr = sockaddr_in()
@@ -87,7 +89,7 @@ final class RedisProcess: @unchecked Sendable {
         return UInt16(bigEndian: addr.sin_port)
     }
 
-    static func waitForPort(_ port: UInt16, timeout: Double) -> Bool {
+    public static func waitForPort(_ port: UInt16, timeout: Double) -> Bool {
         let end = Date().addingTimeInterval(timeout)
         while Date() < end {
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -105,12 +107,12 @@ final class RedisProcess: @unchecked Sendable {
         return false
     }
 
-    static func makeDirectory() -> String {
+    public static func makeDirectory() -> String {
         var template = Array((NSTemporaryDirectory() + "/portcullis-redis-XXXXXX").utf8CString)
         return template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
     }
 
-    static func spawn(_ argv: [String], stdout path: String?) throws -> pid_t {
+    public static func spawn(_ argv: [String], stdout path: String?) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -127,7 +129,7 @@ final class RedisProcess: @unchecked Sendable {
     }
 
     /// Runs a short command to completion (bounded: killed after `timeout`), returns stdout.
-    static func capture(_ argv: [String], timeout: Double = 10) -> String {
+    public static func capture(_ argv: [String], timeout: Double = 10) -> String {
         let path = makeDirectory() + "/capture.out"
         guard let pid = try? spawn(argv, stdout: path) else { return "" }
         let end = Date().addingTimeInterval(timeout)
@@ -141,13 +143,13 @@ final class RedisProcess: @unchecked Sendable {
     }
 }
 
-struct RedisTestFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+public struct RedisTestFailure: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// Polls `condition` every 10 ms until it holds or `timeout` seconds pass.
-func waitUntil(_ timeout: Double, _ condition: () -> Bool) -> Bool {
+public func waitUntil(_ timeout: Double, _ condition: () -> Bool) -> Bool {
     let end = Date().addingTimeInterval(timeout)
     while Date() < end {
         if condition() { return true }
@@ -157,11 +159,11 @@ func waitUntil(_ timeout: Double, _ condition: () -> Bool) -> Bool {
 }
 
 /// A value written by callbacks on loop queues and read by the test thread.
-final class Locked<Value>: @unchecked Sendable {
+public final class Locked<Value>: @unchecked Sendable {
     // @unchecked Sendable: every access holds `lock`.
     private let lock = NSLock()
     private var value: Value
-    init(_ value: Value) { self.value = value }
-    func get() -> Value { lock.lock(); defer { lock.unlock() }; return value }
-    func update(_ body: (inout Value) -> Void) { lock.lock(); body(&value); lock.unlock() }
+    public init(_ value: Value) { self.value = value }
+    public func get() -> Value { lock.lock(); defer { lock.unlock() }; return value }
+    public func update(_ body: (inout Value) -> Void) { lock.lock(); body(&value); lock.unlock() }
 }
