@@ -47,8 +47,7 @@ public enum Gateway {
         } catch {
             throw StartupError(description: "\(configuration.file): store: \(error)")
         }
-        let revocations = StoreRevocations(store: store, loopCount: group.loops.count,
-                                           maxCredentialLifetime: 30 * 86_400)
+        let revocations = StoreRevocations(store: store, loopCount: group.loops.count)
         store.start()
         var actions = AdminActions()
         actions.revoke = { request, completion in revocations.revoke(request, completion: completion) }

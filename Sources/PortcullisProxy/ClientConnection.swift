@@ -503,6 +503,8 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
         var forwardedHost: Range<Int>? = nil
         var clientRequestId: Range<Int>? = nil
         var upgradeValue: Range<Int>? = nil
+        let dropAuthorization = grant?.dropAuthorization ?? false
+        let replaceCookie = grant?.replacementCookie != nil
 
         fieldLoop: for field in head.fields {
             switch policy.classify(bytes, field.name) {
@@ -524,14 +526,8 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
             case .forwarded:
                 if !trusted { continue fieldLoop }
             case .copy:
-                if let grant {
-                    if grant.dropAuthorization && HTTPBytes.equalsCaseInsensitive(bytes, field.name, "authorization") {
-                        continue fieldLoop
-                    }
-                    if grant.replacementCookie != nil && HTTPBytes.equalsCaseInsensitive(bytes, field.name, "cookie") {
-                        continue fieldLoop
-                    }
-                }
+                if dropAuthorization && HTTPBytes.equalsCaseInsensitive(bytes, field.name, "authorization") { continue fieldLoop }
+                if replaceCookie && HTTPBytes.equalsCaseInsensitive(bytes, field.name, "cookie") { continue fieldLoop }
             }
             for token in connectionTokens where token.count == field.name.count {
                 if Self.sameNameIgnoringCase(bytes, field.name, token) { continue fieldLoop }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Portcullis
 import PortcullisAuth
+import PortcullisKeys
 
 /// `portcullis verify`: what the gateway would decide for one credential.
 struct Verify: ParsableCommand {
@@ -27,8 +28,7 @@ struct Verify: ParsableCommand {
             guard let data = FileManager.default.contents(atPath: jwks) else { throw ValidationError("cannot read \(jwks)") }
             do {
                 let bytes = [UInt8](data)
-                keys[provider] = String(decoding: bytes, as: UTF8.self).contains("\"keys\"")
-                    ? try KeySet(jwks: bytes) : try KeySet(pemCertificateMap: bytes)
+                keys[provider] = try KeyDocumentFormat.detect(bytes).load(bytes)
             } catch { throw ValidationError("\(jwks): \(error)") }
         }
         let verifier = try CredentialVerifier(providers: configuration.providers.map(\.configuration), keys: keys)

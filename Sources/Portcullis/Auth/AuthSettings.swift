@@ -1,7 +1,7 @@
 import PortcullisAuth
 
 /// Where a provider's verification keys come from.
-public enum KeySourceSetting: Sendable, Equatable {
+public enum KeySourceSetting: Sendable {
     /// hs256 / nextauth / authjs: the configured secret is the key.
     case secret
     /// Fetched over HTTP(S) and refreshed: `jwks_url`, or the provider kind's
@@ -10,15 +10,6 @@ public enum KeySourceSetting: Sendable, Equatable {
     /// Given in the file (`jwks`, `jwks_file`, `public_key`): loaded at start,
     /// never refreshed.
     case inline(KeySet)
-
-    public static func == (lhs: KeySourceSetting, rhs: KeySourceSetting) -> Bool {
-        switch (lhs, rhs) {
-        case (.secret, .secret): return true
-        case (.url(let a), .url(let b)): return a == b
-        case (.inline(let a), .inline(let b)): return a.count == b.count
-        default: return false
-        }
-    }
 }
 
 /// One configured provider: the verification rules plus its key source.

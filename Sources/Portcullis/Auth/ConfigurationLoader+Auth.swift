@@ -1,17 +1,11 @@
 import Foundation
 import PortcullisAuth
+import PortcullisKeys
 import Yams
 
 /// Reading `providers:`, `keys:` and the auth keys of routes. Every key and its
 /// default is listed in `Config/portcullis.yaml`.
 extension ConfigurationLoader {
-    /// Well-known key URLs (../shared/reference/tokens.md).
-    static let defaultKeyURLs: [ProviderConfiguration.Kind: String] = [
-        .google: "https://www.googleapis.com/oauth2/v3/certs",
-        .apple: "https://appleid.apple.com/auth/keys",
-        .firebase: "https://www.googleapis.com/robot/v1/metadata/x509/securetoken@system.gserviceaccount.com",
-    ]
-
     static func providers(_ listNode: ConfigNode) throws(ConfigurationError) -> [ProviderSettings] {
         var result: [ProviderSettings] = []
         var names = Set<String>()
@@ -56,7 +50,9 @@ extension ConfigurationLoader {
             var keys: KeySourceSetting
             switch kind {
             case .hs256, .nextauth, .authjs: keys = .secret
-            case .google, .apple, .firebase: keys = .url(defaultKeyURLs[kind]!)
+            case .google: keys = .url(KeySource.googleURL)
+            case .apple: keys = .url(KeySource.appleURL)
+            case .firebase: keys = .url(KeySource.firebaseURL)
             case .oidc: keys = .secret  // replaced below; oidc must name its keys
             }
             var given: [String] = []
@@ -66,11 +62,11 @@ extension ConfigurationLoader {
             }
             if let n = try node.optional("jwks") {
                 given.append("jwks")
-                keys = .inline(try keySet(n, jwks: Array(try n.string().utf8), kind: kind))
+                keys = .inline(try keySet(n, Array(try n.string().utf8)))
             }
             if let n = try node.optional("jwks_file") {
                 given.append("jwks_file")
-                keys = .inline(try keySet(n, jwks: try fileBytes(n), kind: kind))
+                keys = .inline(try keySet(n, try fileBytes(n)))
             }
             if let n = try node.optional("public_key") {
                 given.append("public_key")
@@ -136,12 +132,10 @@ extension ConfigurationLoader {
         return rules
     }
 
+    /// An http:// or https:// URL the key fetcher accepts.
     static func keyURL(_ node: ConfigNode) throws(ConfigurationError) -> String {
         let url = try node.string()
-        guard url.hasPrefix("http://") || url.hasPrefix("https://"), url.count > 8,
-              !url.contains(" "), !url.contains("#") else {
-            throw node.error("expected an http:// or https:// URL, got '\(url)'")
-        }
+        do { _ = try FetchURL(parsing: url) } catch { throw node.error("\(error)") }
         return url
     }
 
@@ -153,17 +147,9 @@ extension ConfigurationLoader {
         return [UInt8](data)
     }
 
-    static func keySet(_ node: ConfigNode, jwks bytes: [UInt8], kind: ProviderConfiguration.Kind) throws(ConfigurationError) -> KeySet {
-        do {
-            // A PEM certificate map (Firebase's format) or a JWKS.
-            if kind == .firebase, !bytes.contains(where: { $0 == UInt8(ascii: "[") }),
-               String(decoding: bytes, as: UTF8.self).contains("BEGIN CERTIFICATE") {
-                return try KeySet(pemCertificateMap: bytes)
-            }
-            return try KeySet(jwks: bytes)
-        } catch {
-            throw node.error("\(error)")
-        }
+    /// An inline JWKS or PEM certificate map (Firebase's format).
+    static func keySet(_ node: ConfigNode, _ bytes: [UInt8]) throws(ConfigurationError) -> KeySet {
+        do { return try KeyDocumentFormat.detect(bytes).load(bytes) } catch { throw node.error("\(error)") }
     }
 
     /// The auth keys of one route mapping.

@@ -45,7 +45,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     struct RoutePolicy: Sendable {
         let mode: AuthMode
         let allowed: Set<String>?
-        let acceptsCookies: Bool
+        /// Session cookie names of the allowed cookie providers (empty: cookies are not looked at).
         let cookieNames: [String]
         let rules: [RouteClaimRule]
         let bypassMethods: [[UInt8]]
@@ -66,6 +66,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     let keys: (any KeyRefetching)?
     let observer: (any AuthObserving)?
     let logger: Logger
+    /// The answer to a protected request without a credential (built once).
+    let challengeResponse: LocalResponse
 
     public init(verifier: CredentialVerifier, configuration: GatewayConfiguration,
                 revocations: (any RevocationChecking)?, keys: (any KeyRefetching)?,
@@ -80,6 +82,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         self.keys = keys
         self.observer = observer
         self.logger = logger
+        challengeResponse = Self.errorResponse(401, code: "unauthorized", description: "No credentials",
+                                               challenge: AuthFailure(.noCredential).wwwAuthenticate(realm: configuration.proxy.realm))
         let cookieProviders = configuration.providers.filter { !$0.sessionCookieNames.isEmpty }
         policies = configuration.proxy.routes.enumerated().map { index, route in
             let settings = index < configuration.routeAuth.count ? configuration.routeAuth[index] : RouteAuthSettings()
@@ -87,8 +91,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             let cookieNames = cookieProviders
                 .filter { allowed?.contains($0.configuration.name) ?? true }
                 .flatMap(\.sessionCookieNames)
-            return RoutePolicy(mode: route.auth, allowed: allowed, acceptsCookies: !cookieNames.isEmpty,
-                               cookieNames: cookieNames, rules: settings.requiredClaims,
+            return RoutePolicy(mode: route.auth, allowed: allowed, cookieNames: cookieNames, rules: settings.requiredClaims,
                                bypassMethods: settings.bypassMethods.sorted().map { Array($0.utf8) },
                                onUnauthenticated: settings.onUnauthenticated,
                                forwardAuthorization: settings.forwardAuthorization,
@@ -107,47 +110,42 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             if policy.bypassMethods.contains(where: { $0.elementsEqual(method) }) { return .anonymous }
         }
 
-        let presented = PresentedCredential.find(in: request, cookieNames: policy.acceptsCookies ? policy.cookieNames : [])
         let now = WallClock.nowSeconds()
-        let result: VerificationResult
-        switch presented {
+        switch PresentedCredential.find(in: request, cookieNames: policy.cookieNames) {
         case .malformed(let reason):
-            return reject(AuthFailure(reason), policy: policy, request: request)
+            return rejectFailure(AuthFailure(reason))
         case .none:
             return unauthenticated(policy, request: request)
         case .bearer(let range):
             let token = UnsafeRawBufferPointer(rebasing: request.bytes[range])
-            result = verifier.verifyBearer(token, providers: policy.allowed, now: now)
+            let result = verifier.verifyBearer(token, providers: policy.allowed, now: now)
             if case .failed(let failure) = result, failure.reason == .unknownKey || failure.reason == .keysUnavailable,
                let provider = failure.provider, let keys {
                 // Park the request while the provider's keys are refetched.
                 let copy = String(decoding: token, as: UTF8.self)
                 let started = keys.refetchForUnknownKey(provider: provider, loop: resumption.loop) { [self] in
                     // On the connection's loop: decide with the keys as they are now.
-                    let retried = verifier.verifyBearer(copy, providers: policy.allowed, now: WallClock.nowSeconds())
-                    resumption.resume(decide(retried, policy: policy, presented: presented, cookies: nil,
-                                             loopIndex: resumption.loop.index, method: nil))
+                    let now = WallClock.nowSeconds()
+                    let retried = verifier.verifyBearer(copy, providers: policy.allowed, now: now)
+                    resumption.resume(decide(retried, policy: policy, cookies: nil, request: nil,
+                                             loopIndex: resumption.loop.index, now: now))
                 }
                 if started { return .deferred }
             }
-            return decide(result, policy: policy, presented: presented, cookies: nil,
-                          loopIndex: request.loop.index, method: request.methodBytes)
+            return decide(result, policy: policy, cookies: nil, request: request, loopIndex: request.loop.index, now: now)
         case .cookies(let jar):
-            result = verifier.verifySessionCookies(jar.pairs, providers: policy.allowed, now: now)
-            return decide(result, policy: policy, presented: presented, cookies: jar,
-                          loopIndex: request.loop.index, method: request.methodBytes)
+            let result = verifier.verifySessionCookies(jar.pairs, providers: policy.allowed, now: now)
+            return decide(result, policy: policy, cookies: jar, request: request, loopIndex: request.loop.index, now: now)
         }
     }
 
-    private func decide(_ result: VerificationResult, policy: RoutePolicy, presented: PresentedCredential,
-                        cookies: CookieJar?, loopIndex: Int, method: UnsafeRawBufferPointer?) -> AuthOutcome {
+    /// `request` is nil when deciding after a deferral (the head is no longer readable).
+    private func decide(_ result: VerificationResult, policy: RoutePolicy, cookies: CookieJar?, request: RequestView?,
+                        loopIndex: Int, now: Double) -> AuthOutcome {
         let identity: VerifiedIdentity
         switch result {
         case .failed(let failure):
-            if failure.reason == .noCredential {
-                observer?.decided(provider: nil, outcome: "no_credential")
-                return policy.mode == .optional ? .anonymous : challenge(policy, method: method)
-            }
+            if failure.reason == .noCredential, let request { return unauthenticated(policy, request: request) }
             return rejectFailure(failure)
         case .verified(let verified):
             identity = verified
@@ -157,13 +155,10 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         }
         let userID = prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
         if let revocations {
-            switch revocations.check(loopIndex: loopIndex, identity: identity, userID: userID, now: Int64(WallClock.nowSeconds())) {
+            switch revocations.check(loopIndex: loopIndex, identity: identity, userID: userID, now: Int64(now)) {
             case .allowed: break
             case .revoked:
-                observer?.decided(provider: identity.provider, outcome: "revoked")
-                let description = "The token has been revoked"
-                return .reject(Self.errorResponse(401, code: "invalid_token", description: description,
-                                                  challenge: "Bearer realm=\"\(realm)\", error=\"invalid_token\", error_description=\"\(description)\""))
+                return rejectFailure(AuthFailure(.revoked, provider: identity.provider))
             case .unavailable:
                 observer?.decided(provider: identity.provider, outcome: "store_unavailable")
                 return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
@@ -199,16 +194,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             return .reject(LocalResponse(status: 302, headers: [("location", location), ("cache-control", "no-store")],
                                          body: Array("{\"error\":\"unauthorized\",\"error_description\":\"Sign in required\"}\n".utf8)))
         }
-        return challenge(policy, method: request.methodBytes)
-    }
-
-    private func challenge(_ policy: RoutePolicy, method: UnsafeRawBufferPointer?) -> AuthOutcome {
-        .reject(Self.errorResponse(401, code: "unauthorized", description: "No credentials",
-                                   challenge: "Bearer realm=\"\(AuthFailureText.quotable(realm))\""))
-    }
-
-    private func reject(_ failure: AuthFailure, policy: RoutePolicy, request: RequestView) -> AuthOutcome {
-        rejectFailure(failure)
+        return .reject(challengeResponse)
     }
 
     private func rejectFailure(_ failure: AuthFailure) -> AuthOutcome {
@@ -278,13 +264,6 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             }
             return accepted.contains(value)
         }
-    }
-}
-
-/// Quoting for challenge parameters (RFC 6750 §3: no `"`, `\` or controls).
-enum AuthFailureText {
-    static func quotable(_ text: String) -> String {
-        String(String.UnicodeScalarView(text.unicodeScalars.filter { (0x20...0x7E).contains($0.value) && $0 != "\"" && $0 != "\\" }))
     }
 }
 

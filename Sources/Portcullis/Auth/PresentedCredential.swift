@@ -128,7 +128,7 @@ struct CookieJar {
         let rest = name.dropFirst(base.count)
         if rest.isEmpty { return true }
         guard rest.first == ".", rest.count > 1 else { return false }
-        return rest.dropFirst().allSatisfy(\.isASCII) && rest.dropFirst().allSatisfy(\.isNumber)
+        return rest.dropFirst().utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
     }
 
     /// The Cookie value without the session cookies (and their chunks); the

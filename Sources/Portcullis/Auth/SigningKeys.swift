@@ -3,6 +3,7 @@ import Logging
 import PortcullisAuth
 import PortcullisIO
 import PortcullisKeys
+import PortcullisProxy
 import PortcullisRedis
 
 /// Fetched key sets for the authenticator: unknown-`kid` refetches through
@@ -26,13 +27,13 @@ final class SigningKeys: KeyRefetching {
     /// `GET /keys`.
     func statusJSON() -> String {
         let items = manager.status().map { s -> String in
-            var fields = ["\"provider\":\(JSONQuote.quoted(s.provider))", "\"source\":\(JSONQuote.quoted(s.source))",
-                          "\"kids\":[\(s.kids.map(JSONQuote.quoted).joined(separator: ","))]",
-                          "\"health\":\(JSONQuote.quoted("\(s.health)"))",
+            var fields = ["\"provider\":\(JSONText.quoted(s.provider))", "\"source\":\(JSONText.quoted(s.source))",
+                          "\"kids\":[\(s.kids.map(JSONText.quoted).joined(separator: ","))]",
+                          "\"health\":\(JSONText.quoted("\(s.health)"))",
                           "\"consecutive_failures\":\(s.consecutiveFailures)"]
             if let at = s.fetchedAt { fields.append("\"fetched_at\":\(Int64(at))") }
             if let at = s.expiresAt { fields.append("\"expires_at\":\(Int64(at))") }
-            if let error = s.lastError { fields.append("\"last_error\":\(JSONQuote.quoted(error))") }
+            if let error = s.lastError { fields.append("\"last_error\":\(JSONText.quoted(error))") }
             return "{" + fields.joined(separator: ",") + "}"
         }
         return "{\"providers\":[\(items.joined(separator: ","))]}\n"
@@ -44,8 +45,7 @@ final class SigningKeys: KeyRefetching {
         var providers: [ManagedKeyProvider] = []
         for p in configuration.providers {
             guard case .url(let url) = p.keys else { continue }
-            let explicit = url == ConfigurationLoader.defaultKeyURLs[p.configuration.kind] ? nil : url
-            let source = try KeySource.forProvider(p.configuration.name, kind: p.configuration.kind, jwksURL: explicit)
+            let source = try KeySource.forProvider(p.configuration.name, kind: p.configuration.kind, jwksURL: url)
             if let source { providers.append(ManagedKeyProvider(name: p.configuration.name, source: source)) }
         }
         guard !providers.isEmpty else { return nil }
@@ -115,20 +115,5 @@ final class RedisKeyCache: SharedKeyCache {
             case .failure: completion(true)
             }
         }
-    }
-}
-
-enum JSONQuote {
-    static func quoted(_ s: String) -> String {
-        var out = "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            default:
-                if scalar.value < 0x20 { out += String(format: "\\u%04x", scalar.value) } else { out.unicodeScalars.append(scalar) }
-            }
-        }
-        return out + "\""
     }
 }

@@ -17,12 +17,12 @@ import PortcullisStore
 public final class StoreRevocations: RevocationChecking {
     public let store: any RevocationStore
     private let views: [RevocationView]
-    let maxCredentialLifetime: Int64
+    /// How long a jti or session revocation without its own expiry is kept.
+    let maxCredentialLifetime = RevocationPolicy().maxCredentialLifetime
 
-    public init(store: any RevocationStore, loopCount: Int, maxCredentialLifetime: Int64) {
+    public init(store: any RevocationStore, loopCount: Int) {
         self.store = store
         self.views = (0..<loopCount).map { store.view(loopIndex: $0) }
-        self.maxCredentialLifetime = maxCredentialLifetime
     }
 
     public func check(loopIndex: Int, identity: VerifiedIdentity, userID: String, now: Int64) -> RevocationDecision {

@@ -33,6 +33,8 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case requiredClaimMismatch
         case hostedDomainMismatch
         case noMatchingProvider
+        /// Verified, but on a revocation list (decided by the caller's store).
+        case revoked
         case internalError
     }
 
@@ -105,6 +107,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case .requiredClaimMismatch: return "The token lacks a required claim"
         case .hostedDomainMismatch: return "The account domain is not allowed"
         case .noMatchingProvider: return "No provider accepts this token"
+        case .revoked: return "The token has been revoked"
         case .internalError: return "The token could not be verified"
         }
     }

@@ -1,9 +1,27 @@
+import PortcullisAuth
 /// How a key document is written.
 public enum KeyDocumentFormat: String, Sendable, Equatable {
     /// A JWK Set, `{"keys":[...]}` (Google v3, Apple, OIDC issuers).
     case jwks
     /// A map of `kid` to PEM certificate (Firebase securetoken x509, Google v1).
     case pemCertificateMap
+}
+
+extension KeyDocumentFormat {
+    /// The format of a document given without saying which: a PEM certificate
+    /// map when it holds certificates and no `"keys"` member, else a JWK Set.
+    public static func detect(_ bytes: [UInt8]) -> KeyDocumentFormat {
+        let text = String(decoding: bytes, as: UTF8.self)
+        return text.contains("BEGIN CERTIFICATE") && !text.contains("\"keys\"") ? .pemCertificateMap : .jwks
+    }
+
+    /// The key set a document in this format holds.
+    public func load(_ bytes: [UInt8]) throws(KeyLoadingError) -> KeySet {
+        switch self {
+        case .jwks: return try KeySet(jwks: bytes)
+        case .pemCertificateMap: return try KeySet(pemCertificateMap: bytes)
+        }
+    }
 }
 
 /// A provider's key document as fetched, with the times that bound its use.

@@ -87,7 +87,7 @@ extension KeyManager {
     func install(_ state: ProviderKeyState, _ document: CachedKeyDocument, origin: KeyOrigin) -> Result<Bool, KeyRefreshError> {
         let keys: KeySet
         do {
-            keys = try Self.parse(document.body, document.format)
+            keys = try document.format.load(document.body)
         } catch {
             return .failure(.invalidDocument(url: state.source.displayName, error))
         }

@@ -65,7 +65,7 @@ public final class KeyManager: @unchecked Sendable {
             do {
                 switch provider.source {
                 case .url: inline = nil
-                case .document(let bytes, let format): inline = try Self.parse(bytes, format)
+                case .document(let bytes, let format): inline = try format.load(bytes)
                 case .pemPublicKey(let pem): inline = try KeySet(pemPublicKey: pem)
                 }
             } catch {
@@ -176,13 +176,6 @@ public final class KeyManager: @unchecked Sendable {
                 state.timer?.cancel()
                 state.timer = nil
             }
-        }
-    }
-
-    static func parse(_ bytes: [UInt8], _ format: KeyDocumentFormat) throws(KeyLoadingError) -> KeySet {
-        switch format {
-        case .jwks: return try KeySet(jwks: bytes)
-        case .pemCertificateMap: return try KeySet(pemCertificateMap: bytes)
         }
     }
 }
