@@ -93,25 +93,8 @@ else
     openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$K/rsa.key.pem" 2>/dev/null
     openssl pkey -in "$K/rsa.key.pem" -pubout -out "$K/rsa.pub.pem"
     start_upstream
-    PORTCULLIS_PORT="$(free_port)"; PORTCULLIS_ADMIN="$(free_port)"
-    mkdir -p "$WORKDIR/portcullis"
-    cat > "$WORKDIR/portcullis/portcullis.yaml" <<CONF
-listen: [{address: "127.0.0.1:$PORTCULLIS_PORT"}]
-admin: {address: "127.0.0.1:$PORTCULLIS_ADMIN"}
-workers: 2
-access_log: off
-log_level: warning
-providers:
-  - {name: corp, type: oidc, issuer: "https://id.example.test", audiences: ["api"], algorithms: [RS256], public_key: "$K/rsa.pub.pem", key_id: k1, forward_claims: []}
-upstreams:
-  fast: {url: "http://127.0.0.1:$UPSTREAM_PORT", max_connections: 128}
-routes:
-  - {path: /, upstream: fast, auth: required}
-CONF
-    "$PORTCULLIS_BIN" check-config "$WORKDIR/portcullis/portcullis.yaml" >/dev/null
-    "$PORTCULLIS_BIN" run --config "$WORKDIR/portcullis/portcullis.yaml" > "$WORKDIR/portcullis/portcullis.out" 2>&1 &
-    PORTCULLIS_PID=$!; STARTED_PIDS+=("$PORTCULLIS_PID")
-    wait_http "http://127.0.0.1:$PORTCULLIS_ADMIN/healthz"
+    start_portcullis "providers:
+  - {name: corp, type: oidc, issuer: \"https://id.example.test\", audiences: [\"api\"], algorithms: [RS256], public_key: \"$K/rsa.pub.pem\", key_id: k1, forward_claims: []}" "" "" required
     CONFIG="$WORKDIR/portcullis/portcullis.yaml"
     echo "minting 1 + $DISTINCT RS256 tokens ..." >&2
     "$PORTCULLIS_BIN" mint --config "$CONFIG" --provider corp --key "$K/rsa.key.pem" --kid k1 --ttl 2h --format header > "$WORKDIR/one.txt"
@@ -120,40 +103,18 @@ CONF
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "$(head -1 "$WORKDIR/one.txt")" "http://127.0.0.1:$PORTCULLIS_PORT/")
     [[ "$code" == 200 ]] || { echo "error: Portcullis refused a minted token ($code)" >&2; cat "$WORKDIR/portcullis/portcullis.out" >&2; exit 1; }
 
-    # HAProxy 2.6 with jwt_verify, configured as its documentation shows.
-    HAPROXY_PORT="$(free_port)"; d="$WORKDIR/haproxy"; mkdir -p "$d"
-    cat > "$d/haproxy.cfg" <<CONF
-global
-    nbthread 2
-    maxconn 4096
-defaults
-    mode http
-    option http-keep-alive
-    http-reuse always
-    timeout connect 5s
-    timeout client 300s
-    timeout server 300s
-    timeout http-keep-alive 300s
-frontend fe
-    bind 127.0.0.1:$HAPROXY_PORT
-    http-request deny content-type text/plain string "Missing Authorization" unless { req.hdr(authorization) -m found }
+    # HAProxy 2.6 with jwt_verify, configured as its documentation shows:
+    # alg allow-list first, then the signature, then exp.
+    start_haproxy "    http-request deny content-type text/plain string \"Missing Authorization\" unless { req.hdr(authorization) -m found }
     http-request set-var(txn.bearer) http_auth_bearer
     http-request set-var(txn.jwt_alg) var(txn.bearer),jwt_header_query('\$.alg')
-    http-request deny unless { var(txn.jwt_alg) -m str "RS256" }
-    http-request deny unless { var(txn.bearer),jwt_verify(txn.jwt_alg,"$K/rsa.pub.pem") -m int 1 }
+    http-request deny unless { var(txn.jwt_alg) -m str \"RS256\" }
+    http-request deny unless { var(txn.bearer),jwt_verify(txn.jwt_alg,\"$K/rsa.pub.pem\") -m int 1 }
     http-request set-var(txn.exp) var(txn.bearer),jwt_payload_query('\$.exp','int')
     http-request set-var(txn.now) date()
-    http-request deny if { var(txn.exp),sub(txn.now) -m int lt 0 }
-    default_backend fast
-backend fast
-    server upstream 127.0.0.1:$UPSTREAM_PORT
-CONF
-    haproxy -c -f "$d/haproxy.cfg" >/dev/null
-    haproxy -db -f "$d/haproxy.cfg" > "$d/haproxy.out" 2>&1 &
-    HAPROXY_PID=$!; STARTED_PIDS+=("$HAPROXY_PID")
-    sleep 0.5
+    http-request deny if { var(txn.exp),sub(txn.now) -m int lt 0 }"
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "$(head -1 "$WORKDIR/one.txt")" "http://127.0.0.1:$HAPROXY_PORT/")
-    [[ "$code" == 200 ]] || { echo "error: HAProxy refused a minted token ($code)" >&2; cat "$d/haproxy.out" >&2; exit 1; }
+    [[ "$code" == 200 ]] || { echo "error: HAProxy refused a minted token ($code)" >&2; cat "$WORKDIR/haproxy/haproxy.out" >&2; exit 1; }
     code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer x.y.z" "http://127.0.0.1:$HAPROXY_PORT/")
     [[ "$code" == 403 ]] || { echo "error: HAProxy accepted a bad token ($code)" >&2; exit 1; }
 

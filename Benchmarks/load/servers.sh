@@ -114,9 +114,12 @@ CONF
     wait_http "http://127.0.0.1:$NGINX_PORT/" ok
 }
 
-# start_haproxy -> sets HAPROXY_PORT, HAPROXY_PID
-# HAProxy 2.6, 2 threads, server connections reused across clients.
+# start_haproxy [FRONTEND_RULES] -> sets HAPROXY_PORT, HAPROXY_PID
+# HAProxy 2.6, 2 threads, server connections reused across clients. FRONTEND_RULES
+# (e.g. http-request lines) go into the frontend; with rules, readiness is only
+# checked by `haproxy -c` and the port, since the rules may refuse a bare GET.
 start_haproxy() {
+    local rules="${1-}"
     HAPROXY_PORT="$(free_port)"
     local d="$WORKDIR/haproxy"; mkdir -p "$d"
     cat > "$d/haproxy.cfg" <<CONF
@@ -135,20 +138,27 @@ defaults
 
 frontend fe
     bind 127.0.0.1:$HAPROXY_PORT
+$rules
     default_backend fast
 
 backend fast
     server upstream 127.0.0.1:$UPSTREAM_PORT
 CONF
+    haproxy -c -f "$d/haproxy.cfg" >/dev/null || return 1
     haproxy -db -f "$d/haproxy.cfg" > "$d/haproxy.out" 2>&1 &
     HAPROXY_PID=$!; STARTED_PIDS+=("$HAPROXY_PID")
+    if [[ -n "$rules" ]]; then
+        for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$HAPROXY_PORT/" && return 0; sleep 0.1; done
+        echo "error: HAProxy did not listen on $HAPROXY_PORT" >&2; return 1
+    fi
     wait_http "http://127.0.0.1:$HAPROXY_PORT/" ok
 }
 
-# start_portcullis [EXTRA_YAML [BIN [NAME]]] -> sets PORTCULLIS_PORT, PORTCULLIS_ADMIN, PORTCULLIS_PID
-# The release binary (or BIN, in $WORKDIR/NAME), 2 workers, pooled keep-alive to the upstream.
+# start_portcullis [EXTRA_YAML [BIN [NAME [ROUTE_AUTH]]]] -> sets PORTCULLIS_PORT, PORTCULLIS_ADMIN, PORTCULLIS_PID
+# The release binary (or BIN, in $WORKDIR/NAME), 2 workers, pooled keep-alive to the
+# upstream; the one route's auth is ROUTE_AUTH (default none; EXTRA_YAML then has the providers).
 start_portcullis() {
-    local extra="${1-}" bin="${2:-$PORTCULLIS_BIN}" name="${3:-portcullis}"
+    local extra="${1-}" bin="${2:-$PORTCULLIS_BIN}" name="${3:-portcullis}" route_auth="${4:-none}"
     if [[ ! -x "$bin" ]]; then
         echo "error: $bin not found; build it with:" >&2
         echo "  cd $REPO_ROOT && swift build -c release --product portcullis" >&2
@@ -166,12 +176,14 @@ log_level: warning
 upstreams:
   fast: {url: "http://127.0.0.1:$UPSTREAM_PORT", max_connections: 128}
 routes:
-  - {path: /, upstream: fast, auth: none}
+  - {path: /, upstream: fast, auth: $route_auth}
 $extra
 CONF
     "$bin" check-config "$d/portcullis.yaml" >/dev/null || return 1
     "$bin" run --config "$d/portcullis.yaml" > "$d/portcullis.out" 2>&1 &
     PORTCULLIS_PID=$!; STARTED_PIDS+=("$PORTCULLIS_PID")
     wait_http "http://127.0.0.1:$PORTCULLIS_ADMIN/healthz" || { cat "$d/portcullis.out" >&2; return 1; }
-    wait_http "http://127.0.0.1:$PORTCULLIS_PORT/" ok || { cat "$d/portcullis.out" >&2; return 1; }
+    if [[ "$route_auth" == none ]]; then
+        wait_http "http://127.0.0.1:$PORTCULLIS_PORT/" ok || { cat "$d/portcullis.out" >&2; return 1; }
+    fi
 }
