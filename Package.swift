@@ -15,6 +15,8 @@ var package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // C libraries, each wrapped once in a system-library target with a shim header.
@@ -48,6 +50,7 @@ var package = Package(
         .target(name: "PortcullisProxy", dependencies: [
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP",
             .product(name: "Logging", package: "swift-log"),
+            .product(name: "CoreMetrics", package: "swift-metrics"),
         ]),
         // Signing keys: outbound GET client (plain and TLS), key fetch / refresh / shared cache.
         .target(name: "PortcullisKeys", dependencies: [
@@ -59,6 +62,8 @@ var package = Package(
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
+            .product(name: "CoreMetrics", package: "swift-metrics"),
+            .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "portcullis", dependencies: [
             "Portcullis",

@@ -19,8 +19,8 @@ public struct AdminActions: Sendable {
     public var listRevocations: (@Sendable (String, @escaping @Sendable (Result<String, AdminError>) -> Void) -> Void)?
     /// JSON text for `GET /keys`.
     public var keys: (@Sendable () -> String)?
-    /// Prometheus text for `GET /metrics`.
-    public var metrics: (@Sendable () -> String)?
+    /// Prometheus text for `GET /metrics`, delivered later (collecting visits every loop).
+    public var metrics: (@Sendable (@escaping @Sendable (String) -> Void) -> Void)?
     /// nil when ready, else why not (for `/readyz`).
     public var notReadyReason: (@Sendable () -> String?)?
     public init() {}
@@ -41,7 +41,8 @@ public struct AdminError: Error, Sendable {
 ///   `{"subject": "…", "before": 1735689600}` (before defaults to now) → 201;
 /// - `GET /revocations?subject=…` → the subject's recorded revocations;
 /// - `GET /keys` → per provider: kids, fetched at, expires at, last error;
-/// - `GET /metrics` → Prometheus text (also without a token when `admin.metrics_public`).
+/// - `GET /metrics` → Prometheus text (also without a token when `admin.metrics_public: true`,
+///   as Envoy's admin `/stats/prometheus` and oauth2-proxy's metrics address serve it).
 public final class AdminHandler: LocalHandler, @unchecked Sendable {
     // @unchecked Sendable: immutable after start except `draining`, a benign flag
     // written once at shutdown.
@@ -75,8 +76,8 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
                 return .json(503, "{\"status\":\"not ready\",\"reason\":\(JSONText.quoted(reason))}\n")
             }
             return .json(200, "{\"status\":\"ready\"}\n")
-        case "/metrics" where metricsPublic:
-            return metrics()
+        case "/metrics" where metricsPublic && method == "GET":
+            return metrics(reply)
         default:
             break
         }
@@ -90,7 +91,7 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
         }
         switch (method, request.path) {
         case ("GET", "/metrics"):
-            return metrics()
+            return metrics(reply)
         case ("GET", "/keys"):
             guard let keys = actions.keys else { return .json(200, "{\"providers\":[]}\n") }
             return .json(200, keys())
@@ -127,9 +128,12 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
         }
     }
 
-    private func metrics() -> LocalResponse {
-        guard let metrics = actions.metrics else { return .error(404, "metrics are not enabled") }
-        return LocalResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: Array(metrics().utf8))
+    private func metrics(_ reply: LocalReply?) -> LocalResponse? {
+        guard let metrics = actions.metrics, let reply else { return .error(404, "metrics are not enabled") }
+        metrics { text in
+            reply.send(LocalResponse(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: Array(text.utf8)))
+        }
+        return nil
     }
 
     /// `{"jti": "…", "exp"?: N}`, `{"session": "…", "exp"?: N}` or

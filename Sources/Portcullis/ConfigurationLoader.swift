@@ -67,7 +67,8 @@ public enum ConfigurationLoader {
                 if let t = token, t.utf8.count < 16 {
                     throw node.error("must be at least 16 characters", key: "token")
                 }
-                admin = .init(address: address, token: token)
+                let metricsPublic = try node.optional("metrics_public")?.bool() ?? false
+                admin = .init(address: address, token: token, metricsPublic: metricsPublic)
                 try node.finish()
             }
         }

@@ -49,7 +49,12 @@ public enum Gateway {
         }
         let revocations = StoreRevocations(store: store, loopCount: group.loops.count)
         store.start()
+        // Metrics are collected whenever there is an admin listener to serve them.
+        let metrics = configuration.admin == nil ? nil
+            : GatewayMetrics(loops: group.loops, providers: configuration.providers.map(\.configuration.name))
+        metrics?.attach(storeHealth: { store.health })
         var actions = AdminActions()
+        if let metrics { actions.metrics = { completion in metrics.render(completion: completion) } }
         actions.revoke = { request, completion in revocations.revoke(request, completion: completion) }
         actions.listRevocations = { subject, completion in revocations.list(subject: subject, completion: completion) }
         actions.notReadyReason = {
@@ -71,11 +76,13 @@ public enum Gateway {
                 keys.manager.start()
                 actions.keys = { keys.statusJSON() }
             }
+            metrics?.attach(verifier: verifier, keys: keys?.manager)
             authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration, revocations: revocations,
-                                              keys: keys, observer: nil, logger: logger)
+                                              keys: keys, counters: metrics?.auth, logger: logger)
         }
         let server = ProxyServer(group: group, configuration: configuration.proxy, authenticator: authenticator,
-                                 accessLogFD: accessLogFD, logger: logger)
+                                 accessLogFD: accessLogFD, logger: logger, metricsFactory: metrics?.metricsFactory)
+        metrics?.attach(proxy: server)
         func bind(_ address: SocketAddress, _ mode: ListenerMode, _ what: String) throws {
             do {
                 try server.addListener(address: address, mode: mode)
@@ -87,7 +94,8 @@ public enum Gateway {
         for listen in configuration.listen { try bind(listen.address, .gateway, "listen") }
         var admin: AdminHandler?
         if let adminConfiguration = configuration.admin {
-            let handler = AdminHandler(token: adminConfiguration.token, actions: actions)
+            let handler = AdminHandler(token: adminConfiguration.token, actions: actions,
+                                       metricsPublic: adminConfiguration.metricsPublic)
             admin = handler
             try bind(adminConfiguration.address, .local(handler), "admin")
         }

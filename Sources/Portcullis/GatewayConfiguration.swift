@@ -11,8 +11,10 @@ public struct GatewayConfiguration: Sendable {
     }
     public struct Admin: Sendable {
         public var address: SocketAddress
-        /// Bearer token for admin endpoints other than /healthz and /readyz (nil: none required).
+        /// Bearer token for admin endpoints other than /healthz and /readyz (nil: those endpoints are off).
         public var token: String?
+        /// `GET /metrics` without the token (for scrapers on a trusted network).
+        public var metricsPublic = false
     }
     public enum AccessLogTarget: Sendable, Equatable {
         case off, stdout, stderr, file(String)

@@ -74,6 +74,13 @@ public final class CredentialVerifier: Sendable {
         return true
     }
 
+    /// Verified-token cache lookups since start: hits, misses, evictions, and
+    /// the entries held now. Takes each shard's lock once; for metrics scrapes.
+    public func cacheStatistics() -> (hits: Int, misses: Int, evictions: Int, entries: Int) {
+        let s = cache.statistics()
+        return (s.hits, s.misses, s.evictions, s.entries)
+    }
+
     /// Names of the configured providers, in order.
     public var providerNames: [String] { providers.map(\.name) }
 

@@ -71,6 +71,10 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
     private var exchangeStart: UInt64 = 0
     private var exchangeWallStart: Double = 0
     private var routeUpstreamName: String = ""
+    /// The matched route's index + 1 (0: none), for the request counters.
+    private var routeSlot = 0
+    /// `loop.now()` when the request was handed to a pool (upstream latency).
+    private var forwardedAt: UInt64 = 0
     private var logPath: String = ""
     private var logMethod: String = ""
     private var responseStatus = 0
@@ -259,6 +263,7 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
             return
         }
         routeUpstreamName = route.configuration.upstream
+        routeSlot = route.index + 1
 
         authGeneration &+= 1
         let resumption = AuthResumption(target: self, generation: authGeneration, loop: loop)
@@ -308,6 +313,7 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
         }
         let pool = context.pools[route.upstreamIndex]
         self.pool = pool
+        if context.metrics != nil { forwardedAt = loop.now() }
         startBody(upstream: pool)
         pool.acquire(for: self)
     }
@@ -331,6 +337,7 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
         retried = false
         responseObserver = nil
         routeUpstreamName = ""
+        routeSlot = 0
         logPath = ""
         if context.accessLog != nil {
             logMethod = String(decoding: UnsafeRawBufferPointer(rebasing: headBytes[head.methodRange]), as: UTF8.self)
@@ -637,6 +644,7 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
     /// The pool has no connection and no queue room, or the queue wait expired.
     func poolExhausted() {
         waitingForPool = false
+        pool?.exhaustedCount += 1
         rejectRequest(.error(503, "upstream \(routeUpstreamName) has no free connection"))
     }
 
@@ -688,6 +696,9 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
     func sendResponseHead(_ bytes: UnsafeRawBufferPointer, _ response: ResponseHead, dechunk: Bool) {
         responseStarted = true
         responseStatus = response.status
+        if let metrics = context.metrics, let pool {
+            metrics.upstreamLatency[pool.index].recordNanoseconds(Int64(truncatingIfNeeded: loop.now() &- forwardedAt))
+        }
         if let observer = responseObserver {
             responseObserver = nil
             observer.upstreamAnswered(status: response.status)
@@ -762,6 +773,7 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     private func finishExchange() {
         if exchangeOpen { exchangeOpen = false; context.activeRequests -= 1 }
+        context.metrics?.countRequest(loopIndex: loop.index, routeSlot: routeSlot, status: responseStatus)
         if let log = context.accessLog {
             log.record(AccessRecord(
                 time: exchangeWallStart, requestId: requestId.readable, method: logMethod, path: logPath,
@@ -805,6 +817,7 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     private func startExchangeForError() {
         exchangeOpen = true
+        routeSlot = 0
         context.activeRequests += 1
         exchangeStart = loop.lastNow
         exchangeWallStart = context.accessLog != nil ? WallClock.nowSeconds() : 0

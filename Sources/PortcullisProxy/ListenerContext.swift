@@ -56,6 +56,8 @@ public final class ListenerContext: @unchecked Sendable {
     let policy: HeaderPolicy
     let authenticator: any RequestAuthenticator
     let accessLog: AccessLog?
+    /// Request counters and latency timers (gateway listeners only).
+    let metrics: ProxyMetrics?
     let trustedProxies: [CIDR]
     public let scheme: StaticString
     /// Open client connections on this loop for this listener.
@@ -69,7 +71,7 @@ public final class ListenerContext: @unchecked Sendable {
 
     init(loop: EventLoop, mode: ListenerMode, configuration: ProxyConfiguration, routes: RouteTable,
          pools: [UpstreamPool], authenticator: any RequestAuthenticator, accessLog: AccessLog?,
-         scheme: StaticString = "http") {
+         metrics: ProxyMetrics? = nil, scheme: StaticString = "http") {
         self.loop = loop
         self.mode = mode
         self.configuration = configuration
@@ -78,6 +80,7 @@ public final class ListenerContext: @unchecked Sendable {
         self.policy = HeaderPolicy(configuration: configuration)
         self.authenticator = authenticator
         self.accessLog = accessLog
+        self.metrics = metrics
         self.trustedProxies = configuration.trustedProxies
         self.scheme = scheme
         var random = SystemRandomNumberGenerator()

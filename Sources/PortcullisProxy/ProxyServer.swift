@@ -1,3 +1,4 @@
+import CoreMetrics
 import Dispatch
 import Logging
 import PortcullisCore
@@ -14,6 +15,8 @@ public final class ProxyServer: @unchecked Sendable {
     private let authenticator: any RequestAuthenticator
     private let logger: Logger
     private let accessLogFD: Int32?
+    /// Counters and timers for `/metrics`; nil when metrics are off.
+    public let metrics: ProxyMetrics?
     /// pools[loop][upstream]
     private var pools: [[UpstreamPool]] = []
     private var accessLogs: [AccessLog?] = []
@@ -22,17 +25,19 @@ public final class ProxyServer: @unchecked Sendable {
     private let routes: RouteTable
 
     public init(group: EventLoopGroup, configuration: ProxyConfiguration,
-                authenticator: any RequestAuthenticator, accessLogFD: Int32?, logger: Logger) {
+                authenticator: any RequestAuthenticator, accessLogFD: Int32?, logger: Logger,
+                metricsFactory: (any MetricsFactory)? = nil) {
         self.group = group
         self.configuration = configuration
         self.authenticator = authenticator
         self.logger = logger
         self.accessLogFD = accessLogFD
+        metrics = metricsFactory.map { ProxyMetrics(loopCount: group.loops.count, configuration: configuration, factory: $0) }
         routes = RouteTable(configuration.routes, upstreamNames: configuration.upstreams.map(\.name))
         let logger = self.logger
         for loop in group.loops {
-            pools.append(configuration.upstreams.map { upstream in
-                let pool = UpstreamPool(configuration: upstream, loop: loop, loopCount: group.loops.count,
+            pools.append(configuration.upstreams.enumerated().map { index, upstream in
+                let pool = UpstreamPool(configuration: upstream, index: index, loop: loop, loopCount: group.loops.count,
                                         limits: configuration.limits)
                 if loop.index == 0 {
                     // Logged once per state change, from one loop (the others see the same upstream).
@@ -69,7 +74,8 @@ public final class ProxyServer: @unchecked Sendable {
             if case .gateway = mode { isGateway = true } else { isGateway = false }
             let context = ListenerContext(loop: loop, mode: mode, configuration: configuration, routes: routes,
                                           pools: pools[loop.index], authenticator: authenticator,
-                                          accessLog: isGateway ? accessLogs[loop.index] : nil)
+                                          accessLog: isGateway ? accessLogs[loop.index] : nil,
+                                          metrics: isGateway ? metrics : nil)
             listeners.append(listener)
             contexts.append(context)
         }
@@ -82,6 +88,47 @@ public final class ProxyServer: @unchecked Sendable {
                 listener.start { socket, peer in context.accept(socket, peer: peer) }
             }
         }
+    }
+
+    /// Request counts and pool usage summed over every loop, read on each
+    /// loop's queue in turn (no locks on the request path). `completion` runs
+    /// on the last loop's queue.
+    public func snapshot(completion: @escaping @Sendable (ProxySnapshot) -> Void) {
+        let loops = group.loops
+        let pools = self.pools
+        let metrics = self.metrics
+        let routeLabels = metrics?.routeLabels ?? []
+        let upstreams = configuration.upstreams
+        @Sendable func visit(_ index: Int, _ requests: [Int], _ usage: [UpstreamPoolUsage]) {
+            guard index < loops.count else {
+                var snapshot = ProxySnapshot(pools: usage)
+                for (slot, count) in requests.enumerated() where count != 0 {
+                    let route = slot / ProxyMetrics.statusSlots
+                    snapshot.requests.append((route == 0 ? nil : routeLabels[route - 1],
+                                              slot % ProxyMetrics.statusSlots + 100, count))
+                }
+                completion(snapshot)
+                return
+            }
+            loops[index].execute {
+                var requests = requests
+                if let counts = metrics?.loops[index].requests {
+                    if requests.isEmpty { requests = counts } else {
+                        for i in counts.indices { requests[i] &+= counts[i] }
+                    }
+                }
+                var usage = usage
+                for pool in pools[index] {
+                    usage[pool.index].open += pool.openCount
+                    usage[pool.index].idle += pool.idleCount
+                    usage[pool.index].waiting += pool.waitingCount
+                    usage[pool.index].maxConnections += pool.maxConnections
+                    usage[pool.index].exhausted += pool.exhaustedCount
+                }
+                visit(index + 1, requests, usage)
+            }
+        }
+        visit(0, [], upstreams.map { UpstreamPoolUsage(upstream: $0.name) })
     }
 
     /// Stops accepting, waits for in-flight requests (up to `gracePeriod` seconds),

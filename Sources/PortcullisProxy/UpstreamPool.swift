@@ -15,6 +15,8 @@ final class UpstreamPool: @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
     let configuration: UpstreamConfiguration
+    /// The upstream's position in the configuration.
+    let index: Int
     unowned let loop: EventLoop
     let limits: HTTPLimits
     /// Limits for responses: the head limits of requests, but no body cap (bodies stream).
@@ -33,8 +35,9 @@ final class UpstreamPool: @unchecked Sendable {
     var onReachabilityChange: ((UpstreamConfiguration, IOError?) -> Void)?
     private var reachable = true
 
-    init(configuration: UpstreamConfiguration, loop: EventLoop, loopCount: Int, limits: HTTPLimits) {
+    init(configuration: UpstreamConfiguration, index: Int, loop: EventLoop, loopCount: Int, limits: HTTPLimits) {
         self.configuration = configuration
+        self.index = index
         self.loop = loop
         self.limits = limits
         var responseLimits = limits
@@ -46,6 +49,9 @@ final class UpstreamPool: @unchecked Sendable {
         responseTimeoutNanoseconds = UInt64(configuration.responseTimeout * 1e9)
         idleTimeoutNanoseconds = UInt64(configuration.idleTimeout * 1e9)
     }
+
+    /// Requests refused with 503 because no connection and no queue room was left (for metrics).
+    var exhaustedCount = 0
 
     var idleCount: Int { idle.count }
     var waitingCount: Int { waiters.count }

@@ -127,7 +127,7 @@ final class GatewayProcess {
     let logPath: String
 
     /// `body` is the configuration after `listen`/`admin` (upstreams, routes, …).
-    init(_ body: String, workers: Int = 2, adminToken: String? = nil) throws {
+    init(_ body: String, workers: Int = 2, adminToken: String? = nil, metricsPublic: Bool = false) throws {
         port = E2E.freePort()
         adminPort = E2E.freePort()
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("portcullis-e2e-\(UUID().uuidString)")
@@ -136,7 +136,7 @@ final class GatewayProcess {
         logPath = dir.appendingPathComponent("gateway.log").path
         let yaml = """
         listen: [{address: "127.0.0.1:\(port)"}]
-        admin: {address: "127.0.0.1:\(adminPort)"\(adminToken.map { ", token: \"\($0)\"" } ?? "")}
+        admin: {address: "127.0.0.1:\(adminPort)"\(adminToken.map { ", token: \"\($0)\"" } ?? "")\(metricsPublic ? ", metrics_public: true" : "")}
         workers: \(workers)
         access_log: stdout
         \(body)

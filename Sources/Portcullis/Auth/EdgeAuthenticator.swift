@@ -25,11 +25,6 @@ public protocol KeyRefetching: AnyObject, Sendable {
     func refetchForUnknownKey(provider: String, loop: EventLoop, completion: @escaping @Sendable () -> Void) -> Bool
 }
 
-/// Auth decisions, counted for `/metrics`.
-public protocol AuthObserving: AnyObject, Sendable {
-    func decided(provider: String?, outcome: String)
-}
-
 /// The gateway's authenticator: per route it accepts a Bearer token or a
 /// session cookie, verifies it with `CredentialVerifier`, applies the route's
 /// claim rules and the revocation check, and injects identity headers.
@@ -64,14 +59,15 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     let prefixProvider: Bool
     let revocations: (any RevocationChecking)?
     let keys: (any KeyRefetching)?
-    let observer: (any AuthObserving)?
+    /// Decisions and revocation checks for `/metrics` (nil: not counted).
+    let counters: AuthCounters?
     let logger: Logger
     /// The answer to a protected request without a credential (built once).
     let challengeResponse: LocalResponse
 
     public init(verifier: CredentialVerifier, configuration: GatewayConfiguration,
                 revocations: (any RevocationChecking)?, keys: (any KeyRefetching)?,
-                observer: (any AuthObserving)?, logger: Logger) {
+                counters: AuthCounters?, logger: Logger) {
         self.verifier = verifier
         self.realm = configuration.proxy.realm
         self.userIdHeader = configuration.proxy.userIdHeader
@@ -80,7 +76,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         self.prefixProvider = configuration.identity.prefixProvider
         self.revocations = revocations
         self.keys = keys
-        self.observer = observer
+        self.counters = counters
         self.logger = logger
         challengeResponse = Self.errorResponse(401, code: "unauthorized", description: "No credentials",
                                                challenge: AuthFailure(.noCredential).wwwAuthenticate(realm: configuration.proxy.realm))
@@ -113,7 +109,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         let now = WallClock.nowSeconds()
         switch PresentedCredential.find(in: request, cookieNames: policy.cookieNames) {
         case .malformed(let reason):
-            return rejectFailure(AuthFailure(reason))
+            return rejectFailure(AuthFailure(reason), loopIndex: request.loop.index)
         case .none:
             return unauthenticated(policy, request: request)
         case .bearer(let range):
@@ -146,27 +142,29 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         switch result {
         case .failed(let failure):
             if failure.reason == .noCredential, let request { return unauthenticated(policy, request: request) }
-            return rejectFailure(failure)
+            return rejectFailure(failure, loopIndex: loopIndex)
         case .verified(let verified):
             identity = verified
         }
         for rule in policy.rules where !Self.satisfies(identity, rule) {
-            return rejectFailure(AuthFailure(.requiredClaimMismatch, provider: identity.provider))
+            return rejectFailure(AuthFailure(.requiredClaimMismatch, provider: identity.provider), loopIndex: loopIndex)
         }
         let userID = prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
         if let revocations {
-            switch revocations.check(loopIndex: loopIndex, identity: identity, userID: userID, now: Int64(now)) {
+            let decision = revocations.check(loopIndex: loopIndex, identity: identity, userID: userID, now: Int64(now))
+            counters?.revocationChecked(loopIndex: loopIndex, decision)
+            switch decision {
             case .allowed: break
             case .revoked:
-                return rejectFailure(AuthFailure(.revoked, provider: identity.provider))
+                return rejectFailure(AuthFailure(.revoked, provider: identity.provider), loopIndex: loopIndex)
             case .unavailable:
-                observer?.decided(provider: identity.provider, outcome: "store_unavailable")
+                counters?.decided(loopIndex: loopIndex, provider: identity.provider, .storeUnavailable)
                 return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
                                                   description: "The revocation store is unavailable",
                                                   challenge: nil, extra: [("retry-after", "5")]))
             }
         }
-        observer?.decided(provider: identity.provider, outcome: "verified")
+        counters?.decided(loopIndex: loopIndex, provider: identity.provider, .verified)
 
         var headers: [(name: String, value: String)] = [(userIdHeader, userID), (providerHeader, identity.provider)]
         for (claim, header) in claimHeaders {
@@ -184,7 +182,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     }
 
     private func unauthenticated(_ policy: RoutePolicy, request: RequestView) -> AuthOutcome {
-        observer?.decided(provider: nil, outcome: "no_credential")
+        counters?.decided(loopIndex: request.loop.index, provider: nil, .noCredential)
         if policy.mode == .optional { return .anonymous }
         if case .redirect(let signIn) = policy.onUnauthenticated, Self.isSafeMethod(request.methodBytes) {
             var callback = request.path
@@ -197,8 +195,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         return .reject(challengeResponse)
     }
 
-    private func rejectFailure(_ failure: AuthFailure) -> AuthOutcome {
-        observer?.decided(provider: failure.provider, outcome: failure.reason.rawValue)
+    private func rejectFailure(_ failure: AuthFailure, loopIndex: Int) -> AuthOutcome {
+        counters?.decided(loopIndex: loopIndex, provider: failure.provider, .refused(failure.reason))
         logger.debug("credential refused", metadata: ["reason": "\(failure.reason.rawValue)",
                                                       "provider": "\(failure.provider ?? "-")"])
         if failure.reason == .keysUnavailable {

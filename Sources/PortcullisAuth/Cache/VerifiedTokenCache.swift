@@ -29,6 +29,18 @@ final class VerifiedTokenCache: Sendable {
     struct Shard {
         var entries: [Key: Entry] = [:]
         var generations: [UInt64]
+        /// Counted under the lock the lookup holds anyway (no extra atomics).
+        var hits = 0
+        var misses = 0
+        var evictions = 0
+    }
+
+    /// Lookups and evictions since start, summed over the shards (for metrics).
+    struct Statistics: Sendable, Equatable {
+        var hits = 0
+        var misses = 0
+        var evictions = 0
+        var entries = 0
     }
 
     private let shards: [LockedValue<Shard>]
@@ -84,12 +96,15 @@ final class VerifiedTokenCache: Sendable {
     func lookup(_ key: Key, now: Double, allowed: (Int) -> Bool) -> VerifiedIdentity? {
         guard isEnabled else { return nil }
         return shard(key).withLock { shard -> VerifiedIdentity? in
-            guard let entry = shard.entries[key] else { return nil }
+            guard let entry = shard.entries[key] else { shard.misses += 1; return nil }
             guard now < entry.validUntil else {
                 shard.entries.removeValue(forKey: key)
+                shard.misses += 1
                 return nil
             }
-            return allowed(entry.provider) ? entry.identity : nil
+            guard allowed(entry.provider) else { shard.misses += 1; return nil }
+            shard.hits += 1
+            return entry.identity
         }
     }
 
@@ -99,6 +114,7 @@ final class VerifiedTokenCache: Sendable {
             guard shard.generations[provider] == generation else { return }
             if shard.entries.count >= capacityPerShard, shard.entries[key] == nil {
                 shard.entries.remove(at: shard.entries.startIndex)
+                shard.evictions += 1
             }
             shard.entries[key] = Entry(identity: identity, validUntil: validUntil, provider: provider)
         }
@@ -110,6 +126,17 @@ final class VerifiedTokenCache: Sendable {
             shard.withLock { shard in
                 shard.generations[provider] = generation
                 shard.entries = shard.entries.filter { $0.value.provider != provider }
+            }
+        }
+    }
+
+    func statistics() -> Statistics {
+        shards.reduce(into: Statistics()) { total, shard in
+            shard.withLock { shard in
+                total.hits += shard.hits
+                total.misses += shard.misses
+                total.evictions += shard.evictions
+                total.entries += shard.entries.count
             }
         }
     }

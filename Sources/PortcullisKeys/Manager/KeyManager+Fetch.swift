@@ -21,7 +21,7 @@ extension KeyManager {
                 if let cached, cached.format == state.remote?.format,
                    cached.expiresAt + configuration.staleFor > now,
                    case .success = install(state, cached, origin: .sharedCache) {
-                    counterValues.sharedCacheLoads += 1
+                    count(state, \.sharedCacheLoads)
                     if cached.expiresAt > now {
                         scheduleRefresh(state)
                         done()
@@ -47,7 +47,7 @@ extension KeyManager {
     /// Starts the GET; `state.waiters` must already be set (non-nil).
     func startFetch(_ state: ProviderKeyState) {
         guard let (url, format) = state.remote else { return }
-        counterValues.fetches += 1
+        count(state, \.fetches)
         client.get(url, on: fetchLoop) { [self] result in
             queue.async { [self] in fetchCompleted(state, url: url, format: format, result) }
         }
@@ -76,6 +76,7 @@ extension KeyManager {
             failed(state, error)
         case .success(let changed):
             cache.store(provider: state.name, document: document)
+            count(state, \.fetchSuccesses)
             succeeded(state)
             resolve(state, changed ? .changed : .unchanged)
         }
@@ -97,7 +98,7 @@ extension KeyManager {
         if changed {
             verifier.updateKeys(provider: state.name, keys: keys)
             state.kids = keys.keys.compactMap(\.keyID)
-            counterValues.keyChanges += 1
+            count(state, \.keyChanges)
             logger.info("signing keys installed", metadata: [
                 "provider": "\(state.name)", "kids": "\(state.kids.joined(separator: ","))",
                 "origin": "\(origin.rawValue)", "expires_at": "\(document.expiresAt)",
@@ -115,7 +116,7 @@ extension KeyManager {
     }
 
     func failed(_ state: ProviderKeyState, _ error: KeyRefreshError) {
-        counterValues.fetchFailures += 1
+        count(state, \.fetchFailures)
         state.consecutiveFailures += 1
         state.lastError = error
         let delay = retryDelay(failures: state.consecutiveFailures)
@@ -147,7 +148,7 @@ extension KeyManager {
                 if let cached, cached.format == state.remote?.format,
                    cached.fetchedAt > (state.document?.fetchedAt ?? -.infinity),
                    case .success(let changed) = install(state, cached, origin: .sharedCache) {
-                    counterValues.sharedCacheLoads += 1
+                    count(state, \.sharedCacheLoads)
                     succeeded(state)
                     resolve(state, changed ? .changed : .unchanged)
                     return
@@ -175,7 +176,7 @@ extension KeyManager {
                    cached.fetchedAt > (state.document?.fetchedAt ?? -.infinity),
                    now < cached.fetchedAt + (cached.expiresAt - cached.fetchedAt) * configuration.refreshFraction,
                    case .success(let changed) = install(state, cached, origin: .sharedCache) {
-                    counterValues.sharedCacheLoads += 1
+                    count(state, \.sharedCacheLoads)
                     succeeded(state)
                     resolve(state, changed ? .changed : .unchanged)
                     return

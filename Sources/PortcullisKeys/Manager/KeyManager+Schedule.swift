@@ -89,7 +89,7 @@ extension KeyManager {
                 state.document = nil
                 state.kids = []
                 state.origin = nil
-                counterValues.keyDrops += 1
+                count(state, \.keyDrops)
                 new = .unavailable
                 logger.error("signing keys dropped: the key host has failed for longer than stale_for", metadata: [
                     "provider": "\(state.name)", "error": "\(state.lastError.map { "\($0)" } ?? "none")",
@@ -103,7 +103,7 @@ extension KeyManager {
         state.health = new
         switch new {
         case .stale:
-            counterValues.staleTransitions += 1
+            count(state, \.staleTransitions)
             let expiredAt = state.document!.expiresAt
             logger.warning("serving stale signing keys", metadata: [
                 "provider": "\(state.name)", "expired_at": "\(expiredAt)",

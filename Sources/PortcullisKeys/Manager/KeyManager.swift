@@ -114,18 +114,18 @@ public final class KeyManager: @unchecked Sendable {
                                      completion: @escaping @Sendable (RefetchOutcome) -> Void) {
         queue.async { [self] in
             let deliver: @Sendable (RefetchOutcome) -> Void = { outcome in loop.execute { completion(outcome) } }
-            counterValues.unknownKeyRefetches += 1
             guard let state = states[name] else { deliver(.failed(.unknownProvider(name))); return }
+            count(state, \.unknownKeyRefetches)
             guard state.remote != nil, !stopped else { deliver(.unchanged); return }
             if state.waiters != nil {
-                counterValues.refetchesCoalesced += 1
+                count(state, \.refetchesCoalesced)
                 state.waiters!.append(deliver)
                 return
             }
             let now = MonotonicClock.nowNanoseconds()
             let interval = UInt64(configuration.minimumRefetchInterval * 1e9)
             if state.lastUnknownKeyRefetch != 0 && now &- state.lastUnknownKeyRefetch < interval {
-                counterValues.refetchesThrottled += 1
+                count(state, \.refetchesThrottled)
                 deliver(.throttled)
                 return
             }
@@ -136,7 +136,7 @@ public final class KeyManager: @unchecked Sendable {
                     if claimed {
                         startFetch(state)
                     } else {
-                        counterValues.refetchesFollowed += 1
+                        count(state, \.refetchesFollowed)
                         followSharedCache(state, until: MonotonicClock.nowNanoseconds() &+ UInt64(configuration.followerWait * 1e9))
                     }
                 }
@@ -165,6 +165,12 @@ public final class KeyManager: @unchecked Sendable {
     public func counters() -> KeyManagerCounters {
         dispatchPrecondition(condition: .notOnQueue(queue))
         return queue.sync { counterValues }
+    }
+
+    /// Counts an event in the totals and in `state`'s own counters.
+    func count(_ state: ProviderKeyState, _ counter: WritableKeyPath<KeyManagerCounters, Int>) {
+        counterValues[keyPath: counter] += 1
+        state.counters[keyPath: counter] += 1
     }
 
     /// Cancels timers; fetches in flight finish but change nothing.

@@ -27,6 +27,8 @@ public struct KeyProviderStatus: Sendable, Equatable {
     public var origin: KeyOrigin?
     public var lastError: String?
     public var consecutiveFailures: Int
+    /// Fetches, failures and refetches for this provider since start (for metrics).
+    public var counters = KeyManagerCounters()
 }
 
 /// Counters since start, for metrics.
@@ -34,6 +36,8 @@ public struct KeyManagerCounters: Sendable, Equatable {
     /// GETs started / failed (any reason, including a bad document).
     public var fetches = 0
     public var fetchFailures = 0
+    /// Fetches that returned a usable document (installed, changed or not).
+    public var fetchSuccesses = 0
     /// Documents taken from the shared cache instead of fetching.
     public var sharedCacheLoads = 0
     /// Installs that changed a provider's keys (each drops its verified-token cache entries).

@@ -17,6 +17,8 @@ final class ProviderKeyState: @unchecked Sendable {
     var health = KeyHealth.pending
     var lastError: KeyRefreshError?
     var consecutiveFailures = 0
+    /// This provider's share of `KeyManager.counters()`.
+    var counters = KeyManagerCounters()
 
     /// Non-nil while a fetch (or a wait on another instance's fetch) is in
     /// flight: everyone asking meanwhile is added here and answered together.
@@ -43,6 +45,6 @@ final class ProviderKeyState: @unchecked Sendable {
         KeyProviderStatus(provider: name, source: source.displayName, kids: kids,
                           fetchedAt: document?.fetchedAt, expiresAt: document?.expiresAt,
                           health: health, origin: origin, lastError: lastError?.description,
-                          consecutiveFailures: consecutiveFailures)
+                          consecutiveFailures: consecutiveFailures, counters: counters)
     }
 }

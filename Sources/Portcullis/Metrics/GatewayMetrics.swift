@@ -1,0 +1,195 @@
+import CoreMetrics
+import Dispatch
+import PortcullisAuth
+import PortcullisCore
+import PortcullisIO
+import PortcullisKeys
+import PortcullisProxy
+import PortcullisStore
+import Prometheus
+
+/// Everything `GET /metrics` shows, in the Prometheus text format, through
+/// swift-metrics handles backed by one swift-prometheus registry.
+///
+/// Hot counters (requests, auth decisions, revocation checks) are plain
+/// per-loop integers that a scrape reads on each loop and adds to the
+/// Prometheus counters as deltas; the verified-token cache counts under the
+/// shard lock its lookup takes anyway; key counters live on the key
+/// manager's queue. Only the upstream latency histogram is recorded on the
+/// request path. The metric names and labels are listed in `help` below and
+/// in the README.
+public final class GatewayMetrics: Sendable {
+    static let help: [String: String] = [
+        "portcullis_requests_total": "Requests answered by the gateway listeners, by route (host + path prefix; \"unmatched\" when no route matched) and status code.",
+        "portcullis_upstream_response_seconds": "Time from handing a request to an upstream pool to receiving the response head, by upstream.",
+        "portcullis_upstream_connections": "Upstream connections now, by upstream and state (open, idle, max).",
+        "portcullis_upstream_waiting_requests": "Requests queued for an upstream connection now.",
+        "portcullis_upstream_pool_exhausted_total": "Requests answered 503 because the upstream's connections and queue were full.",
+        "portcullis_auth_decisions_total": "Credential decisions on protected routes, by provider (\"none\" when none was selected) and outcome (verified, no_credential, store_unavailable, or the refusal reason).",
+        "portcullis_revocation_checks_total": "Revocation checks on verified credentials, by result.",
+        "portcullis_verification_cache_lookups_total": "Verified-token cache lookups, by result (hit, miss).",
+        "portcullis_verification_cache_evictions_total": "Verified-token cache entries evicted to make room.",
+        "portcullis_verification_cache_entries": "Verified-token cache entries held now.",
+        "portcullis_key_fetches_total": "Signing-key document fetches, by provider and result (ok, error).",
+        "portcullis_key_shared_cache_loads_total": "Signing-key documents taken from the shared cache instead of fetching, by provider.",
+        "portcullis_key_unknown_kid_refetches_total": "Refetches asked for by tokens naming an unknown kid, by provider and result (started, coalesced, throttled, followed: another instance fetched).",
+        "portcullis_key_changes_total": "Key installs that changed a provider's keys (each drops its cached verifications).",
+        "portcullis_keys_health": "1 for the provider's current key state (pending, fresh, stale, unavailable), 0 for the others.",
+        "portcullis_store_health": "1 for the revocation store's current state (ok, degraded, unavailable), 0 for the others.",
+        "portcullis_scrape_duration_seconds": "Time the previous scrape took to collect from every loop and component.",
+    ]
+
+    public let registry: PrometheusCollectorRegistry
+    /// The factory the proxy's latency timers are made with.
+    let factory: DocumentedPrometheusFactory
+    public let auth: AuthCounters
+    private let loops: [EventLoop]
+    private let sources: LockedValue<Sources>
+    /// Counter totals already added to Prometheus, by series.
+    private let published = LockedValue<[SeriesKey: (counter: CoreMetrics.Counter, total: Int)]>([:])
+    private let gauges = LockedValue<[SeriesKey: Meter]>([:])
+
+    struct Sources {
+        var proxy: ProxyServer?
+        var verifier: CredentialVerifier?
+        var keys: KeyManager?
+        var storeHealth: (@Sendable () -> StoreHealth)?
+    }
+
+    struct SeriesKey: Hashable {
+        let name: String
+        let labels: [String]
+    }
+
+    public init(loops: [EventLoop], providers: [String]) {
+        registry = PrometheusCollectorRegistry()
+        factory = DocumentedPrometheusFactory(
+            registry: registry, help: Self.help,
+            durationBuckets: [:],
+            defaultDurationBuckets: [.microseconds(250), .microseconds(500), .milliseconds(1), .microseconds(2500),
+                                     .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+                                     .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
+                                     .microseconds(2_500_000), .seconds(5), .seconds(10)])
+        auth = AuthCounters(loopCount: loops.count, providers: providers)
+        self.loops = loops
+        sources = LockedValue(Sources())
+    }
+
+    /// The swift-metrics factory for components that record directly (the proxy's timers).
+    public var metricsFactory: any MetricsFactory { factory }
+
+    func attach(proxy: ProxyServer? = nil, verifier: CredentialVerifier? = nil, keys: KeyManager? = nil,
+                storeHealth: (@Sendable () -> StoreHealth)? = nil) {
+        sources.withLock { sources in
+            if let proxy { sources.proxy = proxy }
+            if let verifier { sources.verifier = verifier }
+            if let keys { sources.keys = keys }
+            if let storeHealth { sources.storeHealth = storeHealth }
+        }
+    }
+
+    /// Collects from every loop and component, then calls `completion` with
+    /// the exposition text (on a global queue). Loops are visited with
+    /// `execute`, never waited on; the key manager is read off the loops.
+    public func render(completion: @escaping @Sendable (String) -> Void) {
+        let started = MonotonicClock.nowNanoseconds()
+        let sources = self.sources.withLock { $0 }
+        let proxy = sources.proxy
+        let afterProxy: @Sendable (ProxySnapshot?) -> Void = { [self] proxySnapshot in
+            auth.snapshot(loops: loops) { [self] authSnapshot in
+                DispatchQueue.global().async { [self] in
+                    publish(proxySnapshot, authSnapshot, sources)
+                    gauge("portcullis_scrape_duration_seconds", [],
+                          Double(MonotonicClock.nowNanoseconds() &- started) / 1e9)
+                    completion(registry.emitToString())
+                }
+            }
+        }
+        if let proxy { proxy.snapshot { afterProxy($0) } } else { afterProxy(nil) }
+    }
+
+    private func publish(_ proxy: ProxySnapshot?, _ auth: AuthCounters.Snapshot, _ sources: Sources) {
+        if let proxy {
+            for row in proxy.requests {
+                counter("portcullis_requests_total", [("route", row.route ?? "unmatched"), ("code", String(row.status))], row.count)
+            }
+            for pool in proxy.pools {
+                gauge("portcullis_upstream_connections", [("upstream", pool.upstream), ("state", "open")], Double(pool.open))
+                gauge("portcullis_upstream_connections", [("upstream", pool.upstream), ("state", "idle")], Double(pool.idle))
+                gauge("portcullis_upstream_connections", [("upstream", pool.upstream), ("state", "max")], Double(pool.maxConnections))
+                gauge("portcullis_upstream_waiting_requests", [("upstream", pool.upstream)], Double(pool.waiting))
+                counter("portcullis_upstream_pool_exhausted_total", [("upstream", pool.upstream)], pool.exhausted)
+            }
+        }
+        for row in auth.decisions {
+            counter("portcullis_auth_decisions_total", [("provider", row.provider), ("outcome", row.outcome)], row.count)
+        }
+        for row in auth.revocationChecks {
+            counter("portcullis_revocation_checks_total", [("result", row.result)], row.count)
+        }
+        if let verifier = sources.verifier {
+            let cache = verifier.cacheStatistics()
+            counter("portcullis_verification_cache_lookups_total", [("result", "hit")], cache.hits)
+            counter("portcullis_verification_cache_lookups_total", [("result", "miss")], cache.misses)
+            counter("portcullis_verification_cache_evictions_total", [], cache.evictions)
+            gauge("portcullis_verification_cache_entries", [], Double(cache.entries))
+        }
+        if let keys = sources.keys {
+            for status in keys.status() {
+                let p = status.provider, c = status.counters
+                counter("portcullis_key_fetches_total", [("provider", p), ("result", "ok")], c.fetchSuccesses)
+                counter("portcullis_key_fetches_total", [("provider", p), ("result", "error")], c.fetchFailures)
+                counter("portcullis_key_shared_cache_loads_total", [("provider", p)], c.sharedCacheLoads)
+                counter("portcullis_key_unknown_kid_refetches_total", [("provider", p), ("result", "started")],
+                        c.unknownKeyRefetches - c.refetchesCoalesced - c.refetchesThrottled - c.refetchesFollowed)
+                counter("portcullis_key_unknown_kid_refetches_total", [("provider", p), ("result", "coalesced")], c.refetchesCoalesced)
+                counter("portcullis_key_unknown_kid_refetches_total", [("provider", p), ("result", "throttled")], c.refetchesThrottled)
+                counter("portcullis_key_unknown_kid_refetches_total", [("provider", p), ("result", "followed")], c.refetchesFollowed)
+                counter("portcullis_key_changes_total", [("provider", p)], c.keyChanges)
+                for health in ["pending", "fresh", "stale", "unavailable"] {
+                    gauge("portcullis_keys_health", [("provider", p), ("state", health)], status.health.rawValue == health ? 1 : 0)
+                }
+            }
+        }
+        if let storeHealth = sources.storeHealth {
+            let state: String
+            switch storeHealth() {
+            case .ok: state = "ok"
+            case .degraded: state = "degraded"
+            case .unavailable: state = "unavailable"
+            }
+            for name in ["ok", "degraded", "unavailable"] {
+                gauge("portcullis_store_health", [("state", name)], name == state ? 1 : 0)
+            }
+        }
+    }
+
+    /// Brings a Prometheus counter up to `total` (totals only grow; a smaller
+    /// one, which cannot happen with these sources, is ignored).
+    private func counter(_ name: String, _ labels: [(String, String)], _ total: Int) {
+        let key = SeriesKey(name: name, labels: labels.flatMap { [$0.0, $0.1] })
+        published.withLock { published in
+            if let entry = published[key] {
+                if total > entry.total {
+                    entry.counter.increment(by: total - entry.total)
+                    published[key] = (entry.counter, total)
+                }
+            } else {
+                let counter = CoreMetrics.Counter(label: name, dimensions: labels, factory: factory)
+                if total > 0 { counter.increment(by: total) }
+                published[key] = (counter, total)
+            }
+        }
+    }
+
+    private func gauge(_ name: String, _ labels: [(String, String)], _ value: Double) {
+        let key = SeriesKey(name: name, labels: labels.flatMap { [$0.0, $0.1] })
+        let meter = gauges.withLock { gauges in
+            if let meter = gauges[key] { return meter }
+            let meter = Meter(label: name, dimensions: labels, factory: factory)
+            gauges[key] = meter
+            return meter
+        }
+        meter.set(value)
+    }
+}

@@ -1,0 +1,71 @@
+import CoreMetrics
+import PortcullisIO
+
+/// What the proxy counts for `/metrics`, kept so that the request path pays
+/// no atomics and takes no locks for counters:
+///
+/// - requests by route and status code: plain integers in one table per loop,
+///   written only on that loop's queue and read there at scrape time
+///   (`ProxyServer.snapshot`), as HAProxy keeps per-thread counters;
+/// - upstream response latency (request forwarded → response head) per
+///   upstream: a swift-metrics `Timer` made once per upstream by `factory`
+///   (one short lock per record in the Prometheus backend);
+/// - pool usage: read from the per-loop pools at scrape time.
+public final class ProxyMetrics: Sendable {
+    /// Status codes 100...599 each have a slot.
+    static let statusSlots = 500
+
+    /// One loop's request counts: `requests[routeSlot * statusSlots + status - 100]`,
+    /// route slot 0 = no route matched (404, or refused before routing).
+    final class LoopCounts: @unchecked Sendable {
+        // @unchecked Sendable: written and read only on its loop's queue.
+        var requests: [Int]
+        init(routeSlots: Int) { requests = [Int](repeating: 0, count: routeSlots * ProxyMetrics.statusSlots) }
+    }
+
+    let loops: [LoopCounts]
+    /// Time to the response head, per upstream (configuration order).
+    let upstreamLatency: [CoreMetrics.Timer]
+    /// Route labels in configuration order (`host` + path prefix).
+    public let routeLabels: [String]
+
+    /// - Parameters:
+    ///   - factory: makes the latency timers (`portcullis_upstream_response_seconds{upstream}`).
+    public init(loopCount: Int, configuration: ProxyConfiguration, factory: any MetricsFactory) {
+        routeLabels = configuration.routes.map { ($0.host ?? "") + $0.pathPrefix }
+        let slots = configuration.routes.count + 1
+        loops = (0..<loopCount).map { _ in LoopCounts(routeSlots: slots) }
+        upstreamLatency = configuration.upstreams.map {
+            CoreMetrics.Timer(label: "portcullis_upstream_response_seconds", dimensions: [("upstream", $0.name)], factory: factory)
+        }
+    }
+
+    /// Counts one finished request. On `loopIndex`'s queue.
+    @inline(__always)
+    func countRequest(loopIndex: Int, routeSlot: Int, status: Int) {
+        guard status >= 100, status < 600 else { return }
+        loops[loopIndex].requests[routeSlot &* Self.statusSlots &+ status &- 100] &+= 1
+    }
+}
+
+/// Counters and pool usage gathered from every loop by `ProxyServer.snapshot`.
+public struct ProxySnapshot: Sendable {
+    /// Requests since start: route (nil: no route matched), status code, count. Only non-zero rows.
+    public var requests: [(route: String?, status: Int, count: Int)] = []
+    /// Per upstream (configuration order), summed over the loops.
+    public var pools: [UpstreamPoolUsage] = []
+}
+
+/// One upstream's connections now, summed over the loops' pools.
+public struct UpstreamPoolUsage: Sendable, Equatable {
+    public var upstream: String
+    /// Open connections (connecting and in use included).
+    public var open = 0
+    public var idle = 0
+    /// Requests queued for a connection.
+    public var waiting = 0
+    /// Connection cap across loops.
+    public var maxConnections = 0
+    /// Requests answered 503 because the pool and its queue were full (since start).
+    public var exhausted = 0
+}

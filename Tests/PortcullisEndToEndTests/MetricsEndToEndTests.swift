@@ -1,0 +1,125 @@
+import Foundation
+import Testing
+import PortcullisTestSupport
+
+/// `GET /metrics` on the admin listener of the real binary: after a known mix
+/// of requests (verified, cached, expired, missing, revoked, unrouted; a key
+/// fetched from a local key host), every counter the issue names has the
+/// exact value those requests imply.
+@Suite(.serialized)
+struct MetricsEndToEndTests {
+    static let adminToken = "metrics-admin-token-0123456789"
+
+    /// Series line → value, from Prometheus text (`name{labels} value`).
+    static func parse(_ text: String) -> [String: Double] {
+        var series: [String: Double] = [:]
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { continue }
+            series[String(line[..<space])] = value
+        }
+        return series
+    }
+
+    static func scrape(_ gateway: GatewayProcess, token: String? = adminToken) -> (status: Int, series: [String: Double], body: String) {
+        var arguments = ["http://127.0.0.1:\(gateway.adminPort)/metrics"]
+        if let token { arguments = ["-H", "Authorization: Bearer \(token)"] + arguments }
+        let (status, body) = E2E.curl(arguments)
+        return (status, parse(body), body)
+    }
+
+    static func mint(_ gateway: GatewayProcess, _ arguments: [String]) throws -> String {
+        let (status, out, err) = E2E.run(E2E.binary, ["mint", "--config", gateway.configPath, "--format", "header"] + arguments)
+        guard status == 0 else { throw TestFailure("mint: \(err)") }
+        return out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    @Test func countersMatchTheRequestsSent() throws {
+        let host = try KeyHost(kids: ["k1"])
+        try host.publish(["k1"])
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
+          - {name: corp, type: oidc, issuer: "https://id.example.test", audiences: ["api"], jwks_url: "http://127.0.0.1:\(host.port)/jwks"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+          - {path: /open, upstream: app, auth: none}
+        """, adminToken: Self.adminToken)
+
+        let app = try Self.mint(g, ["--provider", "app", "--sub", "alice"])
+        let expired = try Self.mint(g, ["--provider", "app", "--age", "2h"])
+        let corp = try Self.mint(g, ["--provider", "corp", "--key", host.keyPath("k1"), "--kid", "k1"])
+        // Wait until the corp keys are fetched (GET /metrics shows it).
+        for _ in 0..<100 where Self.scrape(g).series[#"portcullis_keys_health{provider="corp",state="fresh"}"#] != 1 {
+            usleep(100_000)
+        }
+        let before = Self.scrape(g)
+        #expect(before.status == 200)
+        #expect(before.series[#"portcullis_keys_health{provider="corp",state="fresh"}"#] == 1)
+        #expect(before.series[#"portcullis_key_fetches_total{provider="corp",result="ok"}"#] == 1)
+        #expect(before.series[#"portcullis_key_fetches_total{provider="corp",result="error"}"#] == 0)
+        let openBefore = before.series[#"portcullis_requests_total{route="/open",code="200"}"#] ?? 0
+
+        for _ in 0..<3 { #expect(E2E.curl(["-H", app, "\(g.url)/api/a"]).status == 200) }
+        #expect(E2E.curl(["-H", corp, "\(g.url)/api/b"]).status == 200)
+        #expect(E2E.curl(["-H", expired, "\(g.url)/api/c"]).status == 401)
+        #expect(E2E.curl(["\(g.url)/api/d"]).status == 401)
+        #expect(E2E.curl(["\(g.url)/elsewhere"]).status == 404)
+        #expect(E2E.curl(["\(g.url)/open/e"]).status == 200)
+        sleep(1)  // sign-out-everywhere covers tokens issued before the current second
+        #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(Self.adminToken)", "-d", "{\"subject\":\"alice\"}",
+                          "http://127.0.0.1:\(g.adminPort)/revocations"]).status == 201)
+        #expect(E2E.curl(["-H", app, "\(g.url)/api/f"]).status == 401)
+
+        let after = Self.scrape(g)
+        #expect(after.status == 200)
+        #expect(after.body.contains("# HELP portcullis_requests_total "))
+        #expect(after.body.contains("# TYPE portcullis_upstream_response_seconds histogram"))
+        let s = after.series
+        #expect(s[#"portcullis_requests_total{route="/api",code="200"}"#] == 4)
+        #expect(s[#"portcullis_requests_total{route="/api",code="401"}"#] == 3)
+        #expect(s[#"portcullis_requests_total{route="unmatched",code="404"}"#] == 1)
+        #expect(s[#"portcullis_requests_total{route="/open",code="200"}"#] == openBefore + 1)
+        #expect(s[#"portcullis_auth_decisions_total{provider="app",outcome="verified"}"#] == 3)
+        #expect(s[#"portcullis_auth_decisions_total{provider="corp",outcome="verified"}"#] == 1)
+        #expect(s[#"portcullis_auth_decisions_total{provider="app",outcome="expired"}"#] == 1)
+        #expect(s[#"portcullis_auth_decisions_total{provider="app",outcome="revoked"}"#] == 1)
+        #expect(s[#"portcullis_auth_decisions_total{provider="none",outcome="no_credential"}"#] == 1)
+        #expect(s[#"portcullis_revocation_checks_total{result="allowed"}"#] == 4)
+        #expect(s[#"portcullis_revocation_checks_total{result="revoked"}"#] == 1)
+        // alice's token: one miss then three hits; corp's: one miss; the expired one is never cached.
+        #expect(s[#"portcullis_verification_cache_lookups_total{result="hit"}"#] == 3)
+        #expect(s[#"portcullis_verification_cache_lookups_total{result="miss"}"#] == 3)
+        #expect(s[#"portcullis_verification_cache_entries"#] == 2)
+        // Routes with auth: none never look at credentials, so /open adds nothing above.
+        #expect(s[#"portcullis_upstream_response_seconds_count{upstream="app"}"#] == 4 + 1 + openBefore)
+        #expect(s[#"portcullis_upstream_connections{upstream="app",state="open"}"#].map { $0 >= 1 } == true)
+        #expect(s[#"portcullis_upstream_connections{upstream="app",state="max"}"#].map { $0 >= 1 } == true)
+        #expect(s[#"portcullis_upstream_waiting_requests{upstream="app"}"#] == 0)
+        #expect(s[#"portcullis_store_health{state="ok"}"#] == 1)
+        #expect(s[#"portcullis_key_fetches_total{provider="corp",result="ok"}"#] == 1)
+
+        // The scrape needs the admin token unless metrics_public is set; only GET.
+        #expect(Self.scrape(g, token: nil).status == 401)
+        #expect(Self.scrape(g, token: "wrong-token-0123456789abcdef").status == 401)
+        #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(Self.adminToken)", "http://127.0.0.1:\(g.adminPort)/metrics"]).status == 405)
+    }
+
+    @Test func metricsPublicServesTheScrapeWithoutTheToken() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """, adminToken: Self.adminToken, metricsPublic: true)
+        #expect(E2E.curl(["\(g.url)/x"]).status == 200)
+        let scrape = Self.scrape(g, token: nil)
+        #expect(scrape.status == 200)
+        #expect(scrape.series[#"portcullis_requests_total{route="/",code="200"}"#] == 1)
+        // Other admin endpoints still need the token.
+        #expect(E2E.curl(["http://127.0.0.1:\(g.adminPort)/keys"]).status == 401)
+    }
+}
