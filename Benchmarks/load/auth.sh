@@ -5,6 +5,8 @@
 #   HAProxy 2.6 jwt_verify, one token repeated / N distinct — its documented setup:
 #       alg allow-list first, then jwt_verify, then an exp check
 #   Portcullis (RS256 + revocation check), one token / N distinct
+#   Portcullis with its verified-token cache off (token_cache.max_entries: 0), N distinct:
+#       every request pays the RS256 verification, as every HAProxy request does
 # Tokens come from `portcullis mint` with a throwaway RSA key; every row sends
 # them through the same wrk Lua script (one header per request, rotating
 # through the token file), so wrk's own cost is alike. Bounded in time.
@@ -20,7 +22,7 @@ usage: Benchmarks/load/auth.sh [options]
   --duration S      seconds per wrk run (default $DURATION or 10)
   --connections C   wrk connections (default 64)
   --distinct N      distinct tokens for the "distinct" rows (default 10000)
-  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN (default all)
+  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN,portcullisCold (default all)
   --target URL      measure only this URL with --tokens FILE (no local servers)
   --tokens FILE     header lines to rotate through (with --target)
   --keep DIR        keep configs, tokens and raw wrk outputs
@@ -28,7 +30,7 @@ USAGE
 }
 
 ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-10}"; CONNECTIONS="${CONNECTIONS:-64}"; WARMUP="${WARMUP:-2}"
-DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN"; TARGET=""; TOKENS=""; KEEP=""
+DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,portcullisCold"; TARGET=""; TOKENS=""; KEEP=""
 INVOCATION="$0 $*"
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -96,6 +98,14 @@ else
     start_portcullis "providers:
   - {name: corp, type: oidc, issuer: \"https://id.example.test\", audiences: [\"api\"], algorithms: [RS256], public_key: \"$K/rsa.pub.pem\", key_id: k1, forward_claims: []}" "" "" required
     CONFIG="$WORKDIR/portcullis/portcullis.yaml"
+    CACHED_PORT="$PORTCULLIS_PORT"; CACHED_PID="$PORTCULLIS_PID"
+    if wants portcullisCold; then
+        start_portcullis "providers:
+  - {name: corp, type: oidc, issuer: \"https://id.example.test\", audiences: [\"api\"], algorithms: [RS256], public_key: \"$K/rsa.pub.pem\", key_id: k1, forward_claims: []}
+token_cache: {max_entries: 0}" "" portcullis-cold required
+        COLD_PORT="$PORTCULLIS_PORT"; COLD_PID="$PORTCULLIS_PID"
+    fi
+    PORTCULLIS_PORT="$CACHED_PORT"; PORTCULLIS_PID="$CACHED_PID"
     echo "minting 1 + $DISTINCT RS256 tokens ..." >&2
     "$PORTCULLIS_BIN" mint --config "$CONFIG" --provider corp --key "$K/rsa.key.pem" --kid k1 --ttl 2h --format header > "$WORKDIR/one.txt"
     "$PORTCULLIS_BIN" mint --config "$CONFIG" --provider corp --key "$K/rsa.key.pem" --kid k1 --ttl 2h --count "$DISTINCT" --format header > "$WORKDIR/many.txt"
@@ -124,6 +134,7 @@ else
     wants haproxyN && add_row haproxyN "HAProxy jwt_verify, $DISTINCT tokens" "http://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID" "$WORKDIR/many.lua"
     wants portcullis1 && add_row portcullis1 "Portcullis RS256, 1 token" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID" "$WORKDIR/one.lua"
     wants portcullisN && add_row portcullisN "Portcullis RS256, $DISTINCT tokens" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID" "$WORKDIR/many.lua"
+    wants portcullisCold && add_row portcullisCold "Portcullis RS256, cache off, $DISTINCT tokens" "http://127.0.0.1:$COLD_PORT/" "$COLD_PID" "$WORKDIR/many.lua"
 fi
 
 echo "# Portcullis auth load harness"

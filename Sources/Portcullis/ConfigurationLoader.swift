@@ -168,6 +168,13 @@ public enum ConfigurationLoader {
             try node.finish()
         }
 
+        // verified-token cache (Envoy's jwt_cache_config)
+        var tokenCacheEntries = 16_384
+        if var node = try top.optional("token_cache") {
+            if let n = try node.optional("max_entries") { tokenCacheEntries = try n.int(min: 0, max: 10_000_000) }
+            try node.finish()
+        }
+
         // store and revocation
         var store = StoreSettings()
         if var node = try top.optional("store") {
@@ -301,7 +308,7 @@ public enum ConfigurationLoader {
         return GatewayConfiguration(file: file, listen: listen, admin: admin, workers: workers,
                                     logLevel: logLevel, accessLog: accessLog, shutdownGrace: shutdownGrace,
                                     proxy: proxy, providers: providers, routeAuth: routeAuth, identity: identity,
-                                    keyRefresh: keyRefresh, store: store)
+                                    keyRefresh: keyRefresh, tokenCacheEntries: tokenCacheEntries, store: store)
     }
 
     // MARK: Value helpers

@@ -118,7 +118,8 @@ public enum Gateway {
             if case .inline(let set) = provider.keys { inlineKeys[provider.configuration.name] = set }
         }
         do {
-            return try CredentialVerifier(providers: configuration.providers.map(\.configuration), keys: inlineKeys)
+            return try CredentialVerifier(providers: configuration.providers.map(\.configuration), keys: inlineKeys,
+                                          cacheCapacity: configuration.tokenCacheEntries)
         } catch {
             throw StartupError(description: "\(configuration.file): providers: \(error)")
         }

@@ -35,6 +35,8 @@ public struct GatewayConfiguration: Sendable {
     public var routeAuth: [RouteAuthSettings] = []
     public var identity = IdentitySettings()
     public var keyRefresh = KeyRefreshSettings()
+    /// Verified-token cache size (`token_cache.max_entries`); 0 verifies every request.
+    public var tokenCacheEntries = 16_384
     public var store = StoreSettings()
 }
 

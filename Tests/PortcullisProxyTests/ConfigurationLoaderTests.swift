@@ -17,6 +17,14 @@ struct ConfigurationLoaderTests {
         #expect(c.proxy.userIdHeader == "X-User-Id")
     }
 
+    @Test func tokenCacheAndPublicMetricsAreRead() throws {
+        #expect(try ConfigurationLoader.parse(minimal, file: "t.yaml").tokenCacheEntries == 16_384)
+        #expect(try ConfigurationLoader.parse(minimal, file: "t.yaml").admin?.metricsPublic == false)
+        let c = try ConfigurationLoader.parse(minimal + "\ntoken_cache: {max_entries: 0}\nadmin: {metrics_public: true}", file: "t.yaml")
+        #expect(c.tokenCacheEntries == 0)
+        #expect(c.admin?.metricsPublic == true)
+    }
+
     @Test func environmentVariablesAreSubstituted() throws {
         let c = try ConfigurationLoader.parse(minimal + "\nadmin: {token: \"${TOKEN}\"}", file: "t.yaml",
                                               environment: ["TOKEN": "0123456789abcdefXYZ"])
@@ -30,6 +38,8 @@ struct ConfigurationLoaderTests {
         ("upstreams:\n  app: {url: \"http://127.0.0.1:1\"}\nroutes:\n  - {path: /a/../b, upstream: app}", "routes[0].path"),
         ("upstreams:\n  app: {url: \"http://127.0.0.1:1\"}\nroutes:\n  - {path: /x, upstream: app}\ntimeouts: {idle: soon}", "timeouts.idle"),
         ("upstreams:\n  app: {url: \"http://127.0.0.1:1\"}\nroutes:\n  - {path: /x, upstream: app}\nlistn: []", "listn"),
+        ("upstreams:\n  app: {url: \"http://127.0.0.1:1\"}\nroutes:\n  - {path: /x, upstream: app}\ntoken_cache: {max_entries: -1}", "token_cache.max_entries"),
+        ("upstreams:\n  app: {url: \"http://127.0.0.1:1\"}\nroutes:\n  - {path: /x, upstream: app}\nadmin: {metrics_public: maybe}", "admin.metrics_public"),
     ])
     func badValuesNameTheirKey(_ yaml: String, _ key: String) {
         do {
