@@ -113,6 +113,8 @@ struct Demo: ParsableCommand {
             DemoWalkthrough.run([
                 .init(title: "... and is refused on the next request", path: "/api/notes", header: "Authorization: Bearer \(credentials.revoked.token)"),
             ], port: port)
+            print("What the gateway counted (Prometheus text):")
+            print("  curl -s -H 'Authorization: Bearer \(adminToken)' http://127.0.0.1:\(adminPort)/metrics | grep -E '^portcullis_(requests|auth_decisions)_total'\n")
             print("More: curl -s http://127.0.0.1:\(port)/health ; curl -s http://127.0.0.1:\(adminPort)/readyz ; Ctrl-C stops.\n")
         }
         do {
