@@ -279,26 +279,29 @@ struct JSONParser {
     /// hostile 16 KiB object cannot cost quadratic time.
     private func checkDuplicateMembers(object: Int) throws(JSONError) {
         let count = Int(tokens[object].count)
-        var keyIndices = [Int]()
-        keyIndices.reserveCapacity(count)
-        var index = object + 1
-        for _ in 0..<count {
-            keyIndices.append(index)
-            index += 1 + Int(tokens[index + 1].span)
-        }
         let buffer = UnsafeBufferPointer(start: base, count: end)
         if count <= 16 {
-            for i in 1..<count {
-                for j in 0..<i where JSONDocumentBytes.stringsEqual(buffer, tokens[keyIndices[i]], tokens[keyIndices[j]]) {
-                    throw .duplicateMember
+            // Pairwise over the member names in place (no index array per object).
+            try tokens.withUnsafeBufferPointer { tokens throws(JSONError) in
+                var later = object + 1
+                for laterPosition in 0..<count {
+                    let name = tokens[later]
+                    var earlier = object + 1
+                    for _ in 0..<laterPosition {
+                        if JSONDocumentBytes.stringsEqual(buffer, name, tokens[earlier]) { throw .duplicateMember }
+                        earlier += 1 + Int(tokens[earlier + 1].span)
+                    }
+                    later += 1 + Int(tokens[later + 1].span)
                 }
             }
         } else {
             var seen = Set<[UInt8]>()
-            for key in keyIndices {
+            var key = object + 1
+            for _ in 0..<count {
                 guard seen.insert(JSONDocumentBytes.unescapedBytes(buffer, tokens[key])).inserted else {
                     throw .duplicateMember
                 }
+                key += 1 + Int(tokens[key + 1].span)
             }
         }
     }
