@@ -137,8 +137,7 @@ public final class CredentialVerifier: Sendable {
                 continue
             }
             switch provider.verify(jws, bytes: token, now: now, nonceHex: nonceHex) {
-            case .success(var (identity, generation)):
-                identity.credentialHash = Self.credentialHash(token)
+            case .success(let (identity, generation)):
                 if let cacheKey {
                     cache.insert(cacheKey, identity: identity, validUntil: identity.expiresAt + provider.policy.leeway,
                                  provider: index, generation: generation)

@@ -142,8 +142,11 @@ struct JSONParser {
         let start = position
         var escaped = false
         while true {
-            // Fast path: plain ASCII that needs no attention (the common case in claims).
-            while position < end, JSONParser.isPlain(base[position]) { position += 1 }
+            // Fast path: plain ASCII that needs no attention (the common case
+            // in claims), scanned with a local cursor kept in a register.
+            var cursor = position
+            while cursor < end, JSONParser.isPlain(base[cursor]) { cursor &+= 1 }
+            position = cursor
             guard position < end else { throw .syntax }
             let byte = base[position]
             if byte == UInt8(ascii: "\"") { break }
@@ -288,7 +291,10 @@ struct JSONParser {
                     let name = tokens[later]
                     var earlier = object + 1
                     for _ in 0..<laterPosition {
-                        if JSONDocumentBytes.stringsEqual(buffer, name, tokens[earlier]) { throw .duplicateMember }
+                        let other = tokens[earlier]
+                        // Unescaped names of different lengths differ: skip the comparison call.
+                        let mayMatch = name.flag || other.flag || name.end &- name.start == other.end &- other.start
+                        if mayMatch && JSONDocumentBytes.stringsEqual(buffer, name, other) { throw .duplicateMember }
                         earlier += 1 + Int(tokens[earlier + 1].span)
                     }
                     later += 1 + Int(tokens[later + 1].span)
