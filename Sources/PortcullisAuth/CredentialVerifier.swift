@@ -137,8 +137,7 @@ public final class CredentialVerifier: Sendable {
                 continue
             }
             switch provider.verify(jws, bytes: token, now: now, nonceHex: nonceHex) {
-            case .success(var (identity, generation)):
-                identity.credentialHash = Self.credentialHash(token)
+            case .success(let (identity, generation)):
                 if let cacheKey {
                     cache.insert(cacheKey, identity: identity, validUntil: identity.expiresAt + provider.policy.leeway,
                                  provider: index, generation: generation)
@@ -240,16 +239,8 @@ public final class CredentialVerifier: Sendable {
 
     /// Hex of the first 16 bytes of SHA-256 over the credential: computed on
     /// a cache miss only, then cached with the identity.
-    static func credentialHash(_ bytes: UnsafeRawBufferPointer) -> String {
-        let digest = digestBytes(.sha256, Array(bytes))
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(32)
-        for byte in digest.prefix(16) {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 15)])
-        }
-        return String(decoding: out, as: UTF8.self)
+    static func credentialHash(_ bytes: UnsafeRawBufferPointer) -> String? {
+        CredentialHash.hex(of: bytes)
     }
 
     private func withBytes<R>(of candidate: SessionCookieChunks.Candidate, _ body: (UnsafeRawBufferPointer) -> R) -> R {

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import PortcullisAuth
 
@@ -226,6 +227,31 @@ import Testing
         #expect(try Self.verifier().verifyBearer(TokenMinter.sign(claims: Self.claims(), key: key, type: "jwt"), now: Self.now).identity != nil)
         #expect(try Self.verifier().verifyBearer(TokenMinter.sign(claims: Self.claims(), key: key, type: nil), now: Self.now).identity != nil)
         #expect(try Self.verifier().verifyBearer(TokenMinter.sign(claims: Self.claims(), key: key, type: "at+jwt"), now: Self.now).reason == .typeNotAccepted)
+    }
+
+    @Test func escapedTypIsComparedUnescaped() throws {
+        let key = SigningKey(hmacSecret: Array(Self.secret.utf8))
+        let claims = Array(Self.claims().serialized.utf8)
+        let escaped = try TokenMinter.sign(rawHeader: Array(#"{"alg":"HS256","typ":"J\u0057t"}"#.utf8), rawClaims: claims, key: key)
+        #expect(try Self.verifier().verifyBearer(escaped, now: Self.now).identity != nil)
+        let longer = try TokenMinter.sign(rawHeader: Array(#"{"alg":"HS256","typ":"JWTX"}"#.utf8), rawClaims: claims, key: key)
+        #expect(try Self.verifier().verifyBearer(longer, now: Self.now).reason == .typeNotAccepted)
+    }
+
+    @Test func escapedClaimNamesAreStillChecked() throws {
+        // "\u0065xp" is "exp": an expired token stays expired however the name is spelled.
+        let raw = Array(#"{"sub":"user-1","iss":"app","aud":"mobile","\u0065xp":1700000000}"#.utf8)
+        let token = try TokenMinter.sign(rawHeader: Array(#"{"alg":"HS256"}"#.utf8), rawClaims: raw, key: SigningKey(hmacSecret: Array(Self.secret.utf8)))
+        #expect(try Self.verifier().verifyBearer(token, now: Self.now).reason == .expired)
+    }
+
+    @Test func credentialHashIsTheHexSHA256PrefixOfTheToken() throws {
+        let token = try Self.token()
+        let identity = try #require(try Self.verifier().verifyBearer(token, now: Self.now).identity)
+        let digest = digestBytes(.sha256, Array(token.utf8))
+        #expect(identity.credentialHash == digest.prefix(16).map { String(format: "%02x", $0) }.joined())
+        // SHA-256("abc"), FIPS 180-2 appendix B.1.
+        #expect(Array("abc".utf8).withUnsafeBytes { CredentialHash.hex(of: $0) } == "ba7816bf8f01cfea414140de5dae2223")
     }
 
     @Test func embeddedKeysInHeaderAreIgnored() throws {

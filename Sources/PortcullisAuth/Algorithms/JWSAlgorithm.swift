@@ -18,6 +18,25 @@ public enum JWSAlgorithm: String, Sendable, CaseIterable, Hashable {
         }
     }
 
+    /// One bit per algorithm: a provider's allowed set is a mask, so the
+    /// per-token check is an AND rather than a hashed `Set` lookup.
+    var bit: UInt16 {
+        switch self {
+        case .hs256: return 1 << 0
+        case .hs384: return 1 << 1
+        case .hs512: return 1 << 2
+        case .rs256: return 1 << 3
+        case .rs384: return 1 << 4
+        case .rs512: return 1 << 5
+        case .ps256: return 1 << 6
+        case .ps384: return 1 << 7
+        case .ps512: return 1 << 8
+        case .es256: return 1 << 9
+        case .es384: return 1 << 10
+        case .edDSA: return 1 << 11
+        }
+    }
+
     var isHMAC: Bool { self == .hs256 || self == .hs384 || self == .hs512 }
     var isRSA: Bool { [.rs256, .rs384, .rs512, .ps256, .ps384, .ps512].contains(self) }
     var isECDSA: Bool { self == .es256 || self == .es384 }

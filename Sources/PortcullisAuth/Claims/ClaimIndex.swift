@@ -15,31 +15,34 @@ struct ClaimIndex {
         }
     }
 
-    /// (UTF-8 name, slot), for matching.
-    private static let names: [([UInt8], Int)] = Name.allCases.map { (Array($0.text.utf8), $0.rawValue) }
+    /// The indexed names in slot order.
+    private static let packedNames: [PackedMemberName] = Name.allCases.map { name in
+        Array(name.text.utf8).withUnsafeBytes { PackedMemberName($0)! }
+    }
     static let slotCount = Name.allCases.count
 
-    /// -1 when absent.
-    private var slots: (Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int) =
-        (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)
+    /// Token indices, -1 when absent. Int16 is enough (a document holds at
+    /// most `JSONParser.defaultMaxTokens` tokens) and keeps the index, which
+    /// travels inside `JWSToken` and `ClaimValidation`, at 34 bytes.
+    private var slots: (Int16, Int16, Int16, Int16, Int16, Int16, Int16, Int16, Int16, Int16, Int16, Int16, Int16, Int16,
+                        Int16, Int16, Int16) = (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)
 
     init(_ document: JSONDocument, object: Int) {
         let token = document[object]
         guard token.kind == .object else { return }
         document.bytes.withUnsafeBufferPointer { buffer in
             document.tokens.withUnsafeBufferPointer { tokens in
-                ClaimIndex.names.withUnsafeBufferPointer { names in
+                ClaimIndex.packedNames.withUnsafeBufferPointer { names in
                     var key = object + 1
                     for _ in 0..<Int(token.count) {
                         let keyToken = tokens[key]
-                        let length = Int(keyToken.end &- keyToken.start)
-                        for (name, slot) in names where name.count == length || keyToken.flag {
-                            let matched = name.withUnsafeBytes { JSONDocumentBytes.stringEquals(buffer, keyToken, $0) }
-                            if matched {
-                                set(slot, key + 1)
-                                break
-                            }
+                        let packed: PackedMemberName?
+                        if keyToken.flag {  // escaped name (rare): match its unescaped bytes
+                            packed = JSONDocumentBytes.unescapedBytes(buffer, keyToken).withUnsafeBytes { PackedMemberName($0) }
+                        } else {
+                            packed = PackedMemberName(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buffer[Int(keyToken.start)..<Int(keyToken.end)])))
                         }
+                        if let packed, let slot = names.firstIndex(of: packed) { set(slot, key + 1) }
                         key += 1 + Int(tokens[key + 1].span)
                     }
                 }
@@ -48,17 +51,22 @@ struct ClaimIndex {
     }
 
     private mutating func set(_ slot: Int, _ value: Int) {
-        withUnsafeMutableBytes(of: &slots) { $0.storeBytes(of: value, toByteOffset: slot * MemoryLayout<Int>.stride, as: Int.self) }
+        // Cannot overflow: claim sets come from one or two parses of at most
+        // `defaultMaxTokens` tokens each. Trapping (not dropping) keeps a
+        // broken invariant from reading as an absent `nbf` or `exp`.
+        let stored = Int16(value)
+        withUnsafeMutableBytes(of: &slots) { $0.storeBytes(of: stored, toByteOffset: slot * MemoryLayout<Int16>.stride, as: Int16.self) }
     }
 
     @inline(__always)
     subscript(_ name: Name) -> Int? {
-        let value = withUnsafeBytes(of: slots) { $0.load(fromByteOffset: name.rawValue * MemoryLayout<Int>.stride, as: Int.self) }
-        return value < 0 ? nil : value
+        let value = withUnsafeBytes(of: slots) { $0.load(fromByteOffset: name.rawValue * MemoryLayout<Int16>.stride, as: Int16.self) }
+        return value < 0 ? nil : Int(value)
     }
 
     /// The slot for an arbitrary claim name, if it is one of the indexed ones.
     static func name(for bytes: [UInt8]) -> Name? {
-        names.first { $0.0 == bytes }.flatMap { Name(rawValue: $0.1) }
+        guard let packed = bytes.withUnsafeBytes({ PackedMemberName($0) }), let slot = packedNames.firstIndex(of: packed) else { return nil }
+        return Name(rawValue: slot)
     }
 }

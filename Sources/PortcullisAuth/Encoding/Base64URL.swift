@@ -27,38 +27,45 @@ enum Base64URL {
     /// or nil on any character outside the alphabet or non-zero pad bits.
     static func decode(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) -> Int? {
         guard let length = decodedLength(input.count), output.count >= length else { return nil }
+        guard length > 0 else { return input.isEmpty ? 0 : nil }
         return decodeTable.withUnsafeBufferPointer { table -> Int? in
+            let table = table.baseAddress!
+            let source = input.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            let target = output.baseAddress!.assumingMemoryBound(to: UInt8.self)
+            @inline(__always) func sextet(_ offset: Int) -> UInt32 { UInt32(table[Int(source[offset])]) }
             var inIndex = 0
             var outIndex = 0
             let fullGroups = input.count >> 2
+            // Characters outside the alphabet map to 0xFF; OR-ing every
+            // looked-up value and testing bits 6-7 once at the end finds them
+            // without a branch per group.
+            var invalid: UInt32 = 0
             for _ in 0..<fullGroups {
-                let a = table[Int(input[inIndex])], b = table[Int(input[inIndex + 1])]
-                let c = table[Int(input[inIndex + 2])], d = table[Int(input[inIndex + 3])]
-                if (a | b | c | d) & 0xC0 != 0 { return nil }
-                let word = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
-                output[outIndex] = UInt8(truncatingIfNeeded: word >> 16)
-                output[outIndex + 1] = UInt8(truncatingIfNeeded: word >> 8)
-                output[outIndex + 2] = UInt8(truncatingIfNeeded: word)
-                inIndex += 4
-                outIndex += 3
+                let a = sextet(inIndex), b = sextet(inIndex &+ 1), c = sextet(inIndex &+ 2), d = sextet(inIndex &+ 3)
+                invalid |= a | b | c | d
+                let word = a << 18 | b << 12 | c << 6 | d
+                target[outIndex] = UInt8(truncatingIfNeeded: word >> 16)
+                target[outIndex &+ 1] = UInt8(truncatingIfNeeded: word >> 8)
+                target[outIndex &+ 2] = UInt8(truncatingIfNeeded: word)
+                inIndex &+= 4
+                outIndex &+= 3
             }
             switch input.count - inIndex {
             case 2:
-                let a = table[Int(input[inIndex])], b = table[Int(input[inIndex + 1])]
-                if (a | b) & 0xC0 != 0 || b & 0x0F != 0 { return nil }
-                output[outIndex] = a << 2 | b >> 4
-                outIndex += 1
+                let a = sextet(inIndex), b = sextet(inIndex &+ 1)
+                invalid |= a | b | (b & 0x0F == 0 ? 0 : 0xC0)
+                target[outIndex] = UInt8(truncatingIfNeeded: a << 2 | b >> 4)
+                outIndex &+= 1
             case 3:
-                let a = table[Int(input[inIndex])], b = table[Int(input[inIndex + 1])]
-                let c = table[Int(input[inIndex + 2])]
-                if (a | b | c) & 0xC0 != 0 || c & 0x03 != 0 { return nil }
-                output[outIndex] = a << 2 | b >> 4
-                output[outIndex + 1] = (b & 0x0F) << 4 | c >> 2
-                outIndex += 2
+                let a = sextet(inIndex), b = sextet(inIndex &+ 1), c = sextet(inIndex &+ 2)
+                invalid |= a | b | c | (c & 0x03 == 0 ? 0 : 0xC0)
+                target[outIndex] = UInt8(truncatingIfNeeded: a << 2 | b >> 4)
+                target[outIndex &+ 1] = UInt8(truncatingIfNeeded: (b & 0x0F) << 4 | c >> 2)
+                outIndex &+= 2
             default:
                 break
             }
-            return outIndex
+            return invalid & 0xC0 == 0 ? outIndex : nil
         }
     }
 

@@ -142,8 +142,11 @@ struct JSONParser {
         let start = position
         var escaped = false
         while true {
-            // Fast path: plain ASCII that needs no attention (the common case in claims).
-            while position < end, JSONParser.isPlain(base[position]) { position += 1 }
+            // Fast path: plain ASCII that needs no attention (the common case
+            // in claims), scanned with a local cursor kept in a register.
+            var cursor = position
+            while cursor < end, JSONParser.isPlain(base[cursor]) { cursor &+= 1 }
+            position = cursor
             guard position < end else { throw .syntax }
             let byte = base[position]
             if byte == UInt8(ascii: "\"") { break }
@@ -279,26 +282,32 @@ struct JSONParser {
     /// hostile 16 KiB object cannot cost quadratic time.
     private func checkDuplicateMembers(object: Int) throws(JSONError) {
         let count = Int(tokens[object].count)
-        var keyIndices = [Int]()
-        keyIndices.reserveCapacity(count)
-        var index = object + 1
-        for _ in 0..<count {
-            keyIndices.append(index)
-            index += 1 + Int(tokens[index + 1].span)
-        }
         let buffer = UnsafeBufferPointer(start: base, count: end)
         if count <= 16 {
-            for i in 1..<count {
-                for j in 0..<i where JSONDocumentBytes.stringsEqual(buffer, tokens[keyIndices[i]], tokens[keyIndices[j]]) {
-                    throw .duplicateMember
+            // Pairwise over the member names in place (no index array per object).
+            try tokens.withUnsafeBufferPointer { tokens throws(JSONError) in
+                var later = object + 1
+                for laterPosition in 0..<count {
+                    let name = tokens[later]
+                    var earlier = object + 1
+                    for _ in 0..<laterPosition {
+                        let other = tokens[earlier]
+                        // Unescaped names of different lengths differ: skip the comparison call.
+                        let mayMatch = name.flag || other.flag || name.end &- name.start == other.end &- other.start
+                        if mayMatch && JSONDocumentBytes.stringsEqual(buffer, name, other) { throw .duplicateMember }
+                        earlier += 1 + Int(tokens[earlier + 1].span)
+                    }
+                    later += 1 + Int(tokens[later + 1].span)
                 }
             }
         } else {
             var seen = Set<[UInt8]>()
-            for key in keyIndices {
+            var key = object + 1
+            for _ in 0..<count {
                 guard seen.insert(JSONDocumentBytes.unescapedBytes(buffer, tokens[key])).inserted else {
                     throw .duplicateMember
                 }
+                key += 1 + Int(tokens[key + 1].span)
             }
         }
     }

@@ -87,8 +87,21 @@ struct JWSToken {
     /// to one of `accepted` (lower-cased).
     func typeAccepted(_ accepted: [[UInt8]]) -> Bool {
         guard let type else { return true }
-        guard let value = document.stringBytes(type) else { return false }
-        let lowered = value.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
-        return accepted.contains(lowered)
+        let token = document[type]
+        guard token.kind == .string else { return false }
+        @inline(__always) func lowered(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte }
+        if token.flag {  // escaped (rare): compare the unescaped value
+            guard let value = document.stringBytes(type) else { return false }
+            return accepted.contains(value.map(lowered))
+        }
+        // Compared in place: no copy of the value per token.
+        return document.bytes.withUnsafeBufferPointer { buffer in
+            let start = Int(token.start), length = Int(token.end - token.start)
+            return accepted.contains { candidate in
+                guard candidate.count == length else { return false }
+                for offset in 0..<length where lowered(buffer[start + offset]) != candidate[offset] { return false }
+                return true
+            }
+        }
     }
 }

@@ -42,12 +42,13 @@ final class JWTProvider: Sendable {
     /// signature work: algorithm, `typ`, `iss`. A failure here means "not
     /// this provider's token".
     func accepts(_ token: JWSToken) -> AuthFailure.Reason? {
-        guard policy.algorithms.contains(token.algorithm) else { return .algorithmNotAllowed }
+        guard policy.algorithmBits & token.algorithm.bit != 0 else { return .algorithmNotAllowed }
         guard token.typeAccepted(policy.acceptedTypes) else { return .typeNotAccepted }
         return ClaimValidation(document: token.document, claims: token.payload, policy: policy, index: token.claims).checkIssuer()
     }
 
-    /// Full verification of a token that `accepts` admitted.
+    /// Full verification of a token that `accepts` admitted. `bytes` is the
+    /// whole credential (the identity carries its hash).
     func verify(_ token: JWSToken, bytes: UnsafeRawBufferPointer, now: Double, nonceHex: [UInt8]?) -> Result<(VerifiedIdentity, UInt64), AuthFailure> {
         func fail(_ reason: AuthFailure.Reason) -> Result<(VerifiedIdentity, UInt64), AuthFailure> {
             .failure(AuthFailure(reason, provider: policy.name))
@@ -105,10 +106,11 @@ final class JWTProvider: Sendable {
         if let reason = claims.checkRequiredClaims() { return fail(reason) }
 
         let forwarded = claims.forwardedClaims()
-        let identity = VerifiedIdentity(
+        // Built in place in the result: a named local would be copied into it (eight fields retained and released).
+        return .success((VerifiedIdentity(
             provider: policy.name, subject: subject, issuer: claims.optionalString(.iss),
             expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: claims.optionalString(.jti),
-            sessionID: claims.optionalString(.sid), claims: forwarded.claims, listClaims: forwarded.lists, source: .bearer)
-        return .success((identity, generation))
+            sessionID: claims.optionalString(.sid), claims: forwarded.claims, listClaims: forwarded.lists,
+            credentialHash: CredentialHash.hex(of: bytes), source: .bearer), generation))
     }
 }

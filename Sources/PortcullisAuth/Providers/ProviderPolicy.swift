@@ -24,6 +24,8 @@ final class ProviderPolicy: Sendable {
     /// Accepted `aud`; empty means not checked (hs256 without audiences).
     let audiences: [[UInt8]]
     let algorithms: Set<JWSAlgorithm>
+    /// `algorithms` as `JWSAlgorithm.bit`s, for the per-token check.
+    let algorithmBits: UInt16
     let leeway: Double
     let maxLifetime: Double?
     let requireIssuedAt: Bool
@@ -129,6 +131,7 @@ final class ProviderPolicy: Sendable {
         self.issuers = issuers.map { Array($0.utf8) }
         self.audiences = audiences.map { Array($0.utf8) }
         self.algorithms = algorithms
+        self.algorithmBits = algorithms.reduce(0) { $0 | $1.bit }
         self.leeway = Double(configuration.leewaySeconds ?? leeway)
         self.maxLifetime = maxLifetime.map(Double.init)
         self.requireIssuedAt = requireIssuedAt
