@@ -250,6 +250,11 @@ import Testing
         let identity = try #require(try Self.verifier().verifyBearer(token, now: Self.now).identity)
         let digest = digestBytes(.sha256, Array(token.utf8))
         #expect(identity.credentialHash == digest.prefix(16).map { String(format: "%02x", $0) }.joined())
+        // A token with a jti is revoked by it: no hash is computed.
+        let withID = try Self.token(Self.claims(extra: [("jti", "t-1")]))
+        let named = try #require(try Self.verifier().verifyBearer(withID, now: Self.now).identity)
+        #expect(named.tokenID == "t-1")
+        #expect(named.credentialHash == nil)
         // SHA-256("abc"), FIPS 180-2 appendix B.1.
         #expect(Array("abc".utf8).withUnsafeBytes { CredentialHash.hex(of: $0) } == "ba7816bf8f01cfea414140de5dae2223")
     }

@@ -106,11 +106,13 @@ final class JWTProvider: Sendable {
         if let reason = claims.checkRequiredClaims() { return fail(reason) }
 
         let forwarded = claims.forwardedClaims()
+        let tokenID = claims.optionalString(.jti)
         // Built in place in the result: a named local would be copied into it (eight fields retained and released).
         return .success((VerifiedIdentity(
             provider: policy.name, subject: subject, issuer: claims.optionalString(.iss),
-            expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: claims.optionalString(.jti),
+            expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: tokenID,
             sessionID: claims.optionalString(.sid), claims: forwarded.claims, listClaims: forwarded.lists,
-            credentialHash: CredentialHash.hex(of: bytes), source: .bearer), generation))
+            // A token with a `jti` is revoked by it; the hash (a SHA-256 per miss) names only tokens without one.
+            credentialHash: tokenID == nil ? CredentialHash.hex(of: bytes) : nil, source: .bearer), generation))
     }
 }

@@ -24,7 +24,8 @@ public struct VerifiedIdentity: Sendable, Equatable {
     /// `claims` they appear joined with ","), for route claim rules.
     public var listClaims: [String: [String]]
     /// Hex SHA-256 (first 128 bits) of the credential as presented: a stable
-    /// name for revoking a token that carries no `jti`.
+    /// name for revoking a token that carries no `jti`. Bearer JWTs with a
+    /// `jti` leave it nil (they are revoked by `jti`); session cookies always have it.
     public var credentialHash: String?
     public var source: Source
 
