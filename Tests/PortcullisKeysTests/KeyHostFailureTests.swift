@@ -23,7 +23,8 @@ extension PortcullisKeysTests {
             #expect(verifier.check(token).identity != nil)
             let status = manager.providerStatus
             #expect(status.kids == ["rsa-a"] && status.health == .fresh)
-            #expect(status.consecutiveFailures == 1)
+            // The first retry comes 0.2 s later, so a slow machine may already see it here.
+            #expect(status.consecutiveFailures >= 1)
             #expect(status.lastError?.contains("500") == true)
             #expect(events.all.contains { if case .fetchFailed(_, .httpStatus(500, _), 1, _) = $0 { true } else { false } })
 
