@@ -33,31 +33,36 @@ struct JWSToken {
               let payloadLength = Base64URL.decodedLength(payloadRange.count),
               Base64URL.decodedLength(signatureRange.count) != nil else { return .failure(.badEncoding) }
 
-        var failed = false
-        let decoded = [UInt8](unsafeUninitializedCapacity: headerLength + payloadLength) { buffer, initialized in
-            let raw = UnsafeMutableRawBufferPointer(buffer)
-            let header = Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[headerRange]),
-                                          into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<headerLength]))
-            let payload = Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[payloadRange]),
-                                           into: UnsafeMutableRawBufferPointer(rebasing: raw[headerLength...]))
-            if header == nil || payload == nil {
-                failed = true
-                buffer.initialize(repeating: 0)
+        // Decoded into temporary storage and parsed into temporary tokens, then
+        // copied into one document object: one allocation in all (it was three:
+        // the decoded bytes, the token array and the document).
+        let decodedLength = headerLength + payloadLength
+        let parsed = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: decodedLength) { decoded -> Result<(JSONDocument, Int, Int), AuthFailure.Reason> in
+            let raw = UnsafeMutableRawBufferPointer(decoded)
+            guard Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[headerRange]),
+                                   into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<headerLength])) != nil,
+                  Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[payloadRange]),
+                                   into: UnsafeMutableRawBufferPointer(rebasing: raw[headerLength...])) != nil else {
+                return .failure(.badEncoding)
             }
-            initialized = headerLength + payloadLength
+            let text = UnsafeBufferPointer(decoded)
+            let bound = JSONParser.tokenBound(byteCount: headerLength) + JSONParser.tokenBound(byteCount: payloadLength)
+            do {
+                return .success(try JSONDocument.withTokenStorage(bound: bound) { tokens throws(JSONError) in
+                    var count = 0
+                    let header = try JSONDocument.parseObject(text, range: 0..<headerLength, tokens: tokens, count: &count)
+                    let payload = try JSONDocument.parseObject(text, range: headerLength..<decodedLength, tokens: tokens, count: &count)
+                    return (JSONDocument.make(tokens: UnsafeBufferPointer(rebasing: tokens[0..<count]), bytes: text), header, payload)
+                })
+            } catch {
+                return .failure(.badJSON)
+            }
         }
-        if failed { return .failure(.badEncoding) }
-
-        var tokens = [JSONToken]()
-        tokens.reserveCapacity(48)
-        let header: Int, payload: Int
-        do {
-            header = try JSONDocument.parseObject(decoded, range: 0..<headerLength, tokens: &tokens)
-            payload = try JSONDocument.parseObject(decoded, range: headerLength..<(headerLength + payloadLength), tokens: &tokens)
-        } catch {
-            return .failure(.badJSON)
+        let document: JSONDocument, header: Int, payload: Int
+        switch parsed {
+        case .success(let value): (document, header, payload) = value
+        case .failure(let reason): return .failure(reason)
         }
-        let document = JSONDocument(bytes: decoded, tokens: tokens)
 
         guard let alg = document.member(header, "alg"), document[alg].kind == .string else { return .failure(.malformed) }
         guard let algorithm = JWSToken.algorithm(document, alg) else { return .failure(.algorithmNotAllowed) }
@@ -95,7 +100,7 @@ struct JWSToken {
             return accepted.contains(value.map(lowered))
         }
         // Compared in place: no copy of the value per token.
-        return document.bytes.withUnsafeBufferPointer { buffer in
+        return document.withBytes { buffer in
             let start = Int(token.start), length = Int(token.end - token.start)
             return accepted.contains { candidate in
                 guard candidate.count == length else { return false }
