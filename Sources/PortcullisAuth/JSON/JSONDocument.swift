@@ -80,21 +80,24 @@ final class JSONDocument: ManagedBuffer<JSONDocument.Counts, JSONToken>, @unchec
         return root
     }
 
-    var tokenCount: Int { header.tokens }
-    var byteCount: Int { header.bytes }
+    var tokenCount: Int { withUnsafeMutablePointerToHeader { $0.pointee.tokens } }
+    var byteCount: Int { withUnsafeMutablePointerToHeader { $0.pointee.bytes } }
+
+    // Every access goes through `withUnsafeMutablePointers`: reading the
+    // `header` property instead would be a class property access with a
+    // dynamic exclusivity check on each token lookup.
 
     /// Calls `body` with the tokens (valid only inside `body`).
     @inline(__always)
     func withTokens<R>(_ body: (UnsafeBufferPointer<JSONToken>) throws -> R) rethrows -> R {
-        let count = header.tokens
-        return try withUnsafeMutablePointerToElements { try body(UnsafeBufferPointer(start: $0, count: count)) }
+        try withUnsafeMutablePointers { header, elements in try body(UnsafeBufferPointer(start: elements, count: header.pointee.tokens)) }
     }
 
     /// Calls `body` with the text's bytes (valid only inside `body`).
     @inline(__always)
     func withBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
-        let counts = header
-        return try withUnsafeMutablePointerToElements { elements in
+        try withUnsafeMutablePointers { header, elements in
+            let counts = header.pointee
             let bytes = UnsafeRawPointer(elements + counts.tokens).assumingMemoryBound(to: UInt8.self)
             return try body(UnsafeBufferPointer(start: bytes, count: counts.bytes))
         }
@@ -103,8 +106,8 @@ final class JSONDocument: ManagedBuffer<JSONDocument.Counts, JSONToken>, @unchec
     /// Calls `body` with both.
     @inline(__always)
     func withTokensAndBytes<R>(_ body: (UnsafeBufferPointer<JSONToken>, UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
-        let counts = header
-        return try withUnsafeMutablePointerToElements { elements in
+        try withUnsafeMutablePointers { header, elements in
+            let counts = header.pointee
             let bytes = UnsafeRawPointer(elements + counts.tokens).assumingMemoryBound(to: UInt8.self)
             return try body(UnsafeBufferPointer(start: elements, count: counts.tokens), UnsafeBufferPointer(start: bytes, count: counts.bytes))
         }
@@ -114,8 +117,10 @@ final class JSONDocument: ManagedBuffer<JSONDocument.Counts, JSONToken>, @unchec
     func bytes(_ start: Int, _ end: Int) -> [UInt8] { withBytes { Array($0[start..<end]) } }
 
     subscript(_ index: Int) -> JSONToken {
-        precondition(index >= 0 && index < header.tokens, "JSON token index out of range")
-        return withUnsafeMutablePointerToElements { $0[index] }
+        withUnsafeMutablePointers { header, elements in
+            precondition(index >= 0 && index < header.pointee.tokens, "JSON token index out of range")
+            return elements[index]
+        }
     }
 
     func string(_ index: Int) -> String? {
