@@ -163,20 +163,14 @@ struct ClaimValidation {
     func forwardedClaims() -> (claims: [String: String], lists: [String: [String]]) {
         var result = [String: String]()
         var lists = [String: [String]]()
-        // Room for every forwarded claim at the first insert: an empty
-        // dictionary would otherwise grow and hash the first name twice.
-        func set(_ name: String, _ value: String?) {
-            if result.isEmpty { result.reserveCapacity(policy.forwardedClaims.count) }
-            result[name] = value
-        }
         for claim in policy.forwardedClaims {
             guard let index = member(claim.bytes, indexed: claim.indexed) else { continue }
             switch document[index].kind {
-            case .string: set(claim.name, document.string(index))
-            case .bool: set(claim.name, document[index].flag ? "true" : "false")
+            case .string: result[claim.name] = document.string(index)
+            case .bool: result[claim.name] = document[index].flag ? "true" : "false"
             case .number:
                 let token = document[index]
-                set(claim.name, document.withBytes { String(decoding: $0[Int(token.start)..<Int(token.end)], as: UTF8.self) })
+                result[claim.name] = document.withBytes { String(decoding: $0[Int(token.start)..<Int(token.end)], as: UTF8.self) }
             case .array:
                 var elements = [String]()
                 var allStrings = true
@@ -187,7 +181,7 @@ struct ClaimValidation {
                 }
                 guard allStrings else { continue }
                 lists[claim.name] = elements
-                set(claim.name, elements.joined(separator: ","))
+                result[claim.name] = elements.joined(separator: ",")
             default: continue
             }
         }
