@@ -55,11 +55,12 @@
 // base and new interleaved, 5 rounds, machine shared (load 1-2):
 //
 //   row                       dcb886d                  verify2
-//   HS256 full                32.7k Ir, 8 mallocs      30.3k Ir, 7 mallocs
-//                             2.69-3.52 µs             2.18-3.01 µs
-//   cache hit, 293 B token    2.60k Ir, 0 mallocs      1.76k Ir, 0 mallocs
-//                             287-388 ns               162-176 ns
-//   HS256 signature step      499-516 ns; `openssl speed -bytes 249 -hmac sha256`: 500 ns
+//   HS256 full                32.7k Ir, 8 mallocs      30.0k Ir, 7 mallocs
+//                             2.78-3.29 µs             2.14-2.77 µs
+//   cache hit, 293 B token    2.60k Ir, 0 mallocs      1.77k Ir, 0 mallocs
+//                             282-315 ns               163-222 ns
+//   HS256 signature step      489-555 ns (best 489); `openssl speed -seconds 2 -bytes 249
+//                             -hmac sha256` run alternately: 440-577 ns (best 440)
 //
 // This harness, same token, two interleaved runs each, p0 / p25 / p50 (p50
 // swings with the shared load):
