@@ -115,10 +115,7 @@ public final class CredentialVerifier: Sendable {
         guard segments.count == 3 else { return .failed(AuthFailure(.malformed)) }
 
         let jws: JWSToken
-        switch JWSToken.parse(token, segments: segments) {
-        case .success(let value): jws = value
-        case .failure(let reason): return .failed(AuthFailure(reason))
-        }
+        do { jws = try JWSToken.parsed(token, segments: segments) } catch { return .failed(AuthFailure(error)) }
         let nonceHex = appleRawNonce.map { raw in
             Array(digestBytes(.sha256, Array(raw.utf8)).map { byte in
                 let digits = Array("0123456789abcdef".utf8)

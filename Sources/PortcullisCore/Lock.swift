@@ -33,15 +33,28 @@ public final class Lock: @unchecked Sendable {
 }
 
 /// A value guarded by a `Lock`.
+///
+/// The value lives behind a pointer allocated once, not in a stored `var`:
+/// a class's `var` is accessed with dynamic exclusivity checks
+/// (`swift_beginAccess`), which the lock already makes redundant, and
+/// `withLock` runs on every cache lookup and context borrow.
 public final class LockedValue<Value>: @unchecked Sendable {
-    // @unchecked Sendable: `value` is only read or written inside `lock.withLock`.
+    // @unchecked Sendable: `storage` is only read or written inside `lock.withLock`.
     @usableFromInline let lock = Lock()
-    @usableFromInline var value: Value
+    @usableFromInline let storage: UnsafeMutablePointer<Value>
 
-    public init(_ value: Value) { self.value = value }
+    public init(_ value: Value) {
+        storage = .allocate(capacity: 1)
+        storage.initialize(to: value)
+    }
+
+    deinit {
+        storage.deinitialize(count: 1)
+        storage.deallocate()
+    }
 
     @inlinable
     public func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        try lock.withLock { try body(&value) }
+        try lock.withLock { try body(&storage.pointee) }
     }
 }

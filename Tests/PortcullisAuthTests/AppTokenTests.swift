@@ -40,6 +40,16 @@ import Testing
         #expect(identity.source == .bearer)
     }
 
+    /// A claim set with more tokens than the parser's first (stack) token
+    /// buffer holds is parsed again with room for all of them.
+    @Test func largeClaimSetVerifies() throws {
+        let roles: JSONValue = .array((0..<200).map { .string("role-\($0)") })
+        let token = try Self.token(Self.claims(extra: [("roles", roles), ("email", "a@example.com")]))
+        let identity = try #require(try Self.verifier().verifyBearer(token, now: Self.now).identity)
+        #expect(identity.subject == "user-1")
+        #expect(identity.claims["email"] == "a@example.com")
+    }
+
     @Test func issuerAndAudienceAreOptional() throws {
         let verifier = try Self.verifier(issuer: nil, audiences: [])
         let token = try TokenMinter.hs256(secret: Self.secret, claims: ["sub": "u", "exp": 1_700_003_600])

@@ -2,8 +2,8 @@ import Testing
 @testable import PortcullisAuth
 
 @Suite struct JSONParserTests {
-    func parse(_ text: String) throws(JSONError) -> JSONDocument { try JSONDocument(parsingObject: Array(text.utf8)) }
-    func parse(bytes: [UInt8]) throws(JSONError) -> JSONDocument { try JSONDocument(parsingObject: bytes) }
+    func parse(_ text: String) throws(JSONError) -> JSONDocument { try JSONDocument.parsingObject(Array(text.utf8)) }
+    func parse(bytes: [UInt8]) throws(JSONError) -> JSONDocument { try JSONDocument.parsingObject(bytes) }
 
     @Test func parsesEveryValueKind() throws {
         let document = try parse(#" {"s":"a\"b\\c\u00e9\ud83d\ude00","n":-12.5e1,"i":1700000000,"t":true,"f":false,"z":null,"a":[1,[2],{"k":"v"}],"o":{}} "#)
@@ -60,6 +60,27 @@ import Testing
 
     @Test func rootMustBeAnObject() {
         #expect(throws: JSONError.notAnObject) { try parse(bytes: Array("[1]".utf8)) }
+    }
+
+    /// Token storage is sized by `JSONParser.tokenBound`: the densest texts
+    /// (one-digit array elements, empty containers) must still fit, on the
+    /// stack buffer and past it.
+    @Test(arguments: [3, 50, 51, 52, 1000])
+    func densestTextsFitTheTokenBound(elements: Int) throws {
+        for element in ["1", "[]", "{}"] {
+            let text = "{\"a\":[" + Array(repeating: element, count: elements).joined(separator: ",") + "]}"
+            let document = try parse(text)
+            #expect(document.tokenCount == elements + 3)
+            #expect(document.elements(document.member(0, "a")!).count == elements)
+            #expect(document.tokenCount <= JSONParser.tokenBound(byteCount: text.utf8.count))
+        }
+    }
+
+    @Test func tokenCountIsLimited() throws {
+        let atLimit = "{\"a\":[" + Array(repeating: "1", count: JSONParser.defaultMaxTokens - 3).joined(separator: ",") + "]}"
+        #expect(try parse(atLimit).tokenCount == JSONParser.defaultMaxTokens)
+        let over = "{\"a\":[" + Array(repeating: "1", count: JSONParser.defaultMaxTokens - 2).joined(separator: ",") + "]}"
+        #expect(throws: JSONError.tooLarge) { try parse(over) }
     }
 }
 

@@ -60,7 +60,7 @@ import Testing
         var accepted = 0
         for _ in 0..<5000 {
             let input = Self.mutate(seed, &random)
-            if let document = try? JSONDocument(parsingObject: input) {
+            if let document = try? JSONDocument.parsingObject(input) {
                 accepted += 1
                 _ = document.value(0).serialized
             }

@@ -30,21 +30,19 @@ struct ClaimIndex {
     init(_ document: JSONDocument, object: Int) {
         let token = document[object]
         guard token.kind == .object else { return }
-        document.bytes.withUnsafeBufferPointer { buffer in
-            document.tokens.withUnsafeBufferPointer { tokens in
-                ClaimIndex.packedNames.withUnsafeBufferPointer { names in
-                    var key = object + 1
-                    for _ in 0..<Int(token.count) {
-                        let keyToken = tokens[key]
-                        let packed: PackedMemberName?
-                        if keyToken.flag {  // escaped name (rare): match its unescaped bytes
-                            packed = JSONDocumentBytes.unescapedBytes(buffer, keyToken).withUnsafeBytes { PackedMemberName($0) }
-                        } else {
-                            packed = PackedMemberName(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buffer[Int(keyToken.start)..<Int(keyToken.end)])))
-                        }
-                        if let packed, let slot = names.firstIndex(of: packed) { set(slot, key + 1) }
-                        key += 1 + Int(tokens[key + 1].span)
+        document.withTokensAndBytes { tokens, buffer in
+            ClaimIndex.packedNames.withUnsafeBufferPointer { names in
+                var key = object + 1
+                for _ in 0..<Int(token.count) {
+                    let keyToken = tokens[key]
+                    let packed: PackedMemberName?
+                    if keyToken.flag {  // escaped name (rare): match its unescaped bytes
+                        packed = JSONDocumentBytes.unescapedBytes(buffer, keyToken).withUnsafeBytes { PackedMemberName($0) }
+                    } else {
+                        packed = PackedMemberName(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buffer[Int(keyToken.start)..<Int(keyToken.end)])))
                     }
+                    if let packed, let slot = names.firstIndex(of: packed) { set(slot, key + 1) }
+                    key += 1 + Int(tokens[key + 1].span)
                 }
             }
         }

@@ -170,7 +170,7 @@ struct ClaimValidation {
             case .bool: result[claim.name] = document[index].flag ? "true" : "false"
             case .number:
                 let token = document[index]
-                result[claim.name] = String(decoding: document.bytes[Int(token.start)..<Int(token.end)], as: UTF8.self)
+                result[claim.name] = document.withBytes { String(decoding: $0[Int(token.start)..<Int(token.end)], as: UTF8.self) }
             case .array:
                 var elements = [String]()
                 var allStrings = true

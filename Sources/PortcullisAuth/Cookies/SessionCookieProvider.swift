@@ -130,7 +130,7 @@ final class SessionCookieProvider: Sendable {
         guard let plaintext else { return fail(.decryptionFailed) }
 
         let document: JSONDocument
-        do { document = try JSONDocument(parsingObject: plaintext) } catch { return fail(.badJSON) }
+        do { document = try JSONDocument.parsingObject(plaintext) } catch { return fail(.badJSON) }
         let claims = ClaimValidation(document: document, claims: 0, policy: policy)
         let times: (expiresAt: Double, issuedAt: Double?)
         switch claims.checkTimes(now: now) {

@@ -20,7 +20,7 @@ struct SessionJWE {
         let decoded = header.withUnsafeMutableBytes { Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[headerRange]), into: $0) }
         guard decoded == headerLength else { return .failure(.badEncoding) }
         let document: JSONDocument
-        do { document = try JSONDocument(parsingObject: header) } catch { return .failure(.badJSON) }
+        do { document = try JSONDocument.parsingObject(header) } catch { return .failure(.badJSON) }
         guard let alg = document.member(0, "alg"), document.stringEquals(alg, Array("dir".utf8)) else {
             return .failure(.algorithmNotAllowed)
         }

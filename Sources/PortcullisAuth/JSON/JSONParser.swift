@@ -13,27 +13,38 @@ struct JSONParser {
     private var position: Int
     private let end: Int
     private let maxDepth: Int
-    private let maxTokens: Int
-    private(set) var tokens: [JSONToken]
+    /// Caller-owned token storage: `count` initialized, room for `capacity`.
+    private let tokens: UnsafeMutablePointer<JSONToken>
+    private let capacity: Int
+    private(set) var count: Int
+
+    /// The most tokens a `byteCount`-byte JSON text can produce: every
+    /// value takes at least one byte, every container two, and siblings are
+    /// separated by a byte, so a text of B bytes has at most (B + 1) / 2
+    /// tokens. Token storage sized by this bound never runs out before the
+    /// parser's own limit.
+    static func tokenBound(byteCount: Int) -> Int { (byteCount + 1) / 2 + 1 }
 
     /// Parses `bytes[range]`; token offsets are relative to `bytes.baseAddress`.
-    /// Tokens are appended to `tokens`; returns the index of the root token.
+    /// Tokens are written to `tokens[count...]` and `count` advanced; at most
+    /// `min(tokens.count, maxTokens)` tokens in all (else `.tooLarge`).
+    /// Returns the index of the root token.
     static func parse(
-        _ bytes: UnsafeBufferPointer<UInt8>, range: Range<Int>, tokens: inout [JSONToken],
+        _ bytes: UnsafeBufferPointer<UInt8>, range: Range<Int>, tokens: UnsafeMutableBufferPointer<JSONToken>, count: inout Int,
         maxDepth: Int = defaultMaxDepth, maxTokens: Int = defaultMaxTokens
     ) throws(JSONError) -> Int {
-        guard let base = bytes.baseAddress, range.upperBound <= bytes.count, range.count < Int(Int32.max) else {
+        guard let base = bytes.baseAddress, let storage = tokens.baseAddress, range.upperBound <= bytes.count,
+              range.count < Int(Int32.max), count <= tokens.count else {
             throw .syntax
         }
-        var parser = JSONParser(base: base, position: range.lowerBound, end: range.upperBound,
-                                maxDepth: maxDepth, maxTokens: maxTokens, tokens: [])
-        swap(&parser.tokens, &tokens)
-        defer { swap(&parser.tokens, &tokens) }
-        let root = parser.tokens.count
+        var parser = JSONParser(base: base, position: range.lowerBound, end: range.upperBound, maxDepth: maxDepth,
+                                tokens: storage, capacity: min(tokens.count, maxTokens), count: count)
+        let root = parser.count
         parser.skipWhitespace()
         try parser.parseValue(depth: 0)
         parser.skipWhitespace()
         guard parser.position == parser.end else { throw .syntax }
+        count = parser.count
         return root
     }
 
@@ -51,9 +62,10 @@ struct JSONParser {
     }
 
     private mutating func appendToken(_ kind: JSONToken.Kind, flag: Bool = false, start: Int, end: Int) throws(JSONError) -> Int {
-        guard tokens.count < maxTokens else { throw .tooLarge }
-        tokens.append(JSONToken(kind: kind, flag: flag, start: Int32(start), end: Int32(end), span: 1, count: 0))
-        return tokens.count - 1
+        guard count < capacity else { throw .tooLarge }
+        (tokens + count).initialize(to: JSONToken(kind: kind, flag: flag, start: Int32(start), end: Int32(end), span: 1, count: 0))
+        count += 1
+        return count - 1
     }
 
     private mutating func parseValue(depth: Int) throws(JSONError) {
@@ -107,7 +119,7 @@ struct JSONParser {
         }
         tokens[index].end = Int32(position)
         tokens[index].count = count
-        tokens[index].span = Int32(tokens.count - index)
+        tokens[index].span = Int32(self.count - index)
         if count > 1 { try checkDuplicateMembers(object: index) }
     }
 
@@ -134,7 +146,7 @@ struct JSONParser {
         }
         tokens[index].end = Int32(position)
         tokens[index].count = count
-        tokens[index].span = Int32(tokens.count - index)
+        tokens[index].span = Int32(self.count - index)
     }
 
     private mutating func parseString() throws(JSONError) {
@@ -285,20 +297,18 @@ struct JSONParser {
         let buffer = UnsafeBufferPointer(start: base, count: end)
         if count <= 16 {
             // Pairwise over the member names in place (no index array per object).
-            try tokens.withUnsafeBufferPointer { tokens throws(JSONError) in
-                var later = object + 1
-                for laterPosition in 0..<count {
-                    let name = tokens[later]
-                    var earlier = object + 1
-                    for _ in 0..<laterPosition {
-                        let other = tokens[earlier]
-                        // Unescaped names of different lengths differ: skip the comparison call.
-                        let mayMatch = name.flag || other.flag || name.end &- name.start == other.end &- other.start
-                        if mayMatch && JSONDocumentBytes.stringsEqual(buffer, name, other) { throw .duplicateMember }
-                        earlier += 1 + Int(tokens[earlier + 1].span)
-                    }
-                    later += 1 + Int(tokens[later + 1].span)
+            var later = object + 1
+            for laterPosition in 0..<count {
+                let name = tokens[later]
+                var earlier = object + 1
+                for _ in 0..<laterPosition {
+                    let other = tokens[earlier]
+                    // Unescaped names of different lengths differ: skip the comparison call.
+                    let mayMatch = name.flag || other.flag || name.end &- name.start == other.end &- other.start
+                    if mayMatch && JSONDocumentBytes.stringsEqual(buffer, name, other) { throw .duplicateMember }
+                    earlier += 1 + Int(tokens[earlier + 1].span)
                 }
+                later += 1 + Int(tokens[later + 1].span)
             }
         } else {
             var seen = Set<[UInt8]>()

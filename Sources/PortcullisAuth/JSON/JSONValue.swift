@@ -92,7 +92,7 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Ex
 extension JSONDocument {
     /// Converts a token subtree back to a `JSONValue` (cold path).
     func value(_ index: Int) -> JSONValue {
-        let token = tokens[index]
+        let token = self[index]
         switch token.kind {
         case .string: return .string(string(index) ?? "")
         case .number:

@@ -26,54 +26,65 @@ struct JWSToken {
     let signature: Range<Int>
 
     static func parse(_ bytes: UnsafeRawBufferPointer, segments: CompactSegments) -> Result<JWSToken, AuthFailure.Reason> {
-        guard segments.count == 3 else { return .failure(.malformed) }
+        Result { () throws(AuthFailure.Reason) in try parsed(bytes, segments: segments) }
+    }
+
+    /// As `parse`, throwing: the token is returned directly instead of being
+    /// copied out of a `Result` (it is ~120 bytes) on the hot path.
+    static func parsed(_ bytes: UnsafeRawBufferPointer, segments: CompactSegments) throws(AuthFailure.Reason) -> JWSToken {
+        guard segments.count == 3 else { throw .malformed }
         let headerRange = segments[0], payloadRange = segments[1], signatureRange = segments[2]
-        guard !headerRange.isEmpty, !payloadRange.isEmpty else { return .failure(.malformed) }
+        guard !headerRange.isEmpty, !payloadRange.isEmpty else { throw .malformed }
         guard let headerLength = Base64URL.decodedLength(headerRange.count),
               let payloadLength = Base64URL.decodedLength(payloadRange.count),
-              Base64URL.decodedLength(signatureRange.count) != nil else { return .failure(.badEncoding) }
+              Base64URL.decodedLength(signatureRange.count) != nil else { throw .badEncoding }
 
-        var failed = false
-        let decoded = [UInt8](unsafeUninitializedCapacity: headerLength + payloadLength) { buffer, initialized in
-            let raw = UnsafeMutableRawBufferPointer(buffer)
-            let header = Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[headerRange]),
-                                          into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<headerLength]))
-            let payload = Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[payloadRange]),
-                                           into: UnsafeMutableRawBufferPointer(rebasing: raw[headerLength...]))
-            if header == nil || payload == nil {
-                failed = true
-                buffer.initialize(repeating: 0)
+        // Decoded into temporary storage and parsed into temporary tokens, then
+        // copied into one document object: one allocation in all (it was three:
+        // the decoded bytes, the token array and the document).
+        let decodedLength = headerLength + payloadLength
+        let parsed = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: decodedLength) { decoded -> Result<(JSONDocument, Int, Int), AuthFailure.Reason> in
+            let raw = UnsafeMutableRawBufferPointer(decoded)
+            guard Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[headerRange]),
+                                   into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<headerLength])) != nil,
+                  Base64URL.decode(UnsafeRawBufferPointer(rebasing: bytes[payloadRange]),
+                                   into: UnsafeMutableRawBufferPointer(rebasing: raw[headerLength...])) != nil else {
+                return .failure(.badEncoding)
             }
-            initialized = headerLength + payloadLength
+            let text = UnsafeBufferPointer(decoded)
+            let bound = JSONParser.tokenBound(byteCount: headerLength) + JSONParser.tokenBound(byteCount: payloadLength)
+            do {
+                return .success(try JSONDocument.withTokenStorage(bound: bound) { tokens throws(JSONError) in
+                    var count = 0
+                    let header = try JSONDocument.parseObject(text, range: 0..<headerLength, tokens: tokens, count: &count)
+                    let payload = try JSONDocument.parseObject(text, range: headerLength..<decodedLength, tokens: tokens, count: &count)
+                    return (JSONDocument.make(tokens: UnsafeBufferPointer(rebasing: tokens[0..<count]), bytes: text), header, payload)
+                })
+            } catch {
+                return .failure(.badJSON)
+            }
         }
-        if failed { return .failure(.badEncoding) }
-
-        var tokens = [JSONToken]()
-        tokens.reserveCapacity(48)
-        let header: Int, payload: Int
-        do {
-            header = try JSONDocument.parseObject(decoded, range: 0..<headerLength, tokens: &tokens)
-            payload = try JSONDocument.parseObject(decoded, range: headerLength..<(headerLength + payloadLength), tokens: &tokens)
-        } catch {
-            return .failure(.badJSON)
+        let document: JSONDocument, header: Int, payload: Int
+        switch parsed {
+        case .success(let value): (document, header, payload) = value
+        case .failure(let reason): throw reason
         }
-        let document = JSONDocument(bytes: decoded, tokens: tokens)
 
-        guard let alg = document.member(header, "alg"), document[alg].kind == .string else { return .failure(.malformed) }
-        guard let algorithm = JWSToken.algorithm(document, alg) else { return .failure(.algorithmNotAllowed) }
+        guard let alg = document.member(header, "alg"), document[alg].kind == .string else { throw .malformed }
+        guard let algorithm = JWSToken.algorithm(document, alg) else { throw .algorithmNotAllowed }
         if document.member(header, "crit") != nil || document.member(header, "zip") != nil {
-            return .failure(.unsupportedHeader)
+            throw .unsupportedHeader
         }
         let kid = document.member(header, "kid")
         if let kid, document[kid].kind != .string || document[kid].end - document[kid].start > 256 {
-            return .failure(.malformed)
+            throw .malformed
         }
         let type = document.member(header, "typ")
-        if let type, document[type].kind != .string { return .failure(.malformed) }
+        if let type, document[type].kind != .string { throw .malformed }
 
-        return .success(JWSToken(
+        return JWSToken(
             document: document, header: header, payload: payload, claims: ClaimIndex(document, object: payload), algorithm: algorithm, keyID: kid, type: type,
-            signingInput: headerRange.lowerBound..<payloadRange.upperBound, signature: signatureRange))
+            signingInput: headerRange.lowerBound..<payloadRange.upperBound, signature: signatureRange)
     }
 
     private static let algorithmNames: [(JWSAlgorithm, [UInt8])] = JWSAlgorithm.allCases.map { ($0, $0.nameBytes) }
@@ -95,7 +106,7 @@ struct JWSToken {
             return accepted.contains(value.map(lowered))
         }
         // Compared in place: no copy of the value per token.
-        return document.bytes.withUnsafeBufferPointer { buffer in
+        return document.withBytes { buffer in
             let start = Int(token.start), length = Int(token.end - token.start)
             return accepted.contains { candidate in
                 guard candidate.count == length else { return false }

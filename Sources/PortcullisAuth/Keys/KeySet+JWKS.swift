@@ -10,7 +10,7 @@ extension KeySet {
     /// - An RSA key under 2048 bits fails the whole set with `.weakKey`.
     public init(jwks bytes: [UInt8], defaultRSAAlgorithm: JWSAlgorithm = .rs256) throws(KeyLoadingError) {
         let document: JSONDocument
-        do { document = try JSONDocument(parsingObject: bytes) } catch { throw .invalidDocument("JWKS is not a JSON object (\(error))") }
+        do { document = try JSONDocument.parsingObject(bytes) } catch { throw .invalidDocument("JWKS is not a JSON object (\(error))") }
         guard let keysIndex = document.member(0, "keys"), document[keysIndex].kind == .array else {
             throw .invalidDocument("JWKS has no \"keys\" array")
         }
@@ -77,7 +77,7 @@ extension KeySet {
     /// RSA keys serve `rsaAlgorithm` (RS256 for both).
     public init(pemCertificateMap bytes: [UInt8], rsaAlgorithm: JWSAlgorithm = .rs256) throws(KeyLoadingError) {
         let document: JSONDocument
-        do { document = try JSONDocument(parsingObject: bytes) } catch { throw .invalidDocument("certificate map is not a JSON object (\(error))") }
+        do { document = try JSONDocument.parsingObject(bytes) } catch { throw .invalidDocument("certificate map is not a JSON object (\(error))") }
         var loaded = [VerificationKey]()
         for (kid, value) in document.members(0) {
             guard let pem = document.string(value) else { throw .invalidMember(kid: kid, member: kid) }

@@ -64,8 +64,8 @@ final class JWTProvider: Sendable {
             if kid.flag {
                 lookup = document.stringBytes(kidIndex).flatMap { bytes in bytes.withUnsafeBytes { keys.key(forKeyID: $0, algorithm: token.algorithm) } }
             } else {
-                lookup = document.bytes.withUnsafeBytes {
-                    keys.key(forKeyID: UnsafeRawBufferPointer(rebasing: $0[Int(kid.start)..<Int(kid.end)]), algorithm: token.algorithm)
+                lookup = document.withBytes {
+                    keys.key(forKeyID: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: $0[Int(kid.start)..<Int(kid.end)])), algorithm: token.algorithm)
                 }
             }
         } else {

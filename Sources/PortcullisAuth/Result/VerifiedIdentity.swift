@@ -1,48 +1,140 @@
 /// Who a verified credential says the caller is.
+///
+/// A value type with copy-on-write storage: the fields live in one class
+/// instance, so copying an identity (out of the verified-token cache on every
+/// hit, into the result, into the request) is one retain instead of one per
+/// string and dictionary field. Setters copy the storage first when it is
+/// shared.
 public struct VerifiedIdentity: Sendable, Equatable {
     /// How the credential arrived.
     public enum Source: String, Sendable { case bearer, sessionCookie }
 
+    private var storage: Storage
+
     /// The configured provider name that verified it.
-    public var provider: String
+    public var provider: String {
+        get { storage.provider }
+        set { uniqueStorage().provider = newValue }
+    }
     /// `sub`.
-    public var subject: String
+    public var subject: String {
+        get { storage.subject }
+        set { uniqueStorage().subject = newValue }
+    }
     /// `iss`, when the token has one (NextAuth cookies do not).
-    public var issuer: String?
+    public var issuer: String? {
+        get { storage.issuer }
+        set { uniqueStorage().issuer = newValue }
+    }
     /// `exp`, seconds since the epoch.
-    public var expiresAt: Double
+    public var expiresAt: Double {
+        get { storage.expiresAt }
+        set { uniqueStorage().expiresAt = newValue }
+    }
     /// `iat`, when present.
-    public var issuedAt: Double?
+    public var issuedAt: Double? {
+        get { storage.issuedAt }
+        set { uniqueStorage().issuedAt = newValue }
+    }
     /// `jti`, when present.
-    public var tokenID: String?
+    public var tokenID: String? {
+        get { storage.tokenID }
+        set { uniqueStorage().tokenID = newValue }
+    }
     /// `sid`, when present (OIDC session ID).
-    public var sessionID: String?
+    public var sessionID: String? {
+        get { storage.sessionID }
+        set { uniqueStorage().sessionID = newValue }
+    }
     /// Selected claims rendered as strings (strings as is, booleans
     /// `true`/`false`, numbers in JSON form). Which claims: `ProviderConfiguration.forwardedClaims`.
-    public var claims: [String: String]
+    public var claims: [String: String] {
+        get { storage.claims }
+        set { uniqueStorage().claims = newValue }
+    }
     /// Forwarded claims that are arrays of strings, element by element (in
     /// `claims` they appear joined with ","), for route claim rules.
-    public var listClaims: [String: [String]]
+    public var listClaims: [String: [String]] {
+        get { storage.listClaims }
+        set { uniqueStorage().listClaims = newValue }
+    }
     /// Hex SHA-256 (first 128 bits) of the credential as presented: a stable
     /// name for revoking a token that carries no `jti`. Bearer JWTs with a
     /// `jti` leave it nil (they are revoked by `jti`); session cookies always have it.
-    public var credentialHash: String?
-    public var source: Source
+    public var credentialHash: String? {
+        get { storage.credentialHash }
+        set { uniqueStorage().credentialHash = newValue }
+    }
+    public var source: Source {
+        get { storage.source }
+        set { uniqueStorage().source = newValue }
+    }
 
     public init(provider: String, subject: String, issuer: String?, expiresAt: Double, issuedAt: Double?,
                 tokenID: String?, sessionID: String?, claims: [String: String], listClaims: [String: [String]] = [:],
                 credentialHash: String? = nil, source: Source) {
-        self.provider = provider
-        self.subject = subject
-        self.issuer = issuer
-        self.expiresAt = expiresAt
-        self.issuedAt = issuedAt
-        self.tokenID = tokenID
-        self.sessionID = sessionID
-        self.claims = claims
-        self.listClaims = listClaims
-        self.credentialHash = credentialHash
-        self.source = source
+        storage = Storage(provider: provider, subject: subject, issuer: issuer, expiresAt: expiresAt, issuedAt: issuedAt,
+                          tokenID: tokenID, sessionID: sessionID, claims: claims, listClaims: listClaims,
+                          credentialHash: credentialHash, source: source)
+    }
+
+    /// The storage, copied first if another identity shares it.
+    private mutating func uniqueStorage() -> Storage {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        return storage
+    }
+
+    public static func == (lhs: VerifiedIdentity, rhs: VerifiedIdentity) -> Bool {
+        lhs.storage === rhs.storage || lhs.storage.hasSameFields(as: rhs.storage)
+    }
+}
+
+extension VerifiedIdentity {
+    /// The fields of one identity.
+    final class Storage: @unchecked Sendable {
+        // @unchecked Sendable: mutated only through `uniqueStorage()`, that is
+        // while exactly one identity refers to it, so a storage that another
+        // thread can see is never written again.
+        var provider: String
+        var subject: String
+        var issuer: String?
+        var expiresAt: Double
+        var issuedAt: Double?
+        var tokenID: String?
+        var sessionID: String?
+        var claims: [String: String]
+        var listClaims: [String: [String]]
+        var credentialHash: String?
+        var source: Source
+
+        init(provider: String, subject: String, issuer: String?, expiresAt: Double, issuedAt: Double?,
+             tokenID: String?, sessionID: String?, claims: [String: String], listClaims: [String: [String]],
+             credentialHash: String?, source: Source) {
+            self.provider = provider
+            self.subject = subject
+            self.issuer = issuer
+            self.expiresAt = expiresAt
+            self.issuedAt = issuedAt
+            self.tokenID = tokenID
+            self.sessionID = sessionID
+            self.claims = claims
+            self.listClaims = listClaims
+            self.credentialHash = credentialHash
+            self.source = source
+        }
+
+        func copy() -> Storage {
+            Storage(provider: provider, subject: subject, issuer: issuer, expiresAt: expiresAt, issuedAt: issuedAt,
+                    tokenID: tokenID, sessionID: sessionID, claims: claims, listClaims: listClaims,
+                    credentialHash: credentialHash, source: source)
+        }
+
+        func hasSameFields(as other: Storage) -> Bool {
+            provider == other.provider && subject == other.subject && issuer == other.issuer
+                && expiresAt == other.expiresAt && issuedAt == other.issuedAt && tokenID == other.tokenID
+                && sessionID == other.sessionID && claims == other.claims && listClaims == other.listClaims
+                && credentialHash == other.credentialHash && source == other.source
+        }
     }
 }
 

@@ -42,8 +42,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         }
     case 1:
         // JSON: parse; on success every string and number token decodes.
-        if let document = try? JSONDocument(parsingObject: bytes) {
-            for index in document.tokens.indices {
+        if let document = try? JSONDocument.parsingObject(bytes) {
+            for index in 0..<document.tokenCount {
                 switch document[index].kind {
                 case .string: invariant(document.string(index) != nil, "string decodes")
                 case .number: invariant(document.number(index) != nil, "number decodes")
