@@ -26,11 +26,12 @@ usage: Benchmarks/load/auth.sh [options]
   --target URL      measure only this URL with --tokens FILE (no local servers)
   --tokens FILE     header lines to rotate through (with --target)
   --keep DIR        keep configs, tokens and raw wrk outputs
+  --baseline BIN    add rows for another portcullis binary (e.g. main's build), same config, 1 and N tokens
 USAGE
 }
 
 ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-10}"; CONNECTIONS="${CONNECTIONS:-64}"; WARMUP="${WARMUP:-2}"
-DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,portcullisCold"; TARGET=""; TOKENS=""; KEEP=""
+DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,portcullisCold"; TARGET=""; TOKENS=""; KEEP=""; BASELINE_BIN=""
 INVOCATION="$0 $*"
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -42,6 +43,7 @@ while [[ $# -gt 0 ]]; do
         --target) TARGET="$2"; shift 2 ;;
         --tokens) TOKENS="$2"; shift 2 ;;
         --keep) KEEP="$2"; shift 2 ;;
+        --baseline) BASELINE_BIN="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -105,6 +107,11 @@ else
 token_cache: {max_entries: 0}" "" portcullis-cold required
         COLD_PORT="$PORTCULLIS_PORT"; COLD_PID="$PORTCULLIS_PID"
     fi
+    if [[ -n "$BASELINE_BIN" ]]; then
+        start_portcullis "providers:
+  - {name: corp, type: oidc, issuer: \"https://id.example.test\", audiences: [\"api\"], algorithms: [RS256], public_key: \"$K/rsa.pub.pem\", key_id: k1, forward_claims: []}" "$BASELINE_BIN" baseline required
+        BASE_PORT="$PORTCULLIS_PORT"; BASE_PID="$PORTCULLIS_PID"
+    fi
     PORTCULLIS_PORT="$CACHED_PORT"; PORTCULLIS_PID="$CACHED_PID"
     echo "minting 1 + $DISTINCT RS256 tokens ..." >&2
     "$PORTCULLIS_BIN" mint --config "$CONFIG" --provider corp --key "$K/rsa.key.pem" --kid k1 --ttl 2h --format header > "$WORKDIR/one.txt"
@@ -134,6 +141,10 @@ token_cache: {max_entries: 0}" "" portcullis-cold required
     wants haproxyN && add_row haproxyN "HAProxy jwt_verify, $DISTINCT tokens" "http://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID" "$WORKDIR/many.lua"
     wants portcullis1 && add_row portcullis1 "Portcullis RS256, 1 token" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID" "$WORKDIR/one.lua"
     wants portcullisN && add_row portcullisN "Portcullis RS256, $DISTINCT tokens" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID" "$WORKDIR/many.lua"
+    if [[ -n "$BASELINE_BIN" ]]; then
+        add_row base1 "Portcullis baseline, 1 token" "http://127.0.0.1:$BASE_PORT/" "$BASE_PID" "$WORKDIR/one.lua"
+        add_row baseN "Portcullis baseline, $DISTINCT tokens" "http://127.0.0.1:$BASE_PORT/" "$BASE_PID" "$WORKDIR/many.lua"
+    fi
     wants portcullisCold && add_row portcullisCold "Portcullis RS256, cache off, $DISTINCT tokens" "http://127.0.0.1:$COLD_PORT/" "$COLD_PID" "$WORKDIR/many.lua"
 fi
 
