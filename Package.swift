@@ -107,5 +107,6 @@ if benchmarksEnabled {
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Benchmarks/StoreBenchmarks",
+            exclude: ["Profile"],
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]))
 }

@@ -11,8 +11,10 @@
 // Measured on the 2-core shared VM (Swift 6.3.1, redis-server 7.0.15), wall clock, p0 / p50:
 //
 //   row                                          p0        p50       mallocs/sample
-//   check, 10k entries, 3 misses (jti+sess+sub)  143 ns    241 ns    16-18 per 1000 checks (harness: 0 per check)
-//   check, 10k entries, revoked jti              67 ns     125 ns    16-18 per 1000 checks (harness: 0 per check)
+//   check, 10k entries, 3 misses (jti+sess+sub)  28-30 ns  29-60 ns  16 per 1000 checks (harness: 0 per check)
+//   check, 10k entries, revoked jti              23-47 ns  43-55 ns  16 per 1000 checks (harness: 0 per check)
+//   (before the hash index of RevocationTable: 143-178 ns / 241-328 ns and 87 / 125-161 ns;
+//   instructions per check: Profile/callgrind-check.sh)
 //   Redis GET, 1 in flight                       56 µs     156 µs    26
 //   Redis SET, 1 in flight                       83 µs     255 µs    25
 //   Redis GET ×16 pipelined, per batch           70 µs     206 µs    92
