@@ -103,7 +103,7 @@ if benchmarksEnabled {
         .executableTarget(
             name: "StoreBenchmarks",
             dependencies: [
-                "PortcullisStore", "PortcullisRedis", "PortcullisIO",
+                "PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisTestSupport",
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Benchmarks/StoreBenchmarks",
