@@ -103,9 +103,10 @@ if benchmarksEnabled {
         .executableTarget(
             name: "StoreBenchmarks",
             dependencies: [
-                "PortcullisStore", "PortcullisRedis", "PortcullisIO",
+                "PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisTestSupport",
                 .product(name: "Benchmark", package: "benchmark"),
             ],
             path: "Benchmarks/StoreBenchmarks",
+            exclude: ["Profile"],
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]))
 }

@@ -7,9 +7,13 @@ import PortcullisIO
 /// Sentinel topology: master discovery and re-discovery after a disconnect, a
 /// `+switch-master` event, or a `-READONLY` reply.
 ///
-/// Threading: the public methods may be called from any thread; they hop onto
-/// `loop.queue`, where all state lives and where every completion and
-/// `onStateChange` runs. No call ever blocks the loop.
+/// Threading: the public methods may be called from any thread. All state lives
+/// on `loop.queue`, where every completion and `onStateChange` runs. `send` and
+/// `pipeline` called on `loop.queue` itself with the connection up write into it
+/// at once (no hop; the write goes out at the end of the loop's pass, see
+/// `RedisConnection.send`); from any other thread, or while connecting or
+/// disconnected, they hop onto the queue first. Either way a completion never
+/// runs inside the call. No call ever blocks the loop.
 ///
 /// While the first connection is being made, commands wait (up to their timeout);
 /// while the client is `.disconnected` they fail at once with `.disconnected`, so
@@ -35,6 +39,7 @@ public final class RedisClient: @unchecked Sendable {
         self.loop = loop
         self.configuration = configuration
         self.onStateChange = onStateChange
+        LoopMark.mark(loop)
         let resolver: AddressResolver
         var verifyMaster = false
         switch configuration.topology {
@@ -96,17 +101,26 @@ public final class RedisClient: @unchecked Sendable {
     /// Sends one command, e.g. `["SET", "k", "v", "EX", "60"]`.
     /// - Parameter timeout: seconds; nil → `configuration.commandTimeout`.
     public func send(_ arguments: [String], timeout: Double? = nil, completion: @escaping Completion) {
+        if let conn = connectionIfOnLoop {
+            return conn.send(.strings(arguments), timeout: timeout ?? configuration.commandTimeout, handler: replyHandler(completion))
+        }
         loop.execute { [self] in sendOnLoop(.strings(arguments), timeout: timeout, completion: completion) }
     }
 
     /// Sends one command whose arguments are raw bytes (binary-safe values).
     public func send(bytes arguments: [[UInt8]], timeout: Double? = nil, completion: @escaping Completion) {
+        if let conn = connectionIfOnLoop {
+            return conn.send(.bytes(arguments), timeout: timeout ?? configuration.commandTimeout, handler: replyHandler(completion))
+        }
         loop.execute { [self] in sendOnLoop(.bytes(arguments), timeout: timeout, completion: completion) }
     }
 
     /// Sends several commands in one write; `completion` gets one result per command, in order.
     public func pipeline(_ commands: [[String]], timeout: Double? = nil,
                          completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void) {
+        if !commands.isEmpty, let conn = connectionIfOnLoop {
+            return enqueuePipeline(commands, on: conn, timeout: timeout, completion: completion)
+        }
         loop.execute { [self] in
             guard !commands.isEmpty else { return completion([]) }
             withConnection(timeout: timeout) { [self] result in
@@ -114,20 +128,37 @@ public final class RedisClient: @unchecked Sendable {
                 case .failure(let error):
                     completion(Array(repeating: .failure(error), count: commands.count))
                 case .success(let conn):
-                    var results = [Result<RedisReply, RedisError>?](repeating: nil, count: commands.count)
-                    var remaining = commands.count
-                    for (i, command) in commands.enumerated() {
-                        conn.enqueue(.strings(command), timeout: timeout ?? configuration.commandTimeout) { [self] r in
-                            noteReadOnly(r)
-                            results[i] = r
-                            remaining -= 1
-                            if remaining == 0 { completion(results.map { $0! }) }
-                        }
-                    }
-                    conn.flush()
+                    enqueuePipeline(commands, on: conn, timeout: timeout, completion: completion)
                 }
             }
         }
+    }
+
+    private func enqueuePipeline(_ commands: [[String]], on conn: RedisConnection, timeout: Double?,
+                                 completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void) {
+        let collector = PipelineResults(count: commands.count, completion: completion)
+        let seconds = timeout ?? configuration.commandTimeout
+        for (i, command) in commands.enumerated() {
+            conn.enqueue(.strings(command), timeout: seconds) { [self] r in
+                noteReadOnly(r)
+                collector.set(i, r)
+            }
+        }
+        conn.scheduleFlush()
+    }
+
+    /// The ready connection when called on `loop.queue` (so a command can be
+    /// written without a hop), else nil. Only the current queue is read off the loop.
+    private var connectionIfOnLoop: RedisConnection? {
+        guard loop.isCurrent, !isShutdown else { return nil }
+        return supervisor.connection
+    }
+
+    /// The completion as the connection's handler; wrapped only when a `-READONLY`
+    /// reply must be noticed (Sentinel), so a standalone command allocates no wrapper.
+    private func replyHandler(_ completion: @escaping Completion) -> ReplyHandler {
+        guard case .sentinel = configuration.topology else { return completion }
+        return { [self] r in noteReadOnly(r); completion(r) }
     }
 
     /// `send` for callers already on `loop.queue` (no hop).
@@ -138,13 +169,13 @@ public final class RedisClient: @unchecked Sendable {
     private func sendOnLoop(_ arguments: CommandArguments, timeout: Double?, completion: @escaping Completion) {
         let seconds = timeout ?? configuration.commandTimeout
         if let conn = supervisor.connection {
-            conn.send(arguments, timeout: seconds) { [self] r in noteReadOnly(r); completion(r) }
+            conn.send(arguments, timeout: seconds, handler: replyHandler(completion))
             return
         }
         withConnection(timeout: timeout) { [self] result in
             switch result {
             case .failure(let error): completion(.failure(error))
-            case .success(let conn): conn.send(arguments, timeout: seconds) { [self] r in noteReadOnly(r); completion(r) }
+            case .success(let conn): conn.send(arguments, timeout: seconds, handler: replyHandler(completion))
             }
         }
     }
@@ -196,5 +227,26 @@ public final class RedisClient: @unchecked Sendable {
         if case .failure(let error) = result, error.isReadOnlyReplica, case .sentinel = configuration.topology {
             supervisor.reconnectNow(reason: "-READONLY from \(supervisor.connection?.address.description ?? "server")")
         }
+    }
+}
+
+/// Collects a pipeline's replies by index and completes once with all of them:
+/// one allocation per pipeline instead of two captured boxes and a final `map`.
+/// Confined to the client's loop queue, like the handlers that fill it.
+private final class PipelineResults {
+    private var results: [Result<RedisReply, RedisError>]
+    private var remaining: Int
+    private let completion: @Sendable ([Result<RedisReply, RedisError>]) -> Void
+
+    init(count: Int, completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void) {
+        results = Array(repeating: .failure(.timeout), count: count)
+        remaining = count
+        self.completion = completion
+    }
+
+    func set(_ index: Int, _ result: Result<RedisReply, RedisError>) {
+        results[index] = result
+        remaining -= 1
+        if remaining == 0 { completion(results) }
     }
 }

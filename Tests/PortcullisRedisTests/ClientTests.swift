@@ -56,6 +56,39 @@ import PortcullisRedis
         #expect(batch.get().map { (try? $0.get())?.integer } == (1...100).map { Int64($0) })
     }
 
+    @Test func commandsSentOnTheLoopFromCompletionsAreWrittenTogetherAndAnsweredInOrder() throws {
+        let server = try RedisProcess()
+        let client = RedisClient(configuration: standalone(server), loop: loop)
+        client.start()
+        defer { client.shutdown() }
+        #expect(client.call(["PING"]) == .success(.simpleString("PONG")))
+        // 50 rounds of 16 INCRs, each round sent one by one (no hop, corked into one
+        // write) from the previous round's last completion, plus a pipeline per round.
+        let seen = Locked<[Int64]>([Int64]())
+        let pipelined = Locked<[Int64]>([Int64]())
+        let finished = Locked(false)
+        @Sendable func round(_ left: Int) {
+            guard left > 0 else { finished.update { $0 = true }; return }
+            let outstanding = Locked(16)
+            for _ in 0..<16 {
+                client.send(["INCR", "counter"]) { r in
+                    seen.update { $0.append((try? r.get())?.integer ?? -1) }
+                    var last = false
+                    outstanding.update { $0 -= 1; last = $0 == 0 }
+                    if last { round(left - 1) }
+                }
+            }
+            client.pipeline([["INCR", "other"], ["INCR", "other"]]) { results in
+                pipelined.update { $0 += results.map { (try? $0.get())?.integer ?? -1 } }
+            }
+        }
+        loop.execute { round(50) }
+        #expect(waitUntil(10) { finished.get() })
+        #expect(seen.get() == (1...800).map { Int64($0) })
+        #expect(waitUntil(2) { pipelined.get().count == 100 })
+        #expect(pipelined.get() == (1...100).map { Int64($0) })
+    }
+
     @Test func aCommandPastItsTimeoutFailsAndTheClientRecovers() throws {
         let server = try RedisProcess()
         let log = StateLog()

@@ -10,9 +10,12 @@ public final class RevocationView: @unchecked Sendable {
 
     public let loopIndex: Int
     let policy: RevocationPolicy
-    var table = RevocationTable()
+    // @exclusivity(unchecked): only ever touched on the loop's queue (see type
+    // comment), so the runtime access tracking (swift_beginAccess, about 70
+    // instructions per check) buys nothing here.
+    @exclusivity(unchecked) var table = RevocationTable()
     /// Epoch seconds after which the view is stale; `.infinity` while synchronized.
-    var staleAfter: Double
+    @exclusivity(unchecked) var staleAfter: Double
 
     init(loopIndex: Int, policy: RevocationPolicy, staleAfter: Double) {
         self.loopIndex = loopIndex
@@ -20,7 +23,10 @@ public final class RevocationView: @unchecked Sendable {
         self.staleAfter = staleAfter
     }
 
-    /// Hot path: < 200 ns and no allocation for a lookup. `subject` is an opaque string (the gateway passes the user id it injects, e.g. "google:1175…").
+    /// Hot path: no allocation, no lock; about 30–60 ns with 10,000 entries on the
+    /// 2-core VM (StoreBenchmarks; ~440 instructions, see `RevocationTable`).
+    /// `subject` is an opaque string (the gateway passes the user id it injects,
+    /// e.g. "google:1175…"); identifiers are compared as UTF-8 bytes.
     ///
     /// Known revocations win; otherwise a view past its staleness answers by policy:
     /// `.unavailable` (deny, the default) or `.allowed`.
