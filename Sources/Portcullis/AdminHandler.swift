@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import PortcullisHTTP
 import PortcullisProxy
@@ -94,7 +95,10 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
             return metrics(reply)
         case ("GET", "/keys"):
             guard let keys = actions.keys else { return .json(200, "{\"providers\":[]}\n") }
-            return .json(200, keys())
+            guard let reply else { return .error(501, "key status is not available") }
+            // The key manager is read with a short wait on its queue: never on a loop queue.
+            DispatchQueue.global().async { reply.send(.json(200, keys())) }
+            return nil
         case ("POST", "/revocations"):
             guard let revoke = actions.revoke, let reply else { return .error(501, "revocation is not available") }
             let revocation: AdminRevocation

@@ -101,6 +101,11 @@ struct MetricsEndToEndTests {
         #expect(s[#"portcullis_store_health{state="ok"}"#] == 1)
         #expect(s[#"portcullis_key_fetches_total{provider="corp",result="ok"}"#] == 1)
 
+        // GET /keys (answered off the loop queues) shows the fetched kid.
+        let keys = E2E.curl(["-H", "Authorization: Bearer \(Self.adminToken)", "http://127.0.0.1:\(g.adminPort)/keys"])
+        #expect(keys.status == 200)
+        #expect(keys.body.contains("\"provider\":\"corp\"") && keys.body.contains("\"k1\"") && keys.body.contains("\"fresh\""), "\(keys.body)")
+
         // The scrape needs the admin token unless metrics_public is set; only GET.
         #expect(Self.scrape(g, token: nil).status == 401)
         #expect(Self.scrape(g, token: "wrong-token-0123456789abcdef").status == 401)
