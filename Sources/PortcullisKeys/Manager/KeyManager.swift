@@ -39,7 +39,6 @@ public final class KeyManager: @unchecked Sendable {
 
     let order: [String]
     let states: [String: ProviderKeyState]
-    var counterValues = KeyManagerCounters()
     var started = false
     var stopped = false
 
@@ -161,15 +160,14 @@ public final class KeyManager: @unchecked Sendable {
         return queue.sync { order.map { states[$0]!.status } }
     }
 
-    /// Counters since start, for metrics.
+    /// Counters since start, summed over the providers, for metrics.
     public func counters() -> KeyManagerCounters {
         dispatchPrecondition(condition: .notOnQueue(queue))
-        return queue.sync { counterValues }
+        return queue.sync { states.values.reduce(into: KeyManagerCounters()) { $0.add($1.counters) } }
     }
 
-    /// Counts an event in the totals and in `state`'s own counters.
+    /// Counts an event in `state`'s counters (the totals are their sum).
     func count(_ state: ProviderKeyState, _ counter: WritableKeyPath<KeyManagerCounters, Int>) {
-        counterValues[keyPath: counter] += 1
         state.counters[keyPath: counter] += 1
     }
 

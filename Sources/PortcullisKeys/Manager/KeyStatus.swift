@@ -51,6 +51,21 @@ public struct KeyManagerCounters: Sendable, Equatable {
     /// Times a provider went stale / had its keys dropped.
     public var staleTransitions = 0
     public var keyDrops = 0
+
+    /// Adds `other` field by field.
+    mutating func add(_ other: KeyManagerCounters) {
+        fetches += other.fetches
+        fetchFailures += other.fetchFailures
+        fetchSuccesses += other.fetchSuccesses
+        sharedCacheLoads += other.sharedCacheLoads
+        keyChanges += other.keyChanges
+        unknownKeyRefetches += other.unknownKeyRefetches
+        refetchesCoalesced += other.refetchesCoalesced
+        refetchesThrottled += other.refetchesThrottled
+        refetchesFollowed += other.refetchesFollowed
+        staleTransitions += other.staleTransitions
+        keyDrops += other.keyDrops
+    }
 }
 
 /// State changes worth a log line, reported through `KeyManager.onEvent`.
