@@ -40,23 +40,9 @@ public final class RedisClient: @unchecked Sendable {
         self.configuration = configuration
         self.onStateChange = onStateChange
         LoopMark.mark(loop)
-        let resolver: AddressResolver
-        var verifyMaster = false
-        switch configuration.topology {
-        case .standalone(let address):
-            resolver = FixedAddress(address)
-        case .sentinel(let name, let sentinels):
-            resolver = SentinelDiscovery(masterName: name, sentinels: sentinels,
-                                         password: configuration.sentinelPassword,
-                                         timeout: configuration.connectTimeout)
-            verifyMaster = true
-        }
+        let (resolver, options) = configuration.supervisorSetup()
         supervisor = ConnectionSupervisor(
-            loop: loop, resolver: resolver,
-            options: .init(handshake: configuration.handshake, verifyMaster: verifyMaster,
-                           connectTimeout: configuration.connectTimeout,
-                           reconnectOnTimeout: configuration.reconnectOnTimeout,
-                           backoff: configuration.backoff))
+            loop: loop, resolver: resolver, options: options)
         supervisor.onStateChange = { [weak self] state in self?.stateChanged(state) }
         supervisor.onReady = { [weak self] conn in self?.connectionReady(conn) }
         if case .sentinel(let name, let sentinels) = configuration.topology {

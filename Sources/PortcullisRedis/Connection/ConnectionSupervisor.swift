@@ -184,3 +184,23 @@ final class ConnectionSupervisor: @unchecked Sendable {
         onStateChange?(state)
     }
 }
+
+extension RedisConfiguration {
+    /// How the master is found (a fixed address, or through Sentinel, whose
+    /// answer is then checked with ROLE) and the supervisor options that go
+    /// with it; shared by the client and the subscriber.
+    func supervisorSetup() -> (resolver: AddressResolver, options: ConnectionSupervisor.Options) {
+        let resolver: AddressResolver
+        var verifyMaster = false
+        switch topology {
+        case .standalone(let address):
+            resolver = FixedAddress(address)
+        case .sentinel(let name, let sentinels):
+            resolver = SentinelDiscovery(masterName: name, sentinels: sentinels,
+                                         password: sentinelPassword, timeout: connectTimeout)
+            verifyMaster = true
+        }
+        return (resolver, .init(handshake: handshake, verifyMaster: verifyMaster, connectTimeout: connectTimeout,
+                                reconnectOnTimeout: reconnectOnTimeout, backoff: backoff))
+    }
+}

@@ -31,22 +31,8 @@ public final class RedisSubscriber: @unchecked Sendable {
                             onMessage: @escaping @Sendable (RedisPubSubMessage) -> Void,
                             onSubscribed: (@Sendable () -> Void)? = nil,
                             onStateChange: (@Sendable (RedisConnectionState) -> Void)? = nil) {
-        let resolver: AddressResolver
-        var verifyMaster = false
-        switch configuration.topology {
-        case .standalone(let address):
-            resolver = FixedAddress(address)
-        case .sentinel(let name, let sentinels):
-            resolver = SentinelDiscovery(masterName: name, sentinels: sentinels,
-                                         password: configuration.sentinelPassword,
-                                         timeout: configuration.connectTimeout)
-            verifyMaster = true
-        }
-        self.init(loop: loop, resolver: resolver,
-                  options: .init(handshake: configuration.handshake, verifyMaster: verifyMaster,
-                                 connectTimeout: configuration.connectTimeout,
-                                 reconnectOnTimeout: configuration.reconnectOnTimeout,
-                                 backoff: configuration.backoff),
+        let (resolver, options) = configuration.supervisorSetup()
+        self.init(loop: loop, resolver: resolver, options: options,
                   commandTimeout: configuration.commandTimeout,
                   channels: channels, patterns: patterns,
                   onMessage: onMessage, onSubscribed: onSubscribed, onStateChange: onStateChange)
