@@ -81,7 +81,7 @@ var package = Package(
         .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisStoreTests", dependencies: ["PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
-        .testTarget(name: "PortcullisKeysTests", dependencies: ["PortcullisKeys", "PortcullisAuth", "PortcullisIO"],
+        .testTarget(name: "PortcullisKeysTests", dependencies: ["PortcullisKeys", "PortcullisAuth", "PortcullisIO", "PortcullisTestSupport"],
                     resources: [.copy("Fixtures")]),
     ]
 )

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import PortcullisTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,7 +10,7 @@ import Glibc
 @Suite(.serialized)
 struct FailureModeTests {
     @Test func refusedUpstreamGets502AndIsLoggedOnce() throws {
-        let deadPort = E2E.freePort()
+        let deadPort = Loopback.freePort()
         let g = try GatewayProcess("""
         upstreams:
           dead: {url: "http://127.0.0.1:\(deadPort)"}
@@ -60,7 +61,7 @@ struct FailureModeTests {
         #expect(r.first?.header("Connection") == "close")
         E2E.waitForExit(g.process)
         #expect(g.process.terminationStatus == 0)
-        #expect(!E2E.waitForPort(g.port, timeout: 0.3))
+        #expect(!Loopback.waitForPort(g.port, timeout: 0.3))
     }
 
     @Test func checkConfigReportsFileLineKeyAndReason() throws {

@@ -1,4 +1,5 @@
 import Foundation
+import PortcullisTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -21,29 +22,6 @@ enum E2E {
     }()
 
     static let echoScript = packageRoot.appendingPathComponent("Tests/PortcullisEndToEndTests/Fixtures/echo_upstream.py").path
-
-    /// A port that was free a moment ago.
-    static func freePort() -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        return UInt16(bigEndian: addr.sin_port)
-    }
-
-    static func waitForPort(_ port: UInt16, timeout: Double = 10) -> Bool {
-        let end = Date().addingTimeInterval(timeout)
-        while Date() < end {
-            if let c = try? RawConnection(port: port) { c.close(); return true }
-            usleep(50_000)
-        }
-        return false
-    }
 
     /// Runs a command to completion; returns (status, stdout, stderr).
     @discardableResult
@@ -98,12 +76,12 @@ final class EchoUpstream {
     let process = Process()
 
     init(name: String = "app") throws {
-        port = E2E.freePort()
+        port = Loopback.freePort()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", E2E.echoScript, "\(port)", name]
         process.standardOutput = FileHandle.nullDevice
         try process.run()
-        guard E2E.waitForPort(port) else { throw TestFailure("upstream did not start on \(port)") }
+        guard Loopback.waitForPort(port) else { throw TestFailure("upstream did not start on \(port)") }
     }
 
     /// Paths the upstream received since the last call.
@@ -128,8 +106,8 @@ final class GatewayProcess {
 
     /// `body` is the configuration after `listen`/`admin` (upstreams, routes, …).
     init(_ body: String, workers: Int = 2, adminToken: String? = nil, metricsPublic: Bool = false) throws {
-        port = E2E.freePort()
-        adminPort = E2E.freePort()
+        port = Loopback.freePort()
+        adminPort = Loopback.freePort()
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("portcullis-e2e-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         configPath = dir.appendingPathComponent("gateway.yaml").path
@@ -149,7 +127,7 @@ final class GatewayProcess {
         process.standardOutput = log
         process.standardError = log
         try process.run()
-        guard E2E.waitForPort(adminPort) else { throw TestFailure("gateway did not start: \(self.log)") }
+        guard Loopback.waitForPort(adminPort) else { throw TestFailure("gateway did not start: \(self.log)") }
     }
 
     var url: String { "http://127.0.0.1:\(port)" }
@@ -170,15 +148,8 @@ final class RawConnection {
     let fd: Int32
 
     init(port: UInt16, timeout: Double = 5) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = port.bigEndian
-        let rc = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        if rc != 0 { Glibc.close(fd); throw TestFailure("connect to \(port) failed") }
+        guard let fd = Loopback.connect(port: port) else { throw TestFailure("connect to \(port) failed") }
+        self.fd = fd
         var tv = timeval(tv_sec: Int(timeout), tv_usec: Int((timeout - Double(Int(timeout))) * 1e6))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import PortcullisIO
+import PortcullisTestSupport
 @testable import PortcullisKeys
 
 extension PortcullisKeysTests {
@@ -69,7 +70,7 @@ extension PortcullisKeysTests {
 
         @Test func refusedConnectIsATypedError() async throws {
             // A port that was just free: bind, read the port, close.
-            let port = try freeLoopbackPort()
+            let port = Int(Loopback.freePort())
             let result = await get("http://127.0.0.1:\(port)/keys")
             guard case .failure(.connectFailed(let address, _)) = result else {
                 Issue.record("expected connectFailed, got \(result)")
@@ -159,18 +160,4 @@ final class LoopTicks: @unchecked Sendable {
             return count
         }
     }
-}
-
-func freeLoopbackPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-    guard bound == 0 else { throw FixtureError("bind failed") }
-    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-    return Int(UInt16(bigEndian: address.sin_port))
 }

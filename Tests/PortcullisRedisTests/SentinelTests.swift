@@ -17,7 +17,7 @@ import PortcullisRedis
         #expect(waitUntil(15) { sentinel.cli(["SENTINEL", "replicas", "mymaster"]).contains("\(replica.port)") })
 
         // A dead sentinel first in the list: discovery must skip it.
-        let dead = try SocketAddress(parsing: "127.0.0.1:\(RedisProcess.freePort())")
+        let dead = try SocketAddress(parsing: "127.0.0.1:\(Loopback.freePort())")
         let configuration = RedisConfiguration(
             topology: .sentinel(masterName: "mymaster", sentinels: [dead, try SocketAddress(parsing: "127.0.0.1:\(sentinel.port)")]),
             commandTimeout: 1, connectTimeout: 0.5, backoff: ReconnectBackoff(initial: 0.05, maximum: 0.3))

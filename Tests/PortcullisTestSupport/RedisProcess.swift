@@ -17,7 +17,7 @@ public final class RedisProcess: @unchecked Sendable {
 
     /// A plain server: `redis-server --port N --save "" --appendonly no` plus `extra`.
     public init(extra: [String] = []) throws {
-        port = RedisProcess.freePort()
+        port = Loopback.freePort()
         directory = RedisProcess.makeDirectory()
         arguments = ["/usr/bin/redis-server", "--port", "\(port)", "--bind", "127.0.0.1", "--save", "",
                      "--appendonly", "no", "--dir", directory, "--protected-mode", "no"] + extra
@@ -26,7 +26,7 @@ public final class RedisProcess: @unchecked Sendable {
 
     /// A sentinel watching `masterPort` as `name`, with a short down-after.
     public init(sentinelFor name: String, masterPort: UInt16, downAfterMilliseconds: Int = 1000) throws {
-        port = RedisProcess.freePort()
+        port = Loopback.freePort()
         directory = RedisProcess.makeDirectory()
         let config = """
         port \(port)
@@ -47,7 +47,7 @@ public final class RedisProcess: @unchecked Sendable {
 
     public func launch() throws {
         pid = try RedisProcess.spawn(arguments, stdout: directory + "/out.log")
-        guard RedisProcess.waitForPort(port, timeout: 10) else {
+        guard Loopback.waitForPort(port) else {
             throw RedisTestFailure("redis on \(port) did not start: \(log)")
         }
     }
@@ -76,36 +76,6 @@ public final class RedisProcess: @unchecked Sendable {
     }
 
     // MARK: Helpers
-
-    public static func freePort() -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        return UInt16(bigEndian: addr.sin_port)
-    }
-
-    public static func waitForPort(_ port: UInt16, timeout: Double) -> Bool {
-        let end = Date().addingTimeInterval(timeout)
-        while Date() < end {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var addr = sockaddr_in()
-            addr.sin_family = sa_family_t(AF_INET)
-            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-            addr.sin_port = port.bigEndian
-            let rc = withUnsafePointer(to: &addr) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-            close(fd)
-            if rc == 0 { return true }
-            usleep(20_000)
-        }
-        return false
-    }
 
     public static func makeDirectory() -> String {
         var template = Array((NSTemporaryDirectory() + "/portcullis-redis-XXXXXX").utf8CString)
