@@ -76,9 +76,8 @@ public final class CredentialVerifier: Sendable {
 
     /// Verified-token cache lookups since start: hits, misses, evictions, and
     /// the entries held now. Takes each shard's lock once; for metrics scrapes.
-    public func cacheStatistics() -> (hits: Int, misses: Int, evictions: Int, entries: Int) {
-        let s = cache.statistics()
-        return (s.hits, s.misses, s.evictions, s.entries)
+    public func cacheStatistics() -> VerifiedTokenCacheStatistics {
+        cache.statistics()
     }
 
     /// Names of the configured providers, in order.

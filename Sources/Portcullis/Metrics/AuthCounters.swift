@@ -77,7 +77,7 @@ public final class AuthCounters: Sendable {
         let providers = providerLabels
         @Sendable func visit(_ index: Int, _ decisions: [Int], _ checks: [Int]) {
             guard index < loops.count, index < tables.count else {
-                var snapshot = Snapshot(revocationChecks: Array(zip(Self.revocationLabels, checks)).map { ($0, $1) })
+                var snapshot = Snapshot(revocationChecks: zip(Self.revocationLabels, checks).map { ($0, $1) })
                 let columns = Self.outcomeLabels.count
                 for (cell, count) in decisions.enumerated() where count != 0 {
                     snapshot.decisions.append((providers[cell / columns], Self.outcomeLabels[cell % columns], count))

@@ -35,13 +35,6 @@ final class VerifiedTokenCache: Sendable {
         var evictions = 0
     }
 
-    /// Lookups and evictions since start, summed over the shards (for metrics).
-    struct Statistics: Sendable, Equatable {
-        var hits = 0
-        var misses = 0
-        var evictions = 0
-        var entries = 0
-    }
 
     private let shards: [LockedValue<Shard>]
     private let hashKey: (UInt64, UInt64)
@@ -130,8 +123,8 @@ final class VerifiedTokenCache: Sendable {
         }
     }
 
-    func statistics() -> Statistics {
-        shards.reduce(into: Statistics()) { total, shard in
+    func statistics() -> VerifiedTokenCacheStatistics {
+        shards.reduce(into: VerifiedTokenCacheStatistics()) { total, shard in
             shard.withLock { shard in
                 total.hits += shard.hits
                 total.misses += shard.misses
@@ -142,4 +135,13 @@ final class VerifiedTokenCache: Sendable {
     }
 
     var count: Int { shards.reduce(0) { total, shard in total + shard.withLock { $0.entries.count } } }
+}
+
+/// Verified-token cache lookups and evictions since start, summed over the
+/// shards, and the entries held now (for metrics).
+public struct VerifiedTokenCacheStatistics: Sendable, Equatable {
+    public var hits = 0
+    public var misses = 0
+    public var evictions = 0
+    public var entries = 0
 }
