@@ -97,27 +97,25 @@ else
     openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$K/rsa.key.pem" 2>/dev/null
     openssl pkey -in "$K/rsa.key.pem" -pubout -out "$K/rsa.pub.pem"
     start_upstream
-    start_portcullis "providers:
-  - {name: corp, type: oidc, issuer: \"https://id.example.test\", audiences: [\"api\"], algorithms: [RS256], public_key: \"$K/rsa.pub.pem\", key_id: k1, forward_claims: []}" "" "" required
+    PROVIDERS="providers:
+  - {name: corp, type: oidc, issuer: \"https://id.example.test\", audiences: [\"api\"], algorithms: [RS256], public_key: \"$K/rsa.pub.pem\", key_id: k1, forward_claims: []}"
+    start_portcullis "$PROVIDERS" "" "" required
     CONFIG="$WORKDIR/portcullis/portcullis.yaml"
     CACHED_PORT="$PORTCULLIS_PORT"; CACHED_PID="$PORTCULLIS_PID"
     if wants portcullisCold; then
-        start_portcullis "providers:
-  - {name: corp, type: oidc, issuer: \"https://id.example.test\", audiences: [\"api\"], algorithms: [RS256], public_key: \"$K/rsa.pub.pem\", key_id: k1, forward_claims: []}
+        start_portcullis "$PROVIDERS
 token_cache: {max_entries: 0}" "" portcullis-cold required
         COLD_PORT="$PORTCULLIS_PORT"; COLD_PID="$PORTCULLIS_PID"
     fi
     if [[ -n "$BASELINE_BIN" ]]; then
-        start_portcullis "providers:
-  - {name: corp, type: oidc, issuer: \"https://id.example.test\", audiences: [\"api\"], algorithms: [RS256], public_key: \"$K/rsa.pub.pem\", key_id: k1, forward_claims: []}" "$BASELINE_BIN" baseline required
+        start_portcullis "$PROVIDERS" "$BASELINE_BIN" baseline required
         BASE_PORT="$PORTCULLIS_PORT"; BASE_PID="$PORTCULLIS_PID"
     fi
-    PORTCULLIS_PORT="$CACHED_PORT"; PORTCULLIS_PID="$CACHED_PID"
     echo "minting 1 + $DISTINCT RS256 tokens ..." >&2
     "$PORTCULLIS_BIN" mint --config "$CONFIG" --provider corp --key "$K/rsa.key.pem" --kid k1 --ttl 2h --format header > "$WORKDIR/one.txt"
     "$PORTCULLIS_BIN" mint --config "$CONFIG" --provider corp --key "$K/rsa.key.pem" --kid k1 --ttl 2h --count "$DISTINCT" --format header > "$WORKDIR/many.txt"
     make_lua "$WORKDIR/one.txt" "$WORKDIR/one.lua"; make_lua "$WORKDIR/many.txt" "$WORKDIR/many.lua"
-    code=$(curl -s -o /dev/null -w '%{http_code}' -H "$(head -1 "$WORKDIR/one.txt")" "http://127.0.0.1:$PORTCULLIS_PORT/")
+    code=$(curl -s -o /dev/null -w '%{http_code}' -H "$(head -1 "$WORKDIR/one.txt")" "http://127.0.0.1:$CACHED_PORT/")
     [[ "$code" == 200 ]] || { echo "error: Portcullis refused a minted token ($code)" >&2; cat "$WORKDIR/portcullis/portcullis.out" >&2; exit 1; }
 
     # HAProxy 2.6 with jwt_verify, configured as its documentation shows:
@@ -139,8 +137,8 @@ token_cache: {max_entries: 0}" "" portcullis-cold required
     wants nginx && add_row nginx "nginx proxy, no auth" "http://127.0.0.1:$NGINX_PORT/" "$NGINX_PID" "$WORKDIR/one.lua"
     wants haproxy1 && add_row haproxy1 "HAProxy jwt_verify, 1 token" "http://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID" "$WORKDIR/one.lua"
     wants haproxyN && add_row haproxyN "HAProxy jwt_verify, $DISTINCT tokens" "http://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID" "$WORKDIR/many.lua"
-    wants portcullis1 && add_row portcullis1 "Portcullis RS256, 1 token" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID" "$WORKDIR/one.lua"
-    wants portcullisN && add_row portcullisN "Portcullis RS256, $DISTINCT tokens" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID" "$WORKDIR/many.lua"
+    wants portcullis1 && add_row portcullis1 "Portcullis RS256, 1 token" "http://127.0.0.1:$CACHED_PORT/" "$CACHED_PID" "$WORKDIR/one.lua"
+    wants portcullisN && add_row portcullisN "Portcullis RS256, $DISTINCT tokens" "http://127.0.0.1:$CACHED_PORT/" "$CACHED_PID" "$WORKDIR/many.lua"
     if [[ -n "$BASELINE_BIN" ]]; then
         add_row base1 "Portcullis baseline, 1 token" "http://127.0.0.1:$BASE_PORT/" "$BASE_PID" "$WORKDIR/one.lua"
         add_row baseN "Portcullis baseline, $DISTINCT tokens" "http://127.0.0.1:$BASE_PORT/" "$BASE_PID" "$WORKDIR/many.lua"
