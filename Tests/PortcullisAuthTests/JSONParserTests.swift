@@ -29,6 +29,35 @@ import Testing
         #expect(throws: JSONError.duplicateMember) { try parse(text) }
     }
 
+    /// Names of every length up to 20 (packed up to 16 bytes, compared
+    /// byte-wise above): equal names are refused, names differing only in
+    /// their last byte are not.
+    @Test func duplicateCheckSeesEveryByteOfEveryLength() throws {
+        for length in 1...20 {
+            let name = String((0..<length).map { Character(UnicodeScalar(UInt8(97 + $0 % 26))) })
+            let other = String(name.dropLast()) + "Z"
+            _ = try parse("{\"\(name)\":1,\"\(other)\":2,\"\(name)x\":3}")
+            #expect(throws: JSONError.duplicateMember) { try parse("{\"\(name)\":1,\"\(other)\":2,\"\(name)\":3}") }
+        }
+    }
+
+    @Test func packedNamesMatchExactlyTheSameBytes() {
+        func packed(_ bytes: [UInt8]) -> PackedMemberName? { bytes.withUnsafeBytes { PackedMemberName($0) } }
+        for length in 0...16 {
+            let bytes = (0..<length).map { UInt8(truncatingIfNeeded: 0x41 &+ $0 &* 7) }
+            let name = packed(bytes)
+            #expect(name != nil)
+            #expect(name == packed(bytes))
+            for position in 0..<length {
+                var changed = bytes
+                changed[position] ^= 0x20
+                #expect(packed(changed) != name, "length \(length), byte \(position)")
+            }
+            #expect(packed(bytes + [0]) != name, "a trailing NUL is a different name")
+        }
+        #expect(packed(Array(repeating: 0x61, count: 17)) == nil)
+    }
+
     @Test func duplicatesInLargeObjectsAreRefused() {
         let members = (0..<40).map { "\"k\($0)\":\($0)" } + ["\"k7\":1"]
         #expect(throws: JSONError.duplicateMember) { try parse("{" + members.joined(separator: ",") + "}") }
@@ -95,6 +124,41 @@ import Testing
     @Test(arguments: ["AA==", "A", "AAAAA", "A+AA", "A/AA", "AA AA", "AA\nA", "AB", "AAB"])
     func refusesNonCanonicalInput(text: String) {
         #expect(Base64URL.decode(text) == nil)
+    }
+
+    /// A character outside the alphabet is found at every position, in the
+    /// groups decoded with a 4-byte store, the last full group and the tail.
+    @Test func refusesAForeignCharacterAnywhere() {
+        let foreign: [UInt8] = [0x00, 0x20, 0x2B, 0x2E, 0x2F, 0x3D, 0x40, 0x5B, 0x60, 0x7B, 0x7F, 0x80, 0xC3, 0xFF]
+        for length in [2, 3, 4, 7, 8, 10, 12, 15, 16] {
+            let valid = Array(Base64URL.encode((0..<(length * 3 / 4)).map { UInt8($0 &* 29 & 0xFF) }).utf8)
+            #expect(valid.count == length)
+            #expect(Base64URL.decode(valid) != nil)
+            for position in 0..<length {
+                for byte in foreign {
+                    var text = valid
+                    text[position] = byte
+                    #expect(Base64URL.decode(text) == nil, "length \(length), position \(position), byte \(byte)")
+                }
+            }
+        }
+    }
+
+    @Test func decodesEveryCharacterInEveryPosition() {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+        // Each sextet value at each of the four positions of a group, in an
+        // 8-character text so both store paths see it.
+        for value in 0..<64 {
+            for position in 0..<8 {
+                var text = Array("AAAAAAAA".utf8)
+                text[position] = alphabet[value]
+                var expected = [UInt8](repeating: 0, count: 6)
+                let bit = (7 - position) * 6  // bit offset of this sextet in the 48-bit value
+                let word = UInt64(value) << UInt64(bit)
+                for index in 0..<6 { expected[index] = UInt8(truncatingIfNeeded: word >> UInt64(40 - index * 8)) }
+                #expect(Base64URL.decode(text) == expected, "value \(value) at \(position)")
+            }
+        }
     }
 
     @Test func acceptsTheURLAlphabet() {

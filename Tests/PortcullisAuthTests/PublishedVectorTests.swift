@@ -6,6 +6,47 @@ import Testing
     static let payloadB64 = "eyJpc3MiOiJqb2UiLA0KICJleHAiOjEzMDA4MTkzODAsDQogImh0dHA6Ly9leGFtcGxlLmNvbS9pc19yb290Ijp0cnVlfQ"
     static let rsaN = "ofgWCuLjybRlzo0tZWJjNiuSfb4p4fAkd_wWJcyQoTbji9k0l8W26mPddxHmfHQp-Vaw-4qPCJrcS2mJPMEzP1Pt0Bm4d4QlL-yRT-SFd2lZS-pCgNMsD1W_YpRPEwOWvG6b32690r2jZ47soMZo9wGzjb_7OMg0LOL-bSf63kpaSHSXndS5z5rexMdbBYUsLA9e-KXBdQOS-UTo7WTBEMa2R2CapHg665xsmtdVMTBQY4uDZlxvb3qCo5ZwKh9kG4LT6_I5IhlJH7aGhyxXFvUK-DWNmoudF8NAco9_h9iaGNj8q2ethFkMLs91kzk2PAcDTW9gb54h4FRWyuXpoQ"
 
+    /// RFC 4231 §4.2-4.5, 4.7, 4.8 (test case 5 truncates the output, which
+    /// JWS never does): short keys, a key of exactly the data's size, and
+    /// 131-byte keys that must be hashed first (RFC 2104 §2).
+    @Test(arguments: [
+        (Array(repeating: UInt8(0x0B), count: 20), Array("Hi There".utf8),
+         ["b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7",
+          "afd03944d84895626b0825f4ab46907f15f9dadbe4101ec682aa034c7cebc59cfaea9ea9076ede7f4af152e8b2fa9cb6",
+          "87aa7cdea5ef619d4ff0b4241a1d6cb02379f4e2ce4ec2787ad0b30545e17cdedaa833b7d6b8a702038b274eaea3f4e4be9d914eeb61f1702e696c203a126854"]),
+        (Array("Jefe".utf8), Array("what do ya want for nothing?".utf8),
+         ["5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+          "af45d2e376484031617f78d2b58a6b1b9c7ef464f5a01b47e42ec3736322445e8e2240ca5e69e2c78b3239ecfab21649",
+          "164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea2505549758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737"]),
+        (Array(repeating: UInt8(0xAA), count: 20), Array(repeating: UInt8(0xDD), count: 50),
+         ["773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe",
+          "88062608d3e6ad8a0aa2ace014c8a86f0aa635d947ac9febe83ef4e55966144b2a5ab39dc13814b94e3ab6e101a34f27",
+          "fa73b0089d56a284efb0f0756c890be9b1b5dbdd8ee81a3655f83e33b2279d39bf3e848279a722c806b485a47e67c807b946a337bee8942674278859e13292fb"]),
+        (Array(repeating: UInt8(0xAA), count: 131), Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8),
+         ["60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+          "4ece084485813e9088d2c63a041bc5b44f9ef1012a2b588f3cd11f05033ac4c60c2ef6ab4030fe8296248df163f44952",
+          "80b24263c7c1a3ebb71493c1dd7be8b49b46d1f41b4aeec1121b013783f8f3526b56d037e05f2598bd0fd2215d6a1e5295e64f73f63f0aec8b915a985d786598"]),
+        (Array(repeating: UInt8(0xAA), count: 131),
+         Array("This is a test using a larger than block-size key and a larger than block-size data. The key needs to be hashed before being used by the HMAC algorithm.".utf8),
+         ["9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2",
+          "6617178e941f020d351e2f254e8fd32c602420feb0b8fb9adccebb82461e99c5a678cc31e799176d3860e6110c46523e",
+          "e37b6a775dc87dbaa4dfa9f96e5e3ffddebd71f8867289865df5a32d20cdc944b6022cac3c4982b10d5eeb55c3e4de15134676fb6de0446065c97440fa8c6a58"]),
+    ])
+    func rfc4231HMAC(key: [UInt8], data: [UInt8], expected: [String]) throws {
+        for (digest, hex) in zip([FetchedDigest.sha256, .sha384, .sha512], expected) {
+            let context = try #require(HMACContext(key: key, digest: digest))
+            // Twice through the same context: the keyed state is reused, not consumed.
+            for _ in 0..<2 {
+                var output = [UInt8](repeating: 0, count: 64)
+                let ok = data.withUnsafeBytes { input in
+                    output.withUnsafeMutableBufferPointer { context.begin() && context.update(input) && context.finish(into: $0.baseAddress!) }
+                }
+                #expect(ok)
+                #expect(output.prefix(digest.size).map { String(format: "%02x", $0) }.joined() == hex, "\(digest.name)")
+            }
+        }
+    }
+
     @Test func rfc7515A1HS256() throws {
         let key = try VerificationKey(hmacSecret: Base64URL.decode("AyM1SysPpbyDfgZld3umj1qzKObwVMkoqQ-EstJQLr_T-1qS0gZH75aKtMN3Yj0iPS4hcgUuTwjAzZr1Z9CAow")!)
         let token = "eyJ0eXAiOiJKV1QiLA0KICJhbGciOiJIUzI1NiJ9.\(Self.payloadB64).dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"

@@ -168,7 +168,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
 
         var headers: [(name: String, value: String)] = [(userIdHeader, userID), (providerHeader, identity.provider)]
         for (claim, header) in claimHeaders {
-            if let value = identity.claims[claim] { headers.append((header, value)) }
+            if let value = identity.claim(claim) { headers.append((header, value)) }
         }
         var grant = AuthGrant(headers: headers)
         grant.dropAuthorization = !policy.forwardAuthorization
@@ -249,14 +249,14 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     static func satisfies(_ identity: VerifiedIdentity, _ rule: RouteClaimRule) -> Bool {
         switch rule.requirement {
         case .present:
-            return identity.claims[rule.claim] != nil
+            return identity.claim(rule.claim) != nil
         case .equals(let expected):
-            return identity.listClaims[rule.claim] == nil && identity.claims[rule.claim] == expected
+            return identity.listClaims[rule.claim] == nil && identity.claim(rule.claim) == expected
         case .equalsBool(let expected):
-            return identity.claims[rule.claim] == (expected ? "true" : "false")
+            return identity.claim(rule.claim) == (expected ? "true" : "false")
         case .oneOf(let accepted):
             if let list = identity.listClaims[rule.claim] { return list.contains { accepted.contains($0) } }
-            guard let value = identity.claims[rule.claim] else { return false }
+            guard let value = identity.claim(rule.claim) else { return false }
             if rule.claim == "scope" || rule.claim == "scp" {
                 return value.split(separator: " ").contains { accepted.contains(String($0)) }
             }

@@ -160,17 +160,19 @@ struct ClaimValidation {
 
     /// Selected claims as strings for the identity; arrays of strings also
     /// element by element.
-    func forwardedClaims() -> (claims: [String: String], lists: [String: [String]]) {
-        var result = [String: String]()
+    func forwardedClaims() -> (claims: [IdentityClaim], lists: [String: [String]]) {
+        var result = [IdentityClaim]()
         var lists = [String: [String]]()
         for claim in policy.forwardedClaims {
             guard let index = member(claim.bytes, indexed: claim.indexed) else { continue }
             switch document[index].kind {
-            case .string: result[claim.name] = document.string(index)
-            case .bool: result[claim.name] = document[index].flag ? "true" : "false"
+            case .string:
+                guard let value = document.string(index) else { continue }
+                result.append(IdentityClaim(name: claim.name, value: value))
+            case .bool: result.append(IdentityClaim(name: claim.name, value: document[index].flag ? "true" : "false"))
             case .number:
                 let token = document[index]
-                result[claim.name] = document.withBytes { String(decoding: $0[Int(token.start)..<Int(token.end)], as: UTF8.self) }
+                result.append(IdentityClaim(name: claim.name, value: document.withBytes { String(decoding: $0[Int(token.start)..<Int(token.end)], as: UTF8.self) }))
             case .array:
                 var elements = [String]()
                 var allStrings = true
@@ -181,11 +183,22 @@ struct ClaimValidation {
                 }
                 guard allStrings else { continue }
                 lists[claim.name] = elements
-                result[claim.name] = elements.joined(separator: ",")
+                result.append(IdentityClaim(name: claim.name, value: elements.joined(separator: ",")))
             default: continue
             }
         }
         return (result, lists)
+    }
+
+    /// `iss` for the identity: the policy's own string when it is one of
+    /// the accepted issuers (always, once `checkIssuer` passed), else the
+    /// claim decoded.
+    func issuer() -> String? {
+        guard let index = member(.iss) else { return nil }
+        for (offset, accepted) in policy.issuers.enumerated() where document.stringEquals(index, accepted) {
+            return policy.issuerNames[offset]
+        }
+        return document.string(index)
     }
 
     /// The optional string claims the identity carries.

@@ -146,8 +146,8 @@ final class SessionCookieProvider: Sendable {
         if let reason = claims.checkRequiredClaims() { return fail(reason) }
         let forwarded = claims.forwardedClaims()
         return .success(VerifiedIdentity(
-            provider: policy.name, subject: subject, issuer: claims.optionalString(.iss),
+            provider: policy.name, subject: subject, issuer: claims.issuer(),
             expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: claims.optionalString(.jti),
-            sessionID: claims.optionalString(.sid), claims: forwarded.claims, listClaims: forwarded.lists, source: source))
+            sessionID: claims.optionalString(.sid), claimList: forwarded.claims, listClaims: forwarded.lists, source: source))
     }
 }

@@ -22,50 +22,86 @@ enum Base64URL {
         return (count >> 2) * 3 + (remainder == 0 ? 0 : remainder - 1)
     }
 
+    /// Four lookup tables of 256 entries, one per position in a group of four
+    /// characters, each holding that character's bits already shifted to
+    /// where they land in the group's three output bytes (little-endian
+    /// word: byte 0 first). A group decodes to `t0[a] | t1[b] | t2[c] | t3[d]`,
+    /// stored as one 4-byte write. Characters outside the alphabet map to
+    /// `invalidEntry` (bit 24 set, which no valid word has).
+    private static let groupTables: [UInt32] = {
+        var tables = [UInt32](repeating: invalidEntry, count: 4 * 256)
+        for character in 0..<256 {
+            let sextet = UInt32(decodeTable[character])
+            guard sextet < 64 else { continue }
+            tables[character] = sextet << 2
+            tables[256 + character] = sextet >> 4 | (sextet & 0x0F) << 12
+            tables[512 + character] = (sextet >> 2) << 8 | (sextet & 0x03) << 22
+            tables[768 + character] = sextet << 16
+        }
+        return tables
+    }()
+    private static let invalidEntry: UInt32 = 0x0100_0000
+
     /// Decodes `input` into `output`, which must hold at least
     /// `decodedLength(input.count)` bytes. Returns the number of bytes written,
     /// or nil on any character outside the alphabet or non-zero pad bits.
     static func decode(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) -> Int? {
         guard let length = decodedLength(input.count), output.count >= length else { return nil }
         guard length > 0 else { return input.isEmpty ? 0 : nil }
-        return decodeTable.withUnsafeBufferPointer { table -> Int? in
-            let table = table.baseAddress!
-            let source = input.baseAddress!.assumingMemoryBound(to: UInt8.self)
-            let target = output.baseAddress!.assumingMemoryBound(to: UInt8.self)
-            @inline(__always) func sextet(_ offset: Int) -> UInt32 { UInt32(table[Int(source[offset])]) }
-            var inIndex = 0
-            var outIndex = 0
-            let fullGroups = input.count >> 2
-            // Characters outside the alphabet map to 0xFF; OR-ing every
-            // looked-up value and testing bits 6-7 once at the end finds them
-            // without a branch per group.
-            var invalid: UInt32 = 0
-            for _ in 0..<fullGroups {
-                let a = sextet(inIndex), b = sextet(inIndex &+ 1), c = sextet(inIndex &+ 2), d = sextet(inIndex &+ 3)
-                invalid |= a | b | c | d
-                let word = a << 18 | b << 12 | c << 6 | d
-                target[outIndex] = UInt8(truncatingIfNeeded: word >> 16)
-                target[outIndex &+ 1] = UInt8(truncatingIfNeeded: word >> 8)
-                target[outIndex &+ 2] = UInt8(truncatingIfNeeded: word)
+        let source = input.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        let target = output.baseAddress!
+        let fullGroups = input.count >> 2
+        // Groups whose 4-byte store stays inside `output` (the last one may not).
+        let wideGroups = min(fullGroups, (output.count - 1) / 3)
+        var inIndex = 0
+        var outIndex = 0
+        // Invalid characters set bit 24 of a group's word; OR-ing every word
+        // and testing once at the end finds them without a branch per group.
+        var invalid: UInt32 = 0
+        groupTables.withUnsafeBufferPointer { tables in
+            let t = tables.baseAddress!
+            @inline(__always) func word(_ offset: Int) -> UInt32 {
+                t[Int(source[offset])] | t[256 &+ Int(source[offset &+ 1])]
+                    | t[512 &+ Int(source[offset &+ 2])] | t[768 &+ Int(source[offset &+ 3])]
+            }
+            for _ in 0..<wideGroups {
+                let value = word(inIndex)
+                invalid |= value
+                target.storeBytes(of: value.littleEndian, toByteOffset: outIndex, as: UInt32.self)
                 inIndex &+= 4
                 outIndex &+= 3
             }
-            switch input.count - inIndex {
-            case 2:
-                let a = sextet(inIndex), b = sextet(inIndex &+ 1)
-                invalid |= a | b | (b & 0x0F == 0 ? 0 : 0xC0)
-                target[outIndex] = UInt8(truncatingIfNeeded: a << 2 | b >> 4)
-                outIndex &+= 1
-            case 3:
-                let a = sextet(inIndex), b = sextet(inIndex &+ 1), c = sextet(inIndex &+ 2)
-                invalid |= a | b | c | (c & 0x03 == 0 ? 0 : 0xC0)
-                target[outIndex] = UInt8(truncatingIfNeeded: a << 2 | b >> 4)
-                target[outIndex &+ 1] = UInt8(truncatingIfNeeded: (b & 0x0F) << 4 | c >> 2)
-                outIndex &+= 2
-            default:
-                break
+            for _ in wideGroups..<fullGroups {
+                let value = word(inIndex)
+                invalid |= value
+                target.storeBytes(of: UInt8(truncatingIfNeeded: value), toByteOffset: outIndex, as: UInt8.self)
+                target.storeBytes(of: UInt8(truncatingIfNeeded: value >> 8), toByteOffset: outIndex &+ 1, as: UInt8.self)
+                target.storeBytes(of: UInt8(truncatingIfNeeded: value >> 16), toByteOffset: outIndex &+ 2, as: UInt8.self)
+                inIndex &+= 4
+                outIndex &+= 3
             }
-            return invalid & 0xC0 == 0 ? outIndex : nil
+        }
+        guard invalid & invalidEntry == 0 else { return nil }
+        // The last 2 or 3 characters: unused low bits must be zero.
+        let remaining = input.count &- inIndex
+        guard remaining > 0 else { return outIndex }
+        return decodeTable.withUnsafeBufferPointer { table -> Int? in
+            @inline(__always) func sextet(_ offset: Int) -> UInt32 { UInt32(table[Int(source[inIndex &+ offset])]) }
+            var tailInvalid: UInt32 = 0
+            let out = target.assumingMemoryBound(to: UInt8.self)
+            if remaining == 2 {
+                let a = sextet(0), b = sextet(1)
+                tailInvalid = a | b | (b & 0x0F == 0 ? 0 : 0xC0)
+                out[outIndex] = UInt8(truncatingIfNeeded: a << 2 | b >> 4)
+                outIndex &+= 1
+            } else {
+                let a = sextet(0), b = sextet(1), c = sextet(2)
+                tailInvalid = a | b | c | (c & 0x03 == 0 ? 0 : 0xC0)
+                out[outIndex] = UInt8(truncatingIfNeeded: a << 2 | b >> 4)
+                out[outIndex &+ 1] = UInt8(truncatingIfNeeded: (b & 0x0F) << 4 | c >> 2)
+                outIndex &+= 2
+            }
+            return tailInvalid & 0xC0 == 0 ? outIndex : nil
         }
     }
 

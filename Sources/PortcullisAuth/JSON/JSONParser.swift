@@ -157,6 +157,15 @@ struct JSONParser {
             // Fast path: plain ASCII that needs no attention (the common case
             // in claims), scanned with a local cursor kept in a register.
             var cursor = position
+            // Eight bytes at a time while eight remain, then byte by byte.
+            while cursor &+ 8 <= end {
+                let special = JSONParser.specialBytes(UnsafeRawPointer(base + cursor).loadUnaligned(as: UInt64.self))
+                if special != 0 {
+                    cursor &+= special.trailingZeroBitCount >> 3
+                    break
+                }
+                cursor &+= 8
+            }
             while cursor < end, JSONParser.isPlain(base[cursor]) { cursor &+= 1 }
             position = cursor
             guard position < end else { throw .syntax }
@@ -207,6 +216,18 @@ struct JSONParser {
             value = value << 4 | UInt32(digit)
         }
         return value
+    }
+
+    /// A mask with bit 7 of each byte of `word` (little-endian) set where
+    /// that byte is not plain (see `isPlain`). Bits above the first such
+    /// byte may be set spuriously (borrows), so only the lowest set bit is
+    /// meaningful: it locates the first byte that needs a closer look.
+    @inline(__always)
+    static func specialBytes(_ word: UInt64) -> UInt64 {
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        @inline(__always) func zeroBytes(_ x: UInt64) -> UInt64 { (x &- ones) & ~x & highs }
+        let control = (word &- ones &* 0x20) & ~word & highs  // bytes < 0x20
+        return control | (word & highs) | zeroBytes(word ^ (ones &* 0x22)) | zeroBytes(word ^ (ones &* 0x5C))
     }
 
     /// Bytes a string can contain without a closer look: printable ASCII
@@ -290,25 +311,31 @@ struct JSONParser {
     }
 
     /// Refuses objects that name a member twice, comparing names after
-    /// unescaping. Small objects compare pairwise; large ones use a set so a
-    /// hostile 16 KiB object cannot cost quadratic time.
+    /// unescaping. Small objects compare pairwise: names of up to 16 bytes
+    /// without escapes (claim names) as packed integers, others byte-wise.
+    /// Large ones use a set so a hostile 16 KiB object cannot cost quadratic time.
     private func checkDuplicateMembers(object: Int) throws(JSONError) {
         let count = Int(tokens[object].count)
         let buffer = UnsafeBufferPointer(start: base, count: end)
         if count <= 16 {
-            // Pairwise over the member names in place (no index array per object).
-            var later = object + 1
-            for laterPosition in 0..<count {
-                let name = tokens[later]
-                var earlier = object + 1
-                for _ in 0..<laterPosition {
-                    let other = tokens[earlier]
-                    // Unescaped names of different lengths differ: skip the comparison call.
-                    let mayMatch = name.flag || other.flag || name.end &- name.start == other.end &- other.start
-                    if mayMatch && JSONDocumentBytes.stringsEqual(buffer, name, other) { throw .duplicateMember }
-                    earlier += 1 + Int(tokens[earlier + 1].span)
+            try withUnsafeTemporaryAllocation(of: MemberName.self, capacity: count) { names throws(JSONError) in
+                let names = names.baseAddress!
+                var key = object + 1
+                for slot in 0..<count {
+                    (names + slot).initialize(to: MemberName(packed: PackedMemberName(buffer, tokens[key]), token: key))
+                    key += 1 + Int(tokens[key + 1].span)
                 }
-                later += 1 + Int(tokens[later + 1].span)
+                for later in 1..<count {
+                    let name = names[later]
+                    for earlier in 0..<later {
+                        let other = names[earlier]
+                        if let packed = name.packed, let otherPacked = other.packed {
+                            if packed == otherPacked { throw .duplicateMember }
+                        } else if JSONDocumentBytes.stringsEqual(buffer, tokens[name.token], tokens[other.token]) {
+                            throw .duplicateMember
+                        }
+                    }
+                }
             }
         } else {
             var seen = Set<[UInt8]>()
@@ -320,5 +347,12 @@ struct JSONParser {
                 key += 1 + Int(tokens[key + 1].span)
             }
         }
+    }
+
+    /// A member name for the duplicate check: packed when short and
+    /// unescaped, else compared through its token.
+    private struct MemberName {
+        let packed: PackedMemberName?
+        let token: Int
     }
 }

@@ -11,12 +11,33 @@ struct PackedMemberName: Equatable {
     init?(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count <= 16 else { return nil }
         length = bytes.count
-        for (offset, byte) in bytes.enumerated() {
-            if offset < 8 {
-                low |= UInt64(byte) << (8 * UInt64(offset))
-            } else {
-                high |= UInt64(byte) << (8 * UInt64(offset - 8))
-            }
+        guard let source = bytes.baseAddress else { return }
+        if length > 8 {
+            low = Self.load(source, 8)
+            high = Self.load(source + 8, length &- 8)
+        } else {
+            low = Self.load(source, length)
+        }
+    }
+
+    /// `count` (0...8) bytes at `source` as a little-endian word, zero-filled
+    /// above; never reads outside `source..<source + count`. Overlapping
+    /// loads cover odd lengths (the bytes they share are the same).
+    @inline(__always)
+    private static func load(_ source: UnsafeRawPointer, _ count: Int) -> UInt64 {
+        switch count {
+        case 8:
+            return UInt64(littleEndian: source.loadUnaligned(as: UInt64.self))
+        case 4...7:
+            let first = UInt64(UInt32(littleEndian: source.loadUnaligned(as: UInt32.self)))
+            let last = UInt64(UInt32(littleEndian: source.loadUnaligned(fromByteOffset: count &- 4, as: UInt32.self)))
+            return first | last << (8 &* UInt64(count &- 4))
+        case 1...3:
+            let bytes = source.assumingMemoryBound(to: UInt8.self)
+            let middle = count >> 1, last = count &- 1
+            return UInt64(bytes[0]) | UInt64(bytes[middle]) << (8 &* UInt64(middle)) | UInt64(bytes[last]) << (8 &* UInt64(last))
+        default:
+            return 0
         }
     }
 

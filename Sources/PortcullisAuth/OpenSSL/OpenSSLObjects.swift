@@ -50,19 +50,6 @@ final class FetchedDigest: @unchecked Sendable {
     static let sha512 = FetchedDigest("SHA512")!
 }
 
-/// Owns a fetched `EVP_MAC`. Fetched once per process and shared.
-final class FetchedMAC: @unchecked Sendable {
-    // @unchecked Sendable: fetched algorithm objects are immutable and shareable.
-    let pointer: OpaquePointer
-    init?(_ name: String) {
-        guard let pointer = EVP_MAC_fetch(nil, name, nil) else { return nil }
-        self.pointer = pointer
-    }
-    deinit { EVP_MAC_free(pointer) }
-
-    static let hmac = FetchedMAC("HMAC")
-}
-
 /// Owns an `EVP_MD_CTX`.
 final class DigestContext {
     let pointer: OpaquePointer
@@ -90,11 +77,73 @@ final class PKeyContext {
     deinit { EVP_PKEY_CTX_free(pointer) }
 }
 
-/// Owns an `EVP_MAC_CTX`.
-final class MACContext {
-    let pointer: OpaquePointer
-    init(takingOwnershipOf pointer: OpaquePointer) { self.pointer = pointer }
-    deinit { EVP_MAC_CTX_free(pointer) }
+/// HMAC (RFC 2104) keyed once, on `EVP_MD_CTX`s: `inner` and `outer` hold
+/// the digest state after the `K ^ ipad` and `K ^ opad` blocks, and each MAC
+/// copies them into `work` (`EVP_MD_CTX_copy_ex`) instead of hashing the key
+/// blocks again. This is what OpenSSL's own HMAC does inside `EVP_MAC`, less
+/// that layer. Measured on this machine (OpenSSL 3.0, SHA-NI, a C loop over
+/// a 249-byte input): `EVP_MAC_init` with a NULL key + update + final
+/// 658 ns per MAC, this sequence 446-486 ns, for the same digest work.
+/// Not thread-safe: one per concurrent caller (`ContextPool`).
+final class HMACContext {
+    private let inner: DigestContext
+    private let outer: DigestContext
+    private let work: DigestContext
+    let size: Int
+
+    /// nil when OpenSSL refuses the digest (the caller drains the error queue).
+    init?(key: [UInt8], digest: FetchedDigest) {
+        guard let inner = DigestContext(), let outer = DigestContext(), let work = DigestContext() else { return nil }
+        self.inner = inner
+        self.outer = outer
+        self.work = work
+        self.size = digest.size
+        let blockSize = Int(EVP_MD_get_block_size(digest.pointer))
+        guard blockSize > 0, blockSize <= 128, digest.size <= 64 else { return nil }
+        let keyed = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 2 * blockSize) { pads -> Bool in
+            let ipad = pads.baseAddress!, opad = ipad + blockSize
+            defer { OPENSSL_cleanse(ipad, 2 * blockSize) }
+            ipad.initialize(repeating: 0, count: 2 * blockSize)
+            // A key longer than a block is replaced by its digest (RFC 2104 §2).
+            if key.count > blockSize {
+                guard key.withUnsafeBytes({ work.digest(digest, $0, into: ipad) }) == digest.size else { return false }
+            } else {
+                key.withUnsafeBufferPointer { ipad.update(from: $0.baseAddress!, count: $0.count) }
+            }
+            for offset in 0..<blockSize {
+                let byte = ipad[offset]
+                ipad[offset] = byte ^ 0x36
+                opad[offset] = byte ^ 0x5C
+            }
+            return EVP_DigestInit_ex2(inner.pointer, digest.pointer, nil) == 1
+                && EVP_DigestUpdate(inner.pointer, ipad, blockSize) == 1
+                && EVP_DigestInit_ex2(outer.pointer, digest.pointer, nil) == 1
+                && EVP_DigestUpdate(outer.pointer, opad, blockSize) == 1
+        }
+        guard keyed else { return nil }
+    }
+
+    /// Starts a MAC: the working state becomes the keyed inner state.
+    @inline(__always)
+    func begin() -> Bool { EVP_MD_CTX_copy_ex(work.pointer, inner.pointer) == 1 }
+
+    @inline(__always)
+    func update(_ part: UnsafeRawBufferPointer) -> Bool {
+        part.isEmpty || EVP_DigestUpdate(work.pointer, part.baseAddress, part.count) == 1
+    }
+
+    /// Finishes the MAC into `output` (at least `size` bytes).
+    @inline(__always)
+    func finish(into output: UnsafeMutablePointer<UInt8>) -> Bool {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { innerDigest -> Bool in
+            var length: UInt32 = 0
+            guard EVP_DigestFinal_ex(work.pointer, innerDigest.baseAddress, &length) == 1, Int(length) == size,
+                  EVP_MD_CTX_copy_ex(work.pointer, outer.pointer) == 1,
+                  EVP_DigestUpdate(work.pointer, innerDigest.baseAddress, size) == 1,
+                  EVP_DigestFinal_ex(work.pointer, output, &length) == 1 else { return false }
+            return Int(length) == size
+        }
+    }
 }
 
 /// Owns an `EVP_CIPHER_CTX`.

@@ -109,9 +109,9 @@ final class JWTProvider: Sendable {
         let tokenID = claims.optionalString(.jti)
         // Built in place in the result: a named local would be copied into it (eight fields retained and released).
         return .success((VerifiedIdentity(
-            provider: policy.name, subject: subject, issuer: claims.optionalString(.iss),
+            provider: policy.name, subject: subject, issuer: claims.issuer(),
             expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: tokenID,
-            sessionID: claims.optionalString(.sid), claims: forwarded.claims, listClaims: forwarded.lists,
+            sessionID: claims.optionalString(.sid), claimList: forwarded.claims, listClaims: forwarded.lists,
             // A token with a `jti` is revoked by it; the hash (a SHA-256 per miss) names only tokens without one.
             credentialHash: tokenID == nil ? CredentialHash.hex(of: bytes) : nil, source: .bearer), generation))
     }

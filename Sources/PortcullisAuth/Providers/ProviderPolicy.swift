@@ -21,6 +21,9 @@ final class ProviderPolicy: Sendable {
     let kind: ProviderConfiguration.Kind
     /// Accepted `iss`; empty means not checked (hs256 without an issuer).
     let issuers: [[UInt8]]
+    /// `issuers` as strings: a verified identity's `issuer` is the accepted
+    /// spelling it matched (a retain, not a new string per token).
+    let issuerNames: [String]
     /// Accepted `aud`; empty means not checked (hs256 without audiences).
     let audiences: [[UInt8]]
     let algorithms: Set<JWSAlgorithm>
@@ -129,6 +132,7 @@ final class ProviderPolicy: Sendable {
         self.name = name
         self.kind = configuration.kind
         self.issuers = issuers.map { Array($0.utf8) }
+        self.issuerNames = issuers
         self.audiences = audiences.map { Array($0.utf8) }
         self.algorithms = algorithms
         self.algorithmBits = algorithms.reduce(0) { $0 | $1.bit }
@@ -153,7 +157,8 @@ final class ProviderPolicy: Sendable {
         }
         self.acceptedTypes = (configuration.acceptedTypes ?? ["JWT"]).map { Array($0.lowercased().utf8) }
         self.lenientBooleans = lenientBooleans
-        self.forwardedClaims = configuration.forwardedClaims.map {
+        var forwardedNames = Set<String>()
+        self.forwardedClaims = configuration.forwardedClaims.filter { forwardedNames.insert($0).inserted }.map {
             ForwardedClaim(name: $0, bytes: Array($0.utf8), indexed: ClaimIndex.name(for: Array($0.utf8)))
         }
         if self.leeway < 0 || self.leeway > 600 {

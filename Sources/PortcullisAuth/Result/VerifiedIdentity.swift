@@ -47,10 +47,25 @@ public struct VerifiedIdentity: Sendable, Equatable {
         set { uniqueStorage().sessionID = newValue }
     }
     /// Selected claims rendered as strings (strings as is, booleans
-    /// `true`/`false`, numbers in JSON form). Which claims: `ProviderConfiguration.forwardedClaims`.
-    public var claims: [String: String] {
+    /// `true`/`false`, numbers in JSON form), in the provider's configured
+    /// order. Which claims: `ProviderConfiguration.forwardedClaims`. A short
+    /// list searched linearly (`claim(_:)`): building it costs one
+    /// allocation and no hashing, which a dictionary would on every
+    /// verification.
+    public var claimList: [IdentityClaim] {
         get { storage.claims }
         set { uniqueStorage().claims = newValue }
+    }
+    /// The value of forwarded claim `name`, if the token had it.
+    public func claim(_ name: String) -> String? {
+        for claim in storage.claims where claim.name == name { return claim.value }
+        return nil
+    }
+    /// `claimList` as a dictionary (for display and tests; the request path
+    /// uses `claim(_:)`). Setting it stores the pairs sorted by name.
+    public var claims: [String: String] {
+        get { Dictionary(storage.claims.map { ($0.name, $0.value) }, uniquingKeysWith: { first, _ in first }) }
+        set { uniqueStorage().claims = IdentityClaim.list(newValue) }
     }
     /// Forwarded claims that are arrays of strings, element by element (in
     /// `claims` they appear joined with ","), for route claim rules.
@@ -73,8 +88,16 @@ public struct VerifiedIdentity: Sendable, Equatable {
     public init(provider: String, subject: String, issuer: String?, expiresAt: Double, issuedAt: Double?,
                 tokenID: String?, sessionID: String?, claims: [String: String], listClaims: [String: [String]] = [:],
                 credentialHash: String? = nil, source: Source) {
+        self.init(provider: provider, subject: subject, issuer: issuer, expiresAt: expiresAt, issuedAt: issuedAt,
+                  tokenID: tokenID, sessionID: sessionID, claimList: IdentityClaim.list(claims), listClaims: listClaims,
+                  credentialHash: credentialHash, source: source)
+    }
+
+    public init(provider: String, subject: String, issuer: String?, expiresAt: Double, issuedAt: Double?,
+                tokenID: String?, sessionID: String?, claimList: [IdentityClaim], listClaims: [String: [String]] = [:],
+                credentialHash: String? = nil, source: Source) {
         storage = Storage(provider: provider, subject: subject, issuer: issuer, expiresAt: expiresAt, issuedAt: issuedAt,
-                          tokenID: tokenID, sessionID: sessionID, claims: claims, listClaims: listClaims,
+                          tokenID: tokenID, sessionID: sessionID, claims: claimList, listClaims: listClaims,
                           credentialHash: credentialHash, source: source)
     }
 
@@ -102,13 +125,13 @@ extension VerifiedIdentity {
         var issuedAt: Double?
         var tokenID: String?
         var sessionID: String?
-        var claims: [String: String]
+        var claims: [IdentityClaim]
         var listClaims: [String: [String]]
         var credentialHash: String?
         var source: Source
 
         init(provider: String, subject: String, issuer: String?, expiresAt: Double, issuedAt: Double?,
-             tokenID: String?, sessionID: String?, claims: [String: String], listClaims: [String: [String]],
+             tokenID: String?, sessionID: String?, claims: [IdentityClaim], listClaims: [String: [String]],
              credentialHash: String?, source: Source) {
             self.provider = provider
             self.subject = subject
@@ -132,9 +155,30 @@ extension VerifiedIdentity {
         func hasSameFields(as other: Storage) -> Bool {
             provider == other.provider && subject == other.subject && issuer == other.issuer
                 && expiresAt == other.expiresAt && issuedAt == other.issuedAt && tokenID == other.tokenID
-                && sessionID == other.sessionID && claims == other.claims && listClaims == other.listClaims
+                && sessionID == other.sessionID && IdentityClaim.sameClaims(claims, other.claims) && listClaims == other.listClaims
                 && credentialHash == other.credentialHash && source == other.source
         }
+    }
+}
+
+/// One forwarded claim of a `VerifiedIdentity`, rendered as a string.
+public struct IdentityClaim: Sendable, Equatable {
+    public let name: String
+    public let value: String
+
+    public init(name: String, value: String) {
+        self.name = name
+        self.value = value
+    }
+
+    /// A dictionary's pairs in name order.
+    static func list(_ claims: [String: String]) -> [IdentityClaim] {
+        claims.sorted { $0.key < $1.key }.map { IdentityClaim(name: $0.key, value: $0.value) }
+    }
+
+    /// The same claims, in any order.
+    static func sameClaims(_ lhs: [IdentityClaim], _ rhs: [IdentityClaim]) -> Bool {
+        lhs == rhs || (lhs.count == rhs.count && lhs.allSatisfy { claim in rhs.contains(claim) })
     }
 }
 
