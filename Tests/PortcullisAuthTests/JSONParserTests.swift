@@ -41,6 +41,22 @@ import Testing
         }
     }
 
+    /// Sixteen distinct names (the one-pass check's limit; some share a
+    /// hash bucket, so the byte-wise fallback runs) pass; repeating any of
+    /// them as the last member, escaped or not, is refused.
+    @Test func sixteenMembersWithARepeatedNameAnywhere() throws {
+        let names = (0..<16).map { "claim_\($0 * 7919)" }
+        let members = names.enumerated().map { "\"\($1)\":\($0)" }
+        _ = try parse("{" + members.joined(separator: ",") + "}")
+        for repeated in names.dropLast() {  // (the last member is the one replaced)
+            let last = members.dropLast() + ["\"\(repeated)\":0"]
+            #expect(throws: JSONError.duplicateMember) { try parse("{" + last.joined(separator: ",") + "}") }
+            let escaped = "\\u00" + String(repeated.utf8.first!, radix: 16) + repeated.dropFirst()
+            let lastEscaped = members.dropLast() + ["\"\(escaped)\":0"]
+            #expect(throws: JSONError.duplicateMember) { try parse("{" + lastEscaped.joined(separator: ",") + "}") }
+        }
+    }
+
     @Test func packedNamesMatchExactlyTheSameBytes() {
         func packed(_ bytes: [UInt8]) -> PackedMemberName? { bytes.withUnsafeBytes { PackedMemberName($0) } }
         for length in 0...16 {

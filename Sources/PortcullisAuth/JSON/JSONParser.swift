@@ -311,31 +311,34 @@ struct JSONParser {
     }
 
     /// Refuses objects that name a member twice, comparing names after
-    /// unescaping. Small objects compare pairwise: names of up to 16 bytes
-    /// without escapes (claim names) as packed integers, others byte-wise.
-    /// Large ones use a set so a hostile 16 KiB object cannot cost quadratic time.
+    /// unescaping.
+    ///
+    /// Objects of up to 16 members without escaped names (every claim set
+    /// and header seen in practice) take one pass: each name's first 16
+    /// bytes and length hash to one of 64 bits, and only a name whose bit is
+    /// already set is compared byte-wise with the names before it. Other
+    /// small objects compare all pairs; large ones use a set so a hostile
+    /// 16 KiB object cannot cost quadratic time.
     private func checkDuplicateMembers(object: Int) throws(JSONError) {
         let count = Int(tokens[object].count)
         let buffer = UnsafeBufferPointer(start: base, count: end)
         if count <= 16 {
-            try withUnsafeTemporaryAllocation(of: MemberName.self, capacity: count) { names throws(JSONError) in
-                let names = names.baseAddress!
-                var key = object + 1
-                for slot in 0..<count {
-                    (names + slot).initialize(to: MemberName(packed: PackedMemberName(buffer, tokens[key]), token: key))
-                    key += 1 + Int(tokens[key + 1].span)
-                }
-                for later in 1..<count {
-                    let name = names[later]
-                    for earlier in 0..<later {
-                        let other = names[earlier]
-                        if let packed = name.packed, let otherPacked = other.packed {
-                            if packed == otherPacked { throw .duplicateMember }
-                        } else if JSONDocumentBytes.stringsEqual(buffer, tokens[name.token], tokens[other.token]) {
-                            throw .duplicateMember
-                        }
+            var seen: UInt64 = 0
+            var key = object + 1
+            for position in 0..<count {
+                let name = tokens[key]
+                if name.flag { return try comparePairwise(object: object, count: count, buffer: buffer) }
+                let bytes = UnsafeRawBufferPointer(start: base + Int(name.start), count: Int(name.end &- name.start))
+                let bit: UInt64 = 1 << PackedMemberName.bucket(bytes)
+                if seen & bit != 0 {
+                    var earlier = object + 1
+                    for _ in 0..<position {
+                        if JSONDocumentBytes.stringsEqual(buffer, name, tokens[earlier]) { throw .duplicateMember }
+                        earlier += 1 + Int(tokens[earlier + 1].span)
                     }
                 }
+                seen |= bit
+                key += 1 + Int(tokens[key + 1].span)
             }
         } else {
             var seen = Set<[UInt8]>()
@@ -349,10 +352,17 @@ struct JSONParser {
         }
     }
 
-    /// A member name for the duplicate check: packed when short and
-    /// unescaped, else compared through its token.
-    private struct MemberName {
-        let packed: PackedMemberName?
-        let token: Int
+    /// Every pair of an object's member names, compared after unescaping.
+    private func comparePairwise(object: Int, count: Int, buffer: UnsafeBufferPointer<UInt8>) throws(JSONError) {
+        var later = object + 1
+        for laterPosition in 0..<count {
+            let name = tokens[later]
+            var earlier = object + 1
+            for _ in 0..<laterPosition {
+                if JSONDocumentBytes.stringsEqual(buffer, name, tokens[earlier]) { throw .duplicateMember }
+                earlier += 1 + Int(tokens[earlier + 1].span)
+            }
+            later += 1 + Int(tokens[later + 1].span)
+        }
     }
 }

@@ -20,11 +20,23 @@ struct PackedMemberName: Equatable {
         }
     }
 
+    /// One of 64 buckets for a name, from its first 16 bytes and its
+    /// length (any length): equal names always share a bucket.
+    @inline(__always)
+    static func bucket(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+        guard let source = bytes.baseAddress else { return 0 }
+        let count = bytes.count
+        let low = load(source, min(count, 8))
+        let high = count > 8 ? load(source + 8, min(count &- 8, 8)) : 0
+        let mixed = (low &* 0x9E37_79B9_7F4A_7C15) ^ (high &* 0xC2B2_AE3D_27D4_EB4F) ^ UInt64(truncatingIfNeeded: count)
+        return (mixed &* 0x1656_67B1_9E37_79F9) >> 58
+    }
+
     /// `count` (0...8) bytes at `source` as a little-endian word, zero-filled
     /// above; never reads outside `source..<source + count`. Overlapping
     /// loads cover odd lengths (the bytes they share are the same).
     @inline(__always)
-    private static func load(_ source: UnsafeRawPointer, _ count: Int) -> UInt64 {
+    static func load(_ source: UnsafeRawPointer, _ count: Int) -> UInt64 {
         switch count {
         case 8:
             return UInt64(littleEndian: source.loadUnaligned(as: UInt64.self))

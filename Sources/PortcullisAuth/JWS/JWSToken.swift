@@ -70,16 +70,15 @@ struct JWSToken {
         case .failure(let reason): throw reason
         }
 
-        guard let alg = document.member(header, "alg"), document[alg].kind == .string else { throw .malformed }
+        let members = HeaderMembers(document, header: header)
+        guard let alg = members.alg, document[alg].kind == .string else { throw .malformed }
         guard let algorithm = JWSToken.algorithm(document, alg) else { throw .algorithmNotAllowed }
-        if document.member(header, "crit") != nil || document.member(header, "zip") != nil {
-            throw .unsupportedHeader
-        }
-        let kid = document.member(header, "kid")
+        if members.hasUnsupported { throw .unsupportedHeader }
+        let kid = members.kid
         if let kid, document[kid].kind != .string || document[kid].end - document[kid].start > 256 {
             throw .malformed
         }
-        let type = document.member(header, "typ")
+        let type = members.typ
         if let type, document[type].kind != .string { throw .malformed }
 
         return JWSToken(
@@ -87,11 +86,58 @@ struct JWSToken {
             signingInput: headerRange.lowerBound..<payloadRange.upperBound, signature: signatureRange)
     }
 
-    private static let algorithmNames: [(JWSAlgorithm, [UInt8])] = JWSAlgorithm.allCases.map { ($0, $0.nameBytes) }
+    private static let algorithmNames: [(JWSAlgorithm, PackedMemberName)] = JWSAlgorithm.allCases.map { algorithm in
+        (algorithm, algorithm.nameBytes.withUnsafeBytes { PackedMemberName($0)! })
+    }
 
+    /// The algorithm a string token names, compared as packed integers
+    /// (an escaped spelling is unescaped first).
     private static func algorithm(_ document: JSONDocument, _ index: Int) -> JWSAlgorithm? {
-        for (algorithm, name) in algorithmNames where document.stringEquals(index, name) { return algorithm }
+        let token = document[index]
+        let packed: PackedMemberName?
+        if token.flag {
+            packed = document.stringBytes(index).flatMap { bytes in bytes.withUnsafeBytes { PackedMemberName($0) } }
+        } else {
+            packed = document.withBytes { PackedMemberName($0, token) }
+        }
+        guard let packed else { return nil }
+        for (algorithm, name) in algorithmNames where name == packed { return algorithm }
         return nil
+    }
+
+    /// The header members the rules look at, found in one pass over the
+    /// header (escaped names unescaped first).
+    private struct HeaderMembers {
+        var alg: Int?
+        var kid: Int?
+        var typ: Int?
+        /// `crit` or `zip` present.
+        var hasUnsupported = false
+
+        private static let names: [PackedMemberName] = ["alg", "kid", "typ", "crit", "zip"].map { name in
+            Array(name.utf8).withUnsafeBytes { PackedMemberName($0)! }
+        }
+
+        init(_ document: JSONDocument, header: Int) {
+            document.withTokensAndBytes { tokens, buffer in
+                var key = header + 1
+                for _ in 0..<Int(tokens[header].count) {
+                    let keyToken = tokens[key]
+                    let packed = keyToken.flag
+                        ? JSONDocumentBytes.unescapedBytes(buffer, keyToken).withUnsafeBytes { PackedMemberName($0) }
+                        : PackedMemberName(buffer, keyToken)
+                    if let packed, let slot = HeaderMembers.names.firstIndex(of: packed) {
+                        switch slot {
+                        case 0: alg = key + 1
+                        case 1: kid = key + 1
+                        case 2: typ = key + 1
+                        default: hasUnsupported = true
+                        }
+                    }
+                    key += 1 + Int(tokens[key + 1].span)
+                }
+            }
+        }
     }
 
     /// Whether `typ` is acceptable: absent, or equal (ASCII case-insensitively)
