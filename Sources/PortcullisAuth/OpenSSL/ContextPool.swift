@@ -1,7 +1,7 @@
 import PortcullisCore
 /// A small pool of per-key OpenSSL contexts.
 ///
-/// `EVP_PKEY_CTX`, `EVP_MD_CTX`, `EVP_MAC_CTX` and `EVP_CIPHER_CTX` must not be
+/// `EVP_PKEY_CTX`, `EVP_MD_CTX` (and the HMAC contexts built on it) and `EVP_CIPHER_CTX` must not be
 /// used by two threads at once, and the proxy verifies on several serial
 /// queues concurrently. Each verification borrows a context (a pop under a
 /// short uncontended lock, ~20 ns), uses it without the lock, and returns it.
