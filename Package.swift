@@ -72,7 +72,7 @@ var package = Package(
         ]),
 
         .testTarget(name: "PortcullisHTTPTests", dependencies: ["PortcullisHTTP"]),
-        .testTarget(name: "PortcullisAuthTests", dependencies: ["PortcullisAuth", "PortcullisCore"],
+        .testTarget(name: "PortcullisAuthTests", dependencies: ["PortcullisAuth", "PortcullisCore", "COpenSSL"],
                     resources: [.copy("Fixtures")]),
         .testTarget(name: "PortcullisIOTests", dependencies: ["PortcullisIO", "PortcullisCore"]),
         .testTarget(name: "PortcullisProxyTests", dependencies: ["PortcullisProxy", "Portcullis"]),

@@ -232,6 +232,27 @@ import Testing
         }
     }
 
+    /// Header member names and the `alg` value are matched after
+    /// unescaping: an escaped `crit`/`zip` is still refused, an escaped
+    /// `alg` name or value still selects HS256, and `alg` values that only
+    /// resemble a known name (longer than any, a different case) are refused.
+    @Test func escapedHeaderNamesAndValuesAreMatchedUnescaped() throws {
+        let key = SigningKey(hmacSecret: Array(Self.secret.utf8))
+        let claims = Array(Self.claims().serialized.utf8)
+        func reason(_ header: String) throws -> AuthFailure.Reason? {
+            let token = try TokenMinter.sign(rawHeader: Array(header.utf8), rawClaims: claims, key: key)
+            return try Self.verifier().verifyBearer(token, now: Self.now).reason
+        }
+        #expect(try reason(#"{"alg":"HS256"}"#) == nil)
+        #expect(try reason(#"{"alg":"HS256"}"#) == nil)
+        #expect(try reason(#"{"alg":"HS256","crit":["exp"]}"#) == .unsupportedHeader)
+        #expect(try reason(#"{"alg":"HS256","zip":"DEF"}"#) == .unsupportedHeader)
+        #expect(try reason(#"{"alg":"hs256"}"#) == .algorithmNotAllowed)
+        #expect(try reason(#"{"alg":"HS256HS256HS256HS256"}"#) == .algorithmNotAllowed)
+        #expect(try reason(#"{"alg":"HS256\u0000"}"#) == .algorithmNotAllowed)
+        #expect(try reason(#"{"typ":"JWT"}"#) == .malformed)
+    }
+
     @Test func typMustBeJWTWhenPresent() throws {
         let key = SigningKey(hmacSecret: Array(Self.secret.utf8))
         #expect(try Self.verifier().verifyBearer(TokenMinter.sign(claims: Self.claims(), key: key, type: "jwt"), now: Self.now).identity != nil)

@@ -57,6 +57,31 @@ import Testing
         }
     }
 
+    /// Strings of 16+ bytes take the 8-byte scan: a quote, a backslash, a
+    /// control byte or a non-ASCII byte at each offset of a word is found
+    /// (controls and invalid UTF-8 refused, escapes and valid UTF-8 decoded),
+    /// including after a NUL, whose borrow spills into the next byte.
+    @Test func longStringsFindEverySpecialByteAtEveryOffset() throws {
+        for offset in 0..<16 {
+            func text(_ special: [UInt8]) -> [UInt8] {
+                var content = Array("abcdefghijklmnopqrstuvwx".utf8)
+                content.replaceSubrange(offset..<(offset + special.count), with: special)
+                return Array(#"{"k":""#.utf8) + content + Array(#""}"#.utf8)
+            }
+            for control: [UInt8] in [[0x00], [0x01], [0x1F], [0x00, 0x01], [0x00, 0x21], [0x0A]] {
+                #expect(throws: JSONError.self, "control at \(offset)") { try parse(bytes: text(control)) }
+            }
+            #expect(throws: JSONError.self, "lone continuation byte at \(offset)") { try parse(bytes: text([0x80])) }
+            #expect(throws: JSONError.self, "bare quote at \(offset)") { try parse(bytes: text([0x22])) }
+            let escaped = try parse(bytes: text(Array(#"\""#.utf8)))
+            #expect(escaped.string(escaped.member(0, "k")!)?.contains("\"") == true)
+            let accented = try parse(bytes: text([0xC3, 0xA9]))
+            #expect(accented.string(accented.member(0, "k")!)?.contains("é") == true)
+            let plain = try parse(bytes: text(Array("~ !".utf8)))
+            #expect(plain.string(plain.member(0, "k")!)?.utf8.count == 24)
+        }
+    }
+
     @Test func packedNamesMatchExactlyTheSameBytes() {
         func packed(_ bytes: [UInt8]) -> PackedMemberName? { bytes.withUnsafeBytes { PackedMemberName($0) } }
         for length in 0...16 {
@@ -175,6 +200,16 @@ import Testing
                 #expect(Base64URL.decode(text) == expected, "value \(value) at \(position)")
             }
         }
+    }
+
+    @Test func decodesIntoALongerBuffer() {
+        let bytes = (0..<30).map { UInt8($0 &* 11 & 0xFF) }
+        let text = Array(Base64URL.encode(bytes).utf8)
+        var output = [UInt8](repeating: 0xEE, count: 64)
+        let written = text.withUnsafeBytes { input in output.withUnsafeMutableBytes { Base64URL.decode(input, into: $0) } }
+        #expect(written == 30)
+        #expect(Array(output[0..<30]) == bytes)
+        #expect(output[31...].allSatisfy { $0 == 0xEE }, "at most the byte right after the decoded ones is scratch")
     }
 
     @Test func acceptsTheURLAlphabet() {

@@ -1,4 +1,5 @@
 import Testing
+import COpenSSL
 @testable import PortcullisAuth
 
 /// RFC 7515 Appendix A, RFC 8037 Appendix A.4, RFC 7518 Appendix B.3.
@@ -45,6 +46,51 @@ import Testing
                 #expect(output.prefix(digest.size).map { String(format: "%02x", $0) }.joined() == hex, "\(digest.name)")
             }
         }
+    }
+
+    /// Key lengths around both block sizes (64 for SHA-256, 128 for
+    /// SHA-384/512: copied up to the block, hashed above it) and input
+    /// lengths around the padding boundaries, against OpenSSL's own one-shot
+    /// HMAC (`EVP_Q_mac`); parts fed separately give the same MAC.
+    @Test func hmacMatchesOpenSSLForEveryKeyAndInputShape() throws {
+        for digest in [FetchedDigest.sha256, .sha384, .sha512] {
+            for keyLength in [1, 31, 32, 63, 64, 65, 100, 127, 128, 129, 200] {
+                let key = (0..<keyLength).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+                let context = try #require(HMACContext(key: key, digest: digest))
+                for dataLength in [0, 1, 55, 56, 64, 111, 112, 128, 249, 1000] {
+                    let data = (0..<dataLength).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) }
+                    var expected = [UInt8](repeating: 0, count: 64), expectedLength = 0
+                    let reference = key.withUnsafeBytes { k in
+                        data.withUnsafeBytes { d in
+                            expected.withUnsafeMutableBufferPointer { out in
+                                EVP_Q_mac(nil, "HMAC", nil, digest.name, nil, k.baseAddress, k.count,
+                                          d.baseAddress?.assumingMemoryBound(to: UInt8.self), d.count, out.baseAddress, 64, &expectedLength)
+                            }
+                        }
+                    }
+                    #expect(reference != nil)
+                    var whole = [UInt8](repeating: 0, count: 64), split = [UInt8](repeating: 0, count: 64)
+                    let ok = data.withUnsafeBytes { d -> Bool in
+                        let half = d.count / 2
+                        let wholeOK = whole.withUnsafeMutableBufferPointer { context.begin() && context.update(d) && context.finish(into: $0.baseAddress!) }
+                        let splitOK = split.withUnsafeMutableBufferPointer {
+                            context.begin() && context.update(UnsafeRawBufferPointer(rebasing: d[0..<half]))
+                                && context.update(UnsafeRawBufferPointer(rebasing: d[half...])) && context.finish(into: $0.baseAddress!)
+                        }
+                        return wholeOK && splitOK
+                    }
+                    #expect(ok)
+                    #expect(expectedLength == digest.size)
+                    #expect(whole.prefix(digest.size) == expected.prefix(digest.size), "\(digest.name) key \(keyLength) data \(dataLength)")
+                    #expect(split.prefix(digest.size) == expected.prefix(digest.size), "\(digest.name) key \(keyLength) data \(dataLength), in two parts")
+                }
+            }
+        }
+        // The empty key (a block of zeros): HMAC-SHA256("", "") is a well-known value.
+        let empty = try #require(HMACContext(key: [], digest: .sha256))
+        var output = [UInt8](repeating: 0, count: 64)
+        #expect(output.withUnsafeMutableBufferPointer { empty.begin() && empty.update(UnsafeRawBufferPointer(start: nil, count: 0)) && empty.finish(into: $0.baseAddress!) })
+        #expect(output.prefix(32).map { String(format: "%02x", $0) }.joined() == "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad")
     }
 
     @Test func rfc7515A1HS256() throws {

@@ -45,6 +45,8 @@ enum Base64URL {
     /// Decodes `input` into `output`, which must hold at least
     /// `decodedLength(input.count)` bytes. Returns the number of bytes written,
     /// or nil on any character outside the alphabet or non-zero pad bits.
+    /// The byte after the decoded ones may be overwritten when `output` is
+    /// longer (groups are stored four bytes at a time while they fit).
     static func decode(_ input: UnsafeRawBufferPointer, into output: UnsafeMutableRawBufferPointer) -> Int? {
         guard let length = decodedLength(input.count), output.count >= length else { return nil }
         guard length > 0 else { return input.isEmpty ? 0 : nil }

@@ -159,7 +159,7 @@ struct JSONParser {
             var cursor = position
             // Eight bytes at a time while eight remain, then byte by byte.
             while cursor &+ 8 <= end {
-                let special = JSONParser.specialBytes(UnsafeRawPointer(base + cursor).loadUnaligned(as: UInt64.self))
+                let special = JSONParser.specialBytes(UInt64(littleEndian: UnsafeRawPointer(base + cursor).loadUnaligned(as: UInt64.self)))
                 if special != 0 {
                     cursor &+= special.trailingZeroBitCount >> 3
                     break

@@ -107,7 +107,7 @@ final class HMACContext {
             // A key longer than a block is replaced by its digest (RFC 2104 §2).
             if key.count > blockSize {
                 guard key.withUnsafeBytes({ work.digest(digest, $0, into: ipad) }) == digest.size else { return false }
-            } else {
+            } else if !key.isEmpty {
                 key.withUnsafeBufferPointer { ipad.update(from: $0.baseAddress!, count: $0.count) }
             }
             for offset in 0..<blockSize {
@@ -120,7 +120,8 @@ final class HMACContext {
                 && EVP_DigestInit_ex2(outer.pointer, digest.pointer, nil) == 1
                 && EVP_DigestUpdate(outer.pointer, opad, blockSize) == 1
         }
-        guard keyed else { return nil }
+        // `work` hashed a long key: leave no copy of that digest behind.
+        guard keyed, EVP_MD_CTX_reset(work.pointer) == 1 else { return nil }
     }
 
     /// Starts a MAC: the working state becomes the keyed inner state.

@@ -176,9 +176,13 @@ public struct IdentityClaim: Sendable, Equatable {
         claims.sorted { $0.key < $1.key }.map { IdentityClaim(name: $0.key, value: $0.value) }
     }
 
-    /// The same claims, in any order.
+    /// The same claims, in any order (compared as sorted lists, so
+    /// repeated names count as often as they appear).
     static func sameClaims(_ lhs: [IdentityClaim], _ rhs: [IdentityClaim]) -> Bool {
-        lhs == rhs || (lhs.count == rhs.count && lhs.allSatisfy { claim in rhs.contains(claim) })
+        if lhs == rhs { return true }
+        guard lhs.count == rhs.count else { return false }
+        let order: (IdentityClaim, IdentityClaim) -> Bool = { ($0.name, $0.value) < ($1.name, $1.value) }
+        return lhs.sorted(by: order) == rhs.sorted(by: order)
     }
 }
 
