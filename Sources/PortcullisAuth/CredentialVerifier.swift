@@ -168,8 +168,7 @@ public final class CredentialVerifier: Sendable {
             let names = provider.isV4 ? [0] : Array(provider.cookieNames.indices)
             for nameIndex in names {
                 switch provider.verify(token, nameIndex: nameIndex, now: now, source: .bearer) {
-                case .success(var identity):
-                    identity.credentialHash = Self.credentialHash(token)
+                case .success(let identity):
                     if let cacheKey {
                         cache.insert(cacheKey, identity: identity, validUntil: identity.expiresAt + provider.policy.leeway,
                                      provider: index, generation: 1)
@@ -212,11 +211,7 @@ public final class CredentialVerifier: Sendable {
                         if let key, let identity = cache.lookup(key, now: now, allowed: { $0 == index }) {
                             return .success(identity)
                         }
-                        var result = provider.verify(bytes, nameIndex: nameIndex, now: now, source: .sessionCookie)
-                        if case .success(var identity) = result {
-                            identity.credentialHash = Self.credentialHash(bytes)
-                            result = .success(identity)
-                        }
+                        let result = provider.verify(bytes, nameIndex: nameIndex, now: now, source: .sessionCookie)
                         if case .success(let identity) = result, let key {
                             cache.insert(key, identity: identity, validUntil: identity.expiresAt + provider.policy.leeway,
                                          provider: index, generation: 1)
@@ -231,12 +226,6 @@ public final class CredentialVerifier: Sendable {
             }
         }
         return .failed(best ?? AuthFailure(.noCredential))
-    }
-
-    /// Hex of the first 16 bytes of SHA-256 over the credential: computed on
-    /// a cache miss only, then cached with the identity.
-    static func credentialHash(_ bytes: UnsafeRawBufferPointer) -> String? {
-        CredentialHash.hex(of: bytes)
     }
 
     private func withBytes<R>(of candidate: SessionCookieChunks.Candidate, _ body: (UnsafeRawBufferPointer) -> R) -> R {

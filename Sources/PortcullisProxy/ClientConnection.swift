@@ -267,21 +267,17 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
         authGeneration &+= 1
         let resumption = AuthResumption(target: self, generation: authGeneration, loop: loop)
-        switch context.authenticator.authenticate(view, route: route, resumption: resumption) {
-        case .anonymous:
-            forward(headBytes, path: normalized.path, query: normalized.query, route: route, grant: nil)
-        case .grant(let grant):
-            forward(headBytes, path: normalized.path, query: normalized.query, route: route, grant: grant)
-        case .reject(let response):
-            rejectRequest(response)
-        case .deferred:
-            // Keep the head; body bytes wait in `inbound` (reading pauses).
-            localHead.clear()
-            localHead.append(headBytes)
-            parked = (normalized.path, normalized.query, route)
-            phase = .authenticating
-            setDeadline(context.configuration.timeouts.header)
+        let outcome = context.authenticator.authenticate(view, route: route, resumption: resumption)
+        guard case .deferred = outcome else {
+            apply(outcome, headBytes: headBytes, path: normalized.path, query: normalized.query, route: route)
+            return
         }
+        // Keep the head; body bytes wait in `inbound` (reading pauses).
+        localHead.clear()
+        localHead.append(headBytes)
+        parked = (normalized.path, normalized.query, route)
+        phase = .authenticating
+        setDeadline(context.configuration.timeouts.header)
     }
 
     /// Continues a request after a deferred authentication decision.
@@ -291,17 +287,24 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
         var headBytes = ByteBuffer()
         swap(&headBytes, &localHead)
         defer { headBytes.clear(); swap(&headBytes, &localHead) }
+        apply(outcome, headBytes: headBytes.readable, path: request.path, query: request.query, route: request.route)
+        resumeProcessing()
+    }
+
+    /// Acts on an authentication decision: forward (with the grant's
+    /// headers) or answer the client. A decision still deferred after a
+    /// resumption is an internal error.
+    private func apply(_ outcome: AuthOutcome, headBytes: UnsafeRawBufferPointer, path: String, query: String?, route: Route) {
         switch outcome {
         case .anonymous:
-            forward(headBytes.readable, path: request.path, query: request.query, route: request.route, grant: nil)
+            forward(headBytes, path: path, query: query, route: route, grant: nil)
         case .grant(let grant):
-            forward(headBytes.readable, path: request.path, query: request.query, route: request.route, grant: grant)
+            forward(headBytes, path: path, query: query, route: route, grant: grant)
         case .reject(let response):
             rejectRequest(response)
         case .deferred:
             rejectRequest(.error(500, "authentication did not complete"))
         }
-        resumeProcessing()
     }
 
     private func forward(_ headBytes: UnsafeRawBufferPointer, path: String, query: String?, route: Route, grant: AuthGrant?) {

@@ -226,6 +226,10 @@ struct AuthEndToEndTests {
         let cookie = try AuthFixtures.mint(gateway, "web")
         echo = try Echo(get("/api/private", [cookie + "; theme=dark"]).body)
         #expect(echo.values("Cookie") == ["theme=dark"])
+        // The session cookie in a second Cookie field: the fields are joined (RFC 6265 §5.4).
+        echo = try Echo(get("/api/private", ["Cookie: theme=dark", cookie]).body)
+        #expect(echo.has("X-User-Id"))
+        #expect(echo.values("Cookie") == ["theme=dark"])
         // Default routes forward both unchanged.
         echo = try Echo(get("/api/visits", [bearer]).body)
         #expect(echo.values("Authorization").first == bearer.replacingOccurrences(of: "Authorization: ", with: ""))

@@ -98,13 +98,22 @@ struct CookieJar {
     let pairs: [(name: Substring, value: Substring)]
 
     init(request: RequestView) {
+        // One Cookie field (the usual case) becomes the text directly; several
+        // are joined first.
+        var first: String?
         var joined = [UInt8]()
         for field in request.head.fields where field.name.count == 6
             && HTTPBytes.equalsCaseInsensitive(request.bytes, field.name, "cookie") {
-            if !joined.isEmpty { joined.append(contentsOf: "; ".utf8) }
-            joined.append(contentsOf: UnsafeRawBufferPointer(rebasing: request.bytes[field.value]))
+            let value = UnsafeRawBufferPointer(rebasing: request.bytes[field.value])
+            if let first {
+                if joined.isEmpty { joined.append(contentsOf: first.utf8) }
+                joined.append(contentsOf: "; ".utf8)
+                joined.append(contentsOf: value)
+            } else {
+                first = String(decoding: value, as: UTF8.self)
+            }
         }
-        let text = String(decoding: joined, as: UTF8.self)
+        let text = joined.isEmpty ? first ?? "" : String(decoding: joined, as: UTF8.self)
         self.text = text
         var pairs: [(name: Substring, value: Substring)] = []
         for piece in text.split(separator: ";", omittingEmptySubsequences: true) {

@@ -35,7 +35,6 @@ final class VerifiedTokenCache: Sendable {
         var evictions = 0
     }
 
-
     private let shards: [LockedValue<Shard>]
     private let hashKey: (UInt64, UInt64)
     private let capacityPerShard: Int
@@ -134,7 +133,7 @@ final class VerifiedTokenCache: Sendable {
         }
     }
 
-    var count: Int { shards.reduce(0) { total, shard in total + shard.withLock { $0.entries.count } } }
+    var count: Int { statistics().entries }
 }
 
 /// Verified-token cache lookups and evictions since start, summed over the

@@ -148,6 +148,9 @@ final class SessionCookieProvider: Sendable {
         return .success(VerifiedIdentity(
             provider: policy.name, subject: subject, issuer: claims.issuer(),
             expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: claims.optionalString(.jti),
-            sessionID: claims.optionalString(.sid), claimList: forwarded.claims, listClaims: forwarded.lists, source: source))
+            sessionID: claims.optionalString(.sid), claimList: forwarded.claims, listClaims: forwarded.lists,
+            // A session cookie carries no jti: it is always revoked by this hash
+            // (computed on a cache miss only, then cached with the identity).
+            credentialHash: CredentialHash.hex(of: bytes), source: source))
     }
 }
