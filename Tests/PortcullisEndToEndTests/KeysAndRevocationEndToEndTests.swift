@@ -57,10 +57,7 @@ final class KeyHost {
 @Suite(.serialized)
 struct KeysAndRevocationEndToEndTests {
     static func mint(_ gateway: GatewayProcess, key: String, kid: String, sub: String = "user") throws -> String {
-        let (status, out, err) = E2E.run(E2E.binary, ["mint", "--config", gateway.configPath, "--provider", "corp",
-                                                     "--key", key, "--kid", kid, "--sub", sub, "--format", "header"])
-        guard status == 0 else { throw TestFailure("mint: \(err)") }
-        return out.trimmingCharacters(in: .whitespacesAndNewlines)
+        try gateway.mint(["--provider", "corp", "--key", key, "--kid", kid, "--sub", sub])
     }
 
     @Test func aRotatedKeyIsFetchedOnceWhileRequestsWait() throws {
@@ -77,9 +74,7 @@ struct KeysAndRevocationEndToEndTests {
           - {path: /, upstream: app, auth: required}
         """)
         let first = try Self.mint(g, key: host.keyPath("k1"), kid: "k1")
-        var status = 0
-        for _ in 0..<50 where status != 200 { status = E2E.curl(["-H", first, "\(g.url)/a"]).status; usleep(100_000) }
-        #expect(status == 200)
+        #expect(waitUntil(5) { E2E.curl(["-H", first, "\(g.url)/a"]).status == 200 })
         let before = host.fetchCount()
 
         try host.publish(["k1", "k2"])
@@ -114,8 +109,8 @@ struct KeysAndRevocationEndToEndTests {
         routes:
           - {path: /, upstream: app, auth: required}
         """, adminToken: "admin-token-0123456789abcdef")
-        let (_, out, _) = E2E.run(E2E.binary, ["mint", "--config", g.configPath, "--provider", "app", "--format", "json", "--sub", "alice"])
-        let minted = try JSONSerialization.jsonObject(with: Data(out.utf8)) as! [String: String]
+        let out = try g.mint(["--provider", "app", "--sub", "alice"], format: "json")
+        let minted = try #require(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: String])
         let header = "Authorization: \(minted["value"]!.replacingOccurrences(of: "Authorization: ", with: ""))"
         #expect(E2E.curl(["-H", header, "\(g.url)/x"]).status == 200)
 
@@ -136,8 +131,7 @@ struct KeysAndRevocationEndToEndTests {
         #expect(refused.body.contains("revoked"))
 
         // Sign out everywhere: every token of the subject issued before now.
-        let (_, second, _) = E2E.run(E2E.binary, ["mint", "--config", g.configPath, "--provider", "app", "--sub", "bob", "--format", "header"])
-        let bob = second.trimmingCharacters(in: .whitespacesAndNewlines)
+        let bob = try g.mint(["--provider", "app", "--sub", "bob"])
         #expect(E2E.curl(["-H", bob, "\(g.url)/x"]).status == 200)
         sleep(1)
         #expect(E2E.curl(["-X", "POST", "-H", auth, "-d", "{\"subject\":\"bob\"}", admin]).status == 201)
@@ -162,11 +156,8 @@ struct KeysAndRevocationEndToEndTests {
         """
         let a = try GatewayProcess(config)
         let b = try GatewayProcess(config)
-        let (_, out, _) = E2E.run(E2E.binary, ["mint", "--config", a.configPath, "--provider", "app", "--format", "header"])
-        let credential = out.trimmingCharacters(in: .whitespacesAndNewlines)
-        var ready = 0
-        for _ in 0..<50 where ready != 200 { ready = E2E.curl(["-H", credential, "\(b.url)/visits"]).status; usleep(100_000) }
-        #expect(ready == 200)
+        let credential = try a.mint(["--provider", "app"])
+        #expect(waitUntil(5) { E2E.curl(["-H", credential, "\(b.url)/visits"]).status == 200 })
         #expect(E2E.curl(["-H", credential, "\(a.url)/visits"]).status == 200)
 
         #expect(E2E.curl(["-X", "POST", "-H", credential, "\(a.url)/api/v1/auth/logout"]).status == 200)

@@ -27,12 +27,6 @@ struct MetricsEndToEndTests {
         return (status, parse(body), body)
     }
 
-    static func mint(_ gateway: GatewayProcess, _ arguments: [String]) throws -> String {
-        let (status, out, err) = E2E.run(E2E.binary, ["mint", "--config", gateway.configPath, "--format", "header"] + arguments)
-        guard status == 0 else { throw TestFailure("mint: \(err)") }
-        return out.trimmingCharacters(in: .whitespacesAndNewlines)
-    }
-
     @Test func countersMatchTheRequestsSent() throws {
         let host = try KeyHost(kids: ["k1"])
         try host.publish(["k1"])
@@ -48,13 +42,11 @@ struct MetricsEndToEndTests {
           - {path: /open, upstream: app, auth: none}
         """, adminToken: Self.adminToken)
 
-        let app = try Self.mint(g, ["--provider", "app", "--sub", "alice"])
-        let expired = try Self.mint(g, ["--provider", "app", "--age", "2h"])
-        let corp = try Self.mint(g, ["--provider", "corp", "--key", host.keyPath("k1"), "--kid", "k1"])
+        let app = try g.mint(["--provider", "app", "--sub", "alice"])
+        let expired = try g.mint(["--provider", "app", "--age", "2h"])
+        let corp = try g.mint(["--provider", "corp", "--key", host.keyPath("k1"), "--kid", "k1"])
         // Wait until the corp keys are fetched (GET /metrics shows it).
-        for _ in 0..<100 where Self.scrape(g).series[#"portcullis_keys_health{provider="corp",state="fresh"}"#] != 1 {
-            usleep(100_000)
-        }
+        #expect(waitUntil(10) { Self.scrape(g).series[#"portcullis_keys_health{provider="corp",state="fresh"}"#] == 1 })
         let before = Self.scrape(g)
         #expect(before.status == 200)
         #expect(before.series[#"portcullis_keys_health{provider="corp",state="fresh"}"#] == 1)

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import PortcullisTestSupport
 
 /// The real gateway binary in front of real Python upstream processes, driven by
 /// curl and raw loopback sockets.
@@ -170,7 +171,7 @@ struct ProxyEndToEndTests {
 
     @Test func accessLogHasOneJSONLinePerRequestWithoutQueryStrings() throws {
         _ = E2E.curl(["\(gateway.url)/public/logged?token=secret-value"])
-        usleep(200_000)
+        _ = waitUntil(5) { gateway.log.contains(#""path":"/public/logged""#) }
         let lines = gateway.log.split(separator: "\n").filter { $0.contains("\"path\":\"/public/logged\"") }
         #expect(lines.count == 1)
         #expect(!gateway.log.contains("secret-value"))

@@ -131,6 +131,14 @@ final class GatewayProcess {
     }
 
     var url: String { "http://127.0.0.1:\(port)" }
+
+    /// `portcullis mint` against this gateway's configuration: its output,
+    /// trimmed (one credential per line); throws with stderr when it fails.
+    func mint(_ arguments: [String], format: String = "header") throws -> String {
+        let (status, out, err) = E2E.run(E2E.binary, ["mint", "--config", configPath, "--format", format] + arguments)
+        guard status == 0 else { throw TestFailure("mint \(arguments.joined(separator: " ")): \(err)") }
+        return out.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
     func stop() { E2E.stop(process, signal: SIGTERM) }

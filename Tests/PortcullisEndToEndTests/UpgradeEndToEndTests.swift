@@ -15,8 +15,7 @@ struct UpgradeEndToEndTests {
         routes:
           - {path: /ws, upstream: app, auth: required}
         """)
-        let (_, out, _) = E2E.run(E2E.binary, ["mint", "--config", g.configPath, "--provider", "app", "--format", "header"])
-        let credential = out.trimmingCharacters(in: .whitespacesAndNewlines)
+        let credential = try g.mint(["--provider", "app"])
 
         let c = try RawConnection(port: g.port)
         c.send("GET /ws/upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\(credential)\r\n\r\n")
