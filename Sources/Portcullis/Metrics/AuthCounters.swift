@@ -19,7 +19,8 @@ public final class AuthCounters: Sendable {
             case .verified: return 0
             case .noCredential: return 1
             case .storeUnavailable: return 2
-            case .refused(let reason): return 3 + (AuthCounters.reasonColumns[reason] ?? 0)
+            // A scan of ~30 enum cases: cheaper than hashing the reason's String raw value.
+            case .refused(let reason): return 3 + (AuthCounters.reasons.firstIndex(of: reason) ?? 0)
             }
         }
     }
@@ -28,8 +29,7 @@ public final class AuthCounters: Sendable {
     /// then every refusal reason in snake case (`signature_invalid`, `expired`, …).
     public static let outcomeLabels: [String] =
         ["verified", "no_credential", "store_unavailable"] + AuthFailure.Reason.allCases.map { snakeCase($0.rawValue) }
-    static let reasonColumns: [AuthFailure.Reason: Int] =
-        Dictionary(uniqueKeysWithValues: AuthFailure.Reason.allCases.enumerated().map { ($1, $0) })
+    static let reasons = Array(AuthFailure.Reason.allCases)
     public static let revocationLabels = ["allowed", "revoked", "unavailable"]
 
     final class LoopTable: @unchecked Sendable {
@@ -41,12 +41,16 @@ public final class AuthCounters: Sendable {
 
     /// Row labels: "none" (no provider selected), then the providers in configuration order.
     public let providerLabels: [String]
-    private let rowByProvider: [String: Int]
+    /// Provider names in row order (row = index + 1). Found by a linear scan
+    /// per decision: a handful of names, and the identity's provider string
+    /// is the configured one, so `==` usually succeeds on identical storage
+    /// without hashing.
+    private let providers: [String]
     private let tables: [LoopTable]
 
     public init(loopCount: Int, providers: [String]) {
         providerLabels = ["none"] + providers
-        rowByProvider = Dictionary(providers.enumerated().map { ($1, $0 + 1) }, uniquingKeysWith: { first, _ in first })
+        self.providers = providers
         let cells = providerLabels.count * Self.outcomeLabels.count
         tables = (0..<loopCount).map { _ in LoopTable(cells: cells) }
     }
@@ -54,7 +58,7 @@ public final class AuthCounters: Sendable {
     /// On `loopIndex`'s queue.
     @inline(__always)
     func decided(loopIndex: Int, provider: String?, _ outcome: Outcome) {
-        let row = provider.flatMap { rowByProvider[$0] } ?? 0
+        let row = provider.flatMap { name in providers.firstIndex(of: name).map { $0 + 1 } } ?? 0
         tables[loopIndex].decisions[row &* Self.outcomeLabels.count &+ outcome.column] &+= 1
     }
 
