@@ -17,8 +17,8 @@ import PortcullisStore
 public final class StoreRevocations: RevocationChecking {
     public let store: any RevocationStore
     private let views: [RevocationView]
-    /// How long a jti or session revocation without its own expiry is kept.
-    let maxCredentialLifetime = RevocationPolicy().maxCredentialLifetime
+    /// How long a jti or session revocation without its own expiry is kept (the store's policy).
+    var maxCredentialLifetime: Int64 { store.policy.maxCredentialLifetime }
 
     public init(store: any RevocationStore, loopCount: Int) {
         self.store = store

@@ -12,6 +12,8 @@ public protocol RevocationStore: AnyObject, Sendable {
     func revoke(_ revocation: Revocation, completion: @escaping @Sendable (Result<Void, StoreError>) -> Void)
     func revocations(subject: String, completion: @escaping @Sendable (Result<[Revocation], StoreError>) -> Void)
     var health: StoreHealth { get }
+    /// Limits the store applies (e.g. how long an id without its own expiry is kept).
+    var policy: RevocationPolicy { get }
     func start()
     func shutdown()
 }

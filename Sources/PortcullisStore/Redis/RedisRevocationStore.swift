@@ -40,6 +40,10 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     private var resyncInProgress = false
     private var resyncRequested = false
     private var resyncGeneration = 0
+    /// The table a resync is building, batch by batch. Held here (not
+    /// captured by the SCAN callbacks) so it is uniquely referenced and each
+    /// batch grows it in place instead of copying it.
+    private var resyncSnapshot = RevocationTable()
     /// Announcements received while a resync was scanning; re-applied over its snapshot.
     private var deltasDuringResync: [Revocation] = []
     /// Revocations accepted while Redis was unreachable, written when it returns.
@@ -234,17 +238,18 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         // Written first: on the same connection, Redis applies them before the SCAN sees their keys.
         flushPendingWrites()
         resyncGeneration &+= 1
-        scan(cursor: "0", into: RevocationTable(), generation: resyncGeneration)
+        resyncSnapshot = RevocationTable()
+        scan(cursor: "0", generation: resyncGeneration)
     }
 
-    private func scan(cursor: String, into snapshot: RevocationTable, generation: Int) {
+    private func scan(cursor: String, generation: Int) {
         client.send(["SCAN", cursor, "MATCH", RedisRevocationSchema.keyPrefix + "*", "COUNT", "1000"]) { [self] result in
             guard generation == resyncGeneration else { return }
             guard case .success(.array(let parts)) = result, parts.count == 2,
                   let next = parts[0].string, let keys = parts[1].array?.compactMap(\.string) else {
                 return resyncFailed()
             }
-            if keys.isEmpty { return scanned(next: next, snapshot: snapshot, generation: generation) }
+            if keys.isEmpty { return scanned(next: next, generation: generation) }
             var commands: [[String]] = []
             commands.reserveCapacity(keys.count * 2)
             for key in keys {
@@ -253,24 +258,24 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
             }
             client.pipeline(commands) { [self] results in
                 guard generation == resyncGeneration else { return }
-                var snapshot = snapshot
                 for (i, key) in keys.enumerated() {
                     guard case .success(let expiry) = results[2 * i + 1], let expireTime = expiry.integer else {
                         return resyncFailed()
                     }
                     let value = (try? results[2 * i].get())?.string
                     if let r = RedisRevocationSchema.revocation(key: key, value: value, expireTime: expireTime) {
-                        snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
+                        resyncSnapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
                     }
                 }
-                scanned(next: next, snapshot: snapshot, generation: generation)
+                scanned(next: next, generation: generation)
             }
         }
     }
 
-    private func scanned(next: String, snapshot: RevocationTable, generation: Int) {
-        if next != "0" { return scan(cursor: next, into: snapshot, generation: generation) }
-        var snapshot = snapshot
+    private func scanned(next: String, generation: Int) {
+        if next != "0" { return scan(cursor: next, generation: generation) }
+        var snapshot = resyncSnapshot
+        resyncSnapshot = RevocationTable()
         for r in deltasDuringResync { snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) }
         // Not in Redis yet, but already enforced here: keep enforcing them.
         for r in pendingWrites { snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) }
@@ -295,6 +300,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     private func resyncFailed() {
         resyncInProgress = false
         deltasDuringResync = []
+        resyncSnapshot = RevocationTable()
         // The subscriber is up but commands failed (the client reconnects on its own): try again soon.
         ioLoop.queue.asyncAfter(deadline: .now() + .milliseconds(200)) { [weak self] in
             guard let self, self.subscribed else { return }
