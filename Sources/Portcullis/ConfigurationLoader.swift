@@ -282,9 +282,7 @@ public enum ConfigurationLoader {
         }
         // Build the verifier once, so every provider rule and inline key is checked now.
         do {
-            var inlineKeys: [String: KeySet] = [:]
-            for p in providers { if case .inline(let set) = p.keys { inlineKeys[p.configuration.name] = set } }
-            _ = try CredentialVerifier(providers: providers.map(\.configuration), keys: inlineKeys)
+            _ = try CredentialVerifier(providers: providers.map(\.configuration), keys: providers.inlineKeys)
         } catch {
             let index: Int? = {
                 switch error {

@@ -113,12 +113,8 @@ public enum Gateway {
     /// The verifier with every inline key and secret loaded; fetched key sets
     /// start empty and are installed by the key refresher.
     static func makeVerifier(_ configuration: GatewayConfiguration) throws -> CredentialVerifier {
-        var inlineKeys: [String: KeySet] = [:]
-        for provider in configuration.providers {
-            if case .inline(let set) = provider.keys { inlineKeys[provider.configuration.name] = set }
-        }
         do {
-            return try CredentialVerifier(providers: configuration.providers.map(\.configuration), keys: inlineKeys,
+            return try CredentialVerifier(providers: configuration.providers.map(\.configuration), keys: configuration.providers.inlineKeys,
                                           cacheCapacity: configuration.tokenCacheEntries)
         } catch {
             throw StartupError(description: "\(configuration.file): providers: \(error)")

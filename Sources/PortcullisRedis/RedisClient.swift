@@ -87,18 +87,20 @@ public final class RedisClient: @unchecked Sendable {
     /// Sends one command, e.g. `["SET", "k", "v", "EX", "60"]`.
     /// - Parameter timeout: seconds; nil → `configuration.commandTimeout`.
     public func send(_ arguments: [String], timeout: Double? = nil, completion: @escaping Completion) {
-        if let conn = connectionIfOnLoop {
-            return conn.send(.strings(arguments), timeout: timeout ?? configuration.commandTimeout, handler: replyHandler(completion))
-        }
-        loop.execute { [self] in sendOnLoop(.strings(arguments), timeout: timeout, completion: completion) }
+        send(.strings(arguments), timeout: timeout, completion: completion)
     }
 
     /// Sends one command whose arguments are raw bytes (binary-safe values).
     public func send(bytes arguments: [[UInt8]], timeout: Double? = nil, completion: @escaping Completion) {
+        send(.bytes(arguments), timeout: timeout, completion: completion)
+    }
+
+    /// Directly when called on the loop with a connection, else through the loop's queue.
+    private func send(_ arguments: CommandArguments, timeout: Double?, completion: @escaping Completion) {
         if let conn = connectionIfOnLoop {
-            return conn.send(.bytes(arguments), timeout: timeout ?? configuration.commandTimeout, handler: replyHandler(completion))
+            return conn.send(arguments, timeout: timeout ?? configuration.commandTimeout, handler: replyHandler(completion))
         }
-        loop.execute { [self] in sendOnLoop(.bytes(arguments), timeout: timeout, completion: completion) }
+        loop.execute { [self] in sendOnLoop(arguments, timeout: timeout, completion: completion) }
     }
 
     /// Sends several commands in one write; `completion` gets one result per command, in order.

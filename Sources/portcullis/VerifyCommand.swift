@@ -21,8 +21,7 @@ struct Verify: ParsableCommand {
 
     func run() throws {
         let configuration = loadOrExit(config)
-        var keys: [String: KeySet] = [:]
-        for p in configuration.providers { if case .inline(let set) = p.keys { keys[p.configuration.name] = set } }
+        var keys = configuration.providers.inlineKeys
         if let jwks {
             guard let provider else { throw ValidationError("--jwks needs --provider") }
             guard let data = FileManager.default.contents(atPath: jwks) else { throw ValidationError("cannot read \(jwks)") }

@@ -20,6 +20,18 @@ public struct ProviderSettings: Sendable {
     public var sessionCookieNames: [String]
 }
 
+extension Array where Element == ProviderSettings {
+    /// The key sets given in the file, by provider name (what
+    /// `CredentialVerifier` starts with; fetched sets arrive later).
+    public var inlineKeys: [String: KeySet] {
+        var keys: [String: KeySet] = [:]
+        for provider in self {
+            if case .inline(let set) = provider.keys { keys[provider.configuration.name] = set }
+        }
+        return keys
+    }
+}
+
 /// What happens to a request on `auth: required` without a credential.
 public enum UnauthenticatedAction: Sendable, Equatable {
     /// 401 with `WWW-Authenticate: Bearer realm="…"` (APIs; the default).

@@ -60,10 +60,9 @@ final class SigningKeys: KeyRefetching {
             cache = RedisKeyCache(client: RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
                                                       loop: fetchLoop), staleFor: r.serveStaleFor)
         }
+        // The manager logs each state change itself (once).
         let manager = try KeyManager(verifier: verifier, providers: providers, cache: cache, fetchLoop: fetchLoop,
-                                     configuration: settings, logger: logger) { event in
-            logger.info("signing keys: \(event)")
-        }
+                                     configuration: settings, logger: logger)
         return SigningKeys(manager: manager, managed: Set(providers.map(\.name)))
     }
 }

@@ -11,7 +11,6 @@ import Prometheus
 struct DocumentedPrometheusFactory: MetricsFactory {
     let registry: PrometheusCollectorRegistry
     let help: [String: String]
-    let durationBuckets: [String: [Duration]]
     let defaultDurationBuckets: [Duration]
 
     /// The whole name is the label (no namespace or unit split), with its help text.
@@ -38,7 +37,7 @@ struct DocumentedPrometheusFactory: MetricsFactory {
 
     func makeTimer(label: String, dimensions: [(String, String)]) -> any TimerHandler {
         registry.makeDurationHistogram(descriptor: descriptor(label), labels: dimensions,
-                                       buckets: durationBuckets[label] ?? defaultDurationBuckets)
+                                       buckets: defaultDurationBuckets)
     }
 
     func destroyCounter(_ handler: any CounterHandler) {

@@ -65,7 +65,6 @@ public final class GatewayMetrics: Sendable {
         registry = PrometheusCollectorRegistry()
         factory = DocumentedPrometheusFactory(
             registry: registry, help: Self.help,
-            durationBuckets: [:],
             defaultDurationBuckets: [.microseconds(250), .microseconds(500), .milliseconds(1), .microseconds(2500),
                                      .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
                                      .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),

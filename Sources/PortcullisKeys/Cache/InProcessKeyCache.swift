@@ -36,12 +36,4 @@ public final class InProcessKeyCache: SharedKeyCache, @unchecked Sendable {
             completion(true)
         }
     }
-
-    /// Forgets everything (tests).
-    public func removeAll() {
-        queue.sync {
-            documents.removeAll()
-            claims.removeAll()
-        }
-    }
 }

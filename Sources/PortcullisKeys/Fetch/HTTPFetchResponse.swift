@@ -28,5 +28,4 @@ public struct HTTPFetchResponse: Sendable {
     public var cacheControl: String? { combinedHeader("Cache-Control") }
     public var age: String? { header("Age") }
     public var expires: String? { header("Expires") }
-    public var etag: String? { header("ETag") }
 }

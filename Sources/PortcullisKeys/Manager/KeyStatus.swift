@@ -91,6 +91,4 @@ public enum RefetchOutcome: Sendable, Equatable {
     /// A refetch for this provider ran less than `min_refetch_interval` ago.
     case throttled
     case failed(KeyRefreshError)
-
-    public var keysChanged: Bool { self == .changed }
 }

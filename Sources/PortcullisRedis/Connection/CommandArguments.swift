@@ -11,11 +11,4 @@ enum CommandArguments: Sendable {
         case .bytes(let a): RESPEncoder.append(bytes: a, to: &out)
         }
     }
-
-    var name: String {
-        switch self {
-        case .strings(let a): return a.first?.uppercased() ?? ""
-        case .bytes(let a): return a.first.map { String(decoding: $0, as: UTF8.self).uppercased() } ?? ""
-        }
-    }
 }

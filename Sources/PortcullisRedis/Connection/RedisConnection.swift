@@ -44,8 +44,6 @@ final class RedisConnection: @unchecked Sendable {
         self.reconnectOnTimeout = reconnectOnTimeout
     }
 
-    var pendingReplies: Int { inFlight.count }
-
     // MARK: Connect
 
     /// Starts a non-blocking connect; `then` runs once the socket is connected.

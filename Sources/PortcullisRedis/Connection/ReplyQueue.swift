@@ -14,9 +14,6 @@ struct ReplyQueue {
     private var items: [Entry] = []
     private var head = 0
 
-    var isEmpty: Bool { head == items.count }
-    var count: Int { items.count - head }
-
     mutating func append(_ entry: Entry) { items.append(entry) }
 
     mutating func popFirst() -> Entry? {

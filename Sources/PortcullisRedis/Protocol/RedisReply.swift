@@ -36,6 +36,4 @@ public enum RedisReply: Sendable, Equatable {
         if case .array(let items) = self { return items }
         return nil
     }
-
-    public var isNull: Bool { self == .null }
 }

@@ -88,23 +88,6 @@ public final class RedisSubscriber: @unchecked Sendable {
         onStateChange = nil
     }
 
-    /// Adds channels (kept across reconnects).
-    public func subscribe(_ newChannels: [String]) {
-        loop.execute { [self] in
-            let added = newChannels.filter { channels.insert($0).inserted }
-            guard !added.isEmpty, let conn = supervisor.connection else { return }
-            conn.send(.strings(["SUBSCRIBE"] + added), timeout: commandTimeout, handler: nil)
-        }
-    }
-
-    public func unsubscribe(_ removed: [String]) {
-        loop.execute { [self] in
-            let gone = removed.filter { channels.remove($0) != nil }
-            guard !gone.isEmpty, let conn = supervisor.connection else { return }
-            conn.send(.strings(["UNSUBSCRIBE"] + gone), timeout: commandTimeout, handler: nil)
-        }
-    }
-
     private func resubscribe(_ conn: RedisConnection) {
         awaitingConfirmations = channels.count + patterns.count
         if !channels.isEmpty { conn.enqueue(.strings(["SUBSCRIBE"] + channels.sorted()), timeout: commandTimeout, handler: nil) }
