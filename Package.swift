@@ -34,10 +34,12 @@ var package = Package(
         .target(name: "PortcullisHTTP"),
         .target(name: "PortcullisAuth", dependencies: ["COpenSSL", "PortcullisCore"]),
 
-        // I/O: Dispatch event loops and sockets.
+        // I/O: Dispatch event loops and sockets (plain, or with a record layer such as TLS).
         .target(name: "PortcullisIO", dependencies: [
             "CPortcullisSystem", "PortcullisCore",
         ]),
+        // TLS: the one Swift owner of libssl (server and client contexts, sessions on sockets, ticket keys).
+        .target(name: "PortcullisTLS", dependencies: ["COpenSSL", "PortcullisCore", "PortcullisIO"]),
         // Redis client on the Dispatch loops (hiredis used only for its RESP reader).
         .target(name: "PortcullisRedis", dependencies: [
             "CHiredis", "PortcullisCore", "PortcullisIO",
@@ -48,7 +50,7 @@ var package = Package(
         ], exclude: ["REDIS-SCHEMA.md"]),
         // Routing, upstream pools, forwarding, header hygiene.
         .target(name: "PortcullisProxy", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisTLS",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
         ]),
@@ -59,14 +61,14 @@ var package = Package(
         ]),
         // Configuration, wiring, admin endpoints, lifecycle.
         .target(name: "Portcullis", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
             .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "portcullis", dependencies: [
-            "Portcullis",
+            "Portcullis", "PortcullisTLS",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -75,6 +77,7 @@ var package = Package(
         .testTarget(name: "PortcullisAuthTests", dependencies: ["PortcullisAuth", "PortcullisCore", "COpenSSL"],
                     resources: [.copy("Fixtures")]),
         .testTarget(name: "PortcullisIOTests", dependencies: ["PortcullisIO", "PortcullisCore"]),
+        .testTarget(name: "PortcullisTLSTests", dependencies: ["PortcullisTLS", "PortcullisIO", "PortcullisCore", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisProxyTests", dependencies: ["PortcullisProxy", "Portcullis"]),
         // Real redis-server / sentinel processes for the tests that need them.
         .target(name: "PortcullisTestSupport", path: "Tests/PortcullisTestSupport"),

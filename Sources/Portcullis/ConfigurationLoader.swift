@@ -5,6 +5,7 @@ import PortcullisRedis
 import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
+import PortcullisTLS
 import Yams
 
 /// Reads and validates a YAML configuration file. Every key, its default and its
@@ -43,12 +44,7 @@ public enum ConfigurationLoader {
         // listen
         var listen: [GatewayConfiguration.Listen] = []
         if let node = try top.optional("listen") {
-            for item in try node.sequence() {
-                var item = item
-                let address = try item.required("address")
-                listen.append(.init(address: try socketAddress(address)))
-                try item.finish()
-            }
+            for item in try node.sequence() { listen.append(try Self.listener(item)) }
         } else {
             listen = [.init(address: try! SocketAddress(parsing: "127.0.0.1:8080"))]
         }

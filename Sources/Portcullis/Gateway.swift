@@ -5,6 +5,7 @@ import PortcullisAuth
 import PortcullisStore
 import PortcullisIO
 import PortcullisProxy
+import PortcullisTLS
 
 /// Starts everything a configuration describes and runs until SIGTERM/SIGINT.
 public enum Gateway {
@@ -24,8 +25,16 @@ public enum Gateway {
 
     /// Binds all listeners and starts serving; returns the running server.
     /// `onSignal` is called once a shutdown completed (normally: exit).
+    /// What a running gateway exposes to its signal handlers.
+    public struct Running {
+        public var server: ProxyServer
+        public var admin: AdminHandler?
+        /// The TLS listeners' certificate holders, reloaded on SIGHUP.
+        public var tlsEndpoints: [TLSServerEndpoint]
+    }
+
     public static func start(_ configuration: GatewayConfiguration, localApps: [LocalApp] = [],
-                             logger: Logger) throws -> (ProxyServer, AdminHandler?) {
+                             logger: Logger) throws -> Running {
         System.ignoreSIGPIPE()
         let loopCount = configuration.workers == 0 ? max(1, ProcessInfo.processInfo.activeProcessorCount) : configuration.workers
         let group = EventLoopGroup(count: loopCount)
@@ -83,15 +92,26 @@ public enum Gateway {
         let server = ProxyServer(group: group, configuration: configuration.proxy, authenticator: authenticator,
                                  accessLogFD: accessLogFD, logger: logger, metricsFactory: metrics?.metricsFactory)
         metrics?.attach(proxy: server)
-        func bind(_ address: SocketAddress, _ mode: ListenerMode, _ what: String) throws {
+        func bind(_ address: SocketAddress, _ mode: ListenerMode, _ what: String, tls: TLSServerEndpoint? = nil,
+                  redirect: Bool = false) throws {
             do {
-                try server.addListener(address: address, mode: mode)
+                try server.addListener(address: address, mode: mode, tls: tls, redirectsToHTTPS: redirect)
             } catch {
                 throw StartupError(description: "cannot listen on \(address) (\(what)): \(error)")
             }
         }
         for app in localApps { try bind(app.address, .local(app.handler), "demo app") }
-        for listen in configuration.listen { try bind(listen.address, .gateway, "listen") }
+        var tlsEndpoints: [TLSServerEndpoint] = []
+        for (index, listen) in configuration.listen.enumerated() {
+            var endpoint: TLSServerEndpoint?
+            if let settings = listen.tls {
+                do { endpoint = try TLSServerEndpoint(settings: settings) } catch {
+                    throw StartupError(description: "\(configuration.file): listen[\(index)].tls: \(error)")
+                }
+                tlsEndpoints.append(endpoint!)
+            }
+            try bind(listen.address, .gateway, "listen", tls: endpoint, redirect: listen.redirectHTTPS)
+        }
         var admin: AdminHandler?
         if let adminConfiguration = configuration.admin {
             let handler = AdminHandler(token: adminConfiguration.token, actions: actions,
@@ -107,7 +127,22 @@ public enum Gateway {
             "routes": "\(configuration.proxy.routes.count)",
             "upstreams": "\(configuration.proxy.upstreams.count)",
         ])
-        return (server, admin)
+        return Running(server: server, admin: admin, tlsEndpoints: tlsEndpoints)
+    }
+
+    /// SIGHUP: reload every TLS listener's certificates from their files. A listener
+    /// whose files fail keeps serving its old certificates; the log names the file.
+    static func reloadCertificates(_ endpoints: [TLSServerEndpoint], logger: Logger) {
+        for endpoint in endpoints {
+            let files = endpoint.settings.certificates.map(\.certificate).joined(separator: ",")
+            do {
+                try endpoint.reload()
+                logger.info("certificates reloaded", metadata: ["certificates": "\(files)"])
+            } catch {
+                logger.error("certificate reload refused; the previous certificates stay in use", metadata: [
+                    "file": "\(error.file)", "reason": "\(error.reason)"])
+            }
+        }
     }
 
     /// The verifier with every inline key and secret loaded; fetched key sets
@@ -124,10 +159,21 @@ public enum Gateway {
     /// Runs until SIGTERM or SIGINT, then drains (up to `shutdown_grace`) and exits.
     public static func runForever(_ configuration: GatewayConfiguration, localApps: [LocalApp] = [],
                                   logger: Logger) throws -> Never {
-        let (server, admin) = try start(configuration, localApps: localApps, logger: logger)
+        let running = try start(configuration, localApps: localApps, logger: logger)
+        let server = running.server
+        let admin = running.admin
         signal(SIGTERM, SIG_IGN)
         signal(SIGINT, SIG_IGN)
+        signal(SIGHUP, SIG_IGN)
         var sources: [DispatchSourceSignal] = []
+        let reload = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        let endpoints = running.tlsEndpoints
+        reload.setEventHandler {
+            logger.info("SIGHUP: reloading certificates", metadata: ["listeners": "\(endpoints.count)"])
+            reloadCertificates(endpoints, logger: logger)
+        }
+        reload.resume()
+        sources.append(reload)
         let once = ShutdownOnce()
         for sig in [SIGTERM, SIGINT] {
             let source = DispatchSource.makeSignalSource(signal: sig, queue: .main)

@@ -2,12 +2,22 @@ import Logging
 import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
+import PortcullisTLS
 
 /// The whole gateway configuration, validated. Built by `ConfigurationLoader`
 /// from YAML; see `Config/portcullis.yaml` for every key with its default.
 public struct GatewayConfiguration: Sendable {
     public struct Listen: Sendable {
         public var address: SocketAddress
+        /// TLS termination (`listen[].tls`); nil: plain TCP.
+        public var tls: TLSServerSettings?
+        /// `redirect_https: true`: answer every request with 308 to https://<host><target>.
+        public var redirectHTTPS = false
+        public init(address: SocketAddress, tls: TLSServerSettings? = nil, redirectHTTPS: Bool = false) {
+            self.address = address
+            self.tls = tls
+            self.redirectHTTPS = redirectHTTPS
+        }
     }
     public struct Admin: Sendable {
         public var address: SocketAddress

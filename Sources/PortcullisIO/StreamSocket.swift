@@ -45,6 +45,11 @@ public final class StreamSocket: @unchecked Sendable {
     /// The loop's token for this socket while registered.
     var token: UInt64 = 0
     public private(set) var isClosed = false
+    /// TLS (or another record layer) between the kernel and the owner; nil for plain TCP.
+    public private(set) var security: (any StreamSecurity)?
+    /// A secured write needs the peer's bytes first (a client's handshake): the
+    /// write handler also runs on readable edges until it has them.
+    private var writeWantsRead = false
 
     public init(fd: Int32, loop: EventLoop) {
         self.fd = fd
@@ -52,7 +57,18 @@ public final class StreamSocket: @unchecked Sendable {
     }
 
     deinit {
-        if !isClosed { System.close(fd) }
+        if !isClosed {
+            security?.close()
+            System.close(fd)
+        }
+    }
+
+    /// Puts a record layer (TLS) between this socket and its owner. Called once,
+    /// before the first read or write; from then on `read`, `write`, `send`, `flush`
+    /// and `shutdownWrite` carry plaintext through the layer (see `StreamSecurity`).
+    public func secure(with layer: any StreamSecurity) {
+        precondition(security == nil, "a socket is secured once")
+        security = layer
     }
 
     /// Registers with the loop's poller once. A failure (out of memory in the kernel)
@@ -120,13 +136,37 @@ public final class StreamSocket: @unchecked Sendable {
     }
 
     /// Write first, so that output drained here can make room before more is read.
+    /// Ciphertext a record layer queued goes before anything the owner writes.
     private func runHandlers() {
-        if writeReady, let handler = writeHandler, !isClosed { handler() }
+        if let security, writeReady, security.hasQueuedOutput, !isClosed {
+            _ = security.flushQueuedOutput()  // a failure shows in the owner's next read or write
+        }
+        if writeReady || (writeWantsRead && readReady), let handler = writeHandler, !isClosed {
+            writeWantsRead = false
+            handler()
+        }
         if readReady, !readPaused, let handler = readHandler, !isClosed { handler() }
     }
 
+    /// Reads plaintext: from the kernel, or through the record layer when secured.
     @inline(__always)
     public func read(into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
+        guard let security else { return rawRead(into: buffer) }
+        return secureRead(security, into: buffer)
+    }
+
+    /// Writes plaintext: to the kernel, or through the record layer when secured.
+    @inline(__always)
+    public func write(_ buffer: UnsafeRawBufferPointer) -> IOResult {
+        guard let security else { return rawWrite(buffer) }
+        return secureWrite(security, buffer)
+    }
+
+    /// One `read(2)` on the descriptor, keeping `readReady` true to the kernel: a
+    /// short read or `EAGAIN` means the receive queue is empty. Record layers read
+    /// their ciphertext through this.
+    @inline(__always)
+    public func rawRead(into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
         let result = System.read(fd, into: buffer)
         switch result {
         case .bytes(let n) where n < buffer.count: readReady = false
@@ -136,12 +176,65 @@ public final class StreamSocket: @unchecked Sendable {
         return result
     }
 
+    /// One `send(2)` on the descriptor, keeping `writeReady` true to the kernel.
     @inline(__always)
-    public func write(_ buffer: UnsafeRawBufferPointer) -> IOResult {
+    public func rawWrite(_ buffer: UnsafeRawBufferPointer) -> IOResult {
         let result = System.write(fd, buffer)
-        if case .wouldBlock = result { writeReady = false }
+        switch result {
+        case .bytes(let n) where n < buffer.count: writeReady = false
+        case .wouldBlock: writeReady = false
+        default: break
+        }
         return result
     }
+
+    private func secureRead(_ security: any StreamSecurity, into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
+        let result = security.read(into: buffer)
+        afterSecureCall(security)
+        switch result {
+        case .bytes(let n):
+            // Decrypted bytes still held, or a socket not known to be drained: the
+            // caller stops at a short read, so its handler must run again by itself.
+            if security.hasBufferedInput { readReady = true }
+            if readReady && n < buffer.count { schedule() }
+            return .bytes(n)
+        case .wantRead:
+            readReady = false
+            return .wouldBlock
+        case .wantWrite:
+            return .wouldBlock
+        case .closed:
+            return .endOfFile
+        case .failed:
+            return .failed(EPROTO)
+        }
+    }
+
+    private func secureWrite(_ security: any StreamSecurity, _ buffer: UnsafeRawBufferPointer) -> IOResult {
+        let result = security.write(buffer)
+        afterSecureCall(security)
+        switch result {
+        case .bytes(let n): return .bytes(n)
+        case .wantWrite: return .wouldBlock
+        case .wantRead:
+            writeWantsRead = true
+            return .wouldBlock
+        case .closed, .failed: return .failed(EPIPE)
+        }
+    }
+
+    /// After the layer ran: queued ciphertext leaves on the next writable edge, and
+    /// a write that waited for the handshake runs once the handshake is done.
+    private func afterSecureCall(_ security: any StreamSecurity) {
+        if security.hasQueuedOutput && writeReady { schedule() }
+        if writeWantsRead && writeHandler != nil && security.isHandshakeComplete {
+            writeWantsRead = false
+            schedule()
+        }
+    }
+
+    /// The record layer's handshake is complete (always true for a plain socket).
+    public var isHandshakeComplete: Bool { security?.isHandshakeComplete ?? true }
 
     /// What happened to bytes handed to `send(_:pending:)`.
     public enum SendOutcome { case written, queued, failed }
@@ -173,6 +266,13 @@ public final class StreamSocket: @unchecked Sendable {
     /// Writes queued bytes until done or the kernel pushes back. On `.drained` the
     /// write wait ends and the buffer's storage is released.
     public func flush(_ pending: inout ByteBuffer) -> FlushOutcome {
+        if let security, security.hasQueuedOutput {
+            switch security.flushQueuedOutput() {
+            case .bytes: break
+            case .failed, .closed: return .failed
+            case .wantRead, .wantWrite: return .pending
+            }
+        }
         while !pending.isEmpty {
             switch write(pending.readable) {
             case .bytes(let n): pending.consume(n)
@@ -186,7 +286,10 @@ public final class StreamSocket: @unchecked Sendable {
     }
 
     /// Half-closes the write side (sends FIN) so the peer sees the end of a response.
-    public func shutdownWrite() { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+    public func shutdownWrite() {
+        security?.shutdown()
+        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+    }
 
     /// Closes the descriptor (which also removes it from the loop's poller) and drops
     /// the handlers. Events already collected for it are recognised as stale.
@@ -196,6 +299,7 @@ public final class StreamSocket: @unchecked Sendable {
         readHandler = nil
         writeHandler = nil
         if isRegistered { loop.unregister(self) }
+        security?.close()
         System.close(fd)
     }
 }

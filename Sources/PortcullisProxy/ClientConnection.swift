@@ -104,8 +104,23 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     func start() {
         loop.watchDeadline(self)
-        setDeadline(context.configuration.timeouts.idle)
+        if let tls = context.tls {
+            // Until the handshake completes only `handshake_timeout` applies: a flood of
+            // half-open handshakes is cut off early and never holds keep-alive time.
+            awaitingHandshake = true
+            setDeadline(tls.settings.handshakeTimeout)
+        } else {
+            setDeadline(context.configuration.timeouts.idle)
+        }
         socket.startReading { [unowned self] in self.readable() }
+    }
+
+    /// A TLS connection whose handshake is not complete yet.
+    private var awaitingHandshake = false
+
+    private func handshakeCompleted() {
+        awaitingHandshake = false
+        if phase == .idle { setDeadline(context.configuration.timeouts.idle) }
     }
 
     private func setDeadline(_ seconds: Double) {
@@ -124,6 +139,7 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
                 let space = inbound.writableSpace(minimum: 4096)
                 result = socket.read(into: space)
             }
+            if awaitingHandshake && socket.isHandshakeComplete { handshakeCompleted() }
             switch result {
             case .bytes(let n):
                 _ = loop.now()
@@ -242,6 +258,10 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
             rejectRequest(.error(400, "asterisk-form target is not routable"))
             return
         }
+        if context.redirectsToHTTPS {
+            redirectToHTTPS(headBytes, path: normalized.path, query: normalized.query)
+            return
+        }
         let view = RequestView(bytes: headBytes, head: head, path: normalized.path, query: normalized.query,
                                peer: peer, loop: loop)
 
@@ -350,6 +370,18 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
         default: retryable = false
         }
         requestId.clear()
+    }
+
+    /// `redirect_https`: 308 (method and body kept, RFC 9110 §15.4.9) to the same
+    /// host and normalized target over https, on the default port.
+    private func redirectToHTTPS(_ headBytes: UnsafeRawBufferPointer, path: String, query: String?) {
+        guard let host = requestHost(headBytes), !host.isEmpty,
+              host.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "@") }) else {
+            rejectRequest(.error(400, "a Host is required to redirect to https"))
+            return
+        }
+        let location = "https://\(host)\(path)\(query.map { "?\($0)" } ?? "")"
+        rejectRequest(LocalResponse.error(308, "use https", headers: [("location", location)]))
     }
 
     private func requestHost(_ bytes: UnsafeRawBufferPointer) -> Substring? {

@@ -1,6 +1,7 @@
 import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
+import PortcullisTLS
 
 /// Answers requests locally (admin endpoints, demo apps). Called on the loop queue
 /// with the complete request body (bounded by the limits); must not block.
@@ -60,6 +61,10 @@ public final class ListenerContext: @unchecked Sendable {
     let metrics: ProxyMetrics?
     let trustedProxies: [CIDR]
     public let scheme: StaticString
+    /// The listener terminates TLS with this (nil: plain TCP).
+    let tls: TLSServerEndpoint?
+    /// `redirect_https`: every request is answered 308 to the same target over https.
+    let redirectsToHTTPS: Bool
     /// Open client connections on this loop for this listener.
     public internal(set) var openConnections = 0
     /// Requests in flight (for graceful shutdown).
@@ -71,7 +76,7 @@ public final class ListenerContext: @unchecked Sendable {
 
     init(loop: EventLoop, mode: ListenerMode, configuration: ProxyConfiguration, routes: RouteTable,
          pools: [UpstreamPool], authenticator: any RequestAuthenticator, accessLog: AccessLog?,
-         metrics: ProxyMetrics? = nil, scheme: StaticString = "http") {
+         metrics: ProxyMetrics? = nil, tls: TLSServerEndpoint? = nil, redirectsToHTTPS: Bool = false) {
         self.loop = loop
         self.mode = mode
         self.configuration = configuration
@@ -82,7 +87,9 @@ public final class ListenerContext: @unchecked Sendable {
         self.accessLog = accessLog
         self.metrics = metrics
         self.trustedProxies = configuration.trustedProxies
-        self.scheme = scheme
+        self.tls = tls
+        self.scheme = tls == nil ? "http" : "https"
+        self.redirectsToHTTPS = redirectsToHTTPS
         var random = SystemRandomNumberGenerator()
         let prefix = String(random.next() as UInt64, radix: 16)
         requestIdPrefix = String(repeating: "0", count: 16 - prefix.count) + prefix
@@ -112,6 +119,10 @@ public final class ListenerContext: @unchecked Sendable {
 
     /// Takes ownership of an accepted socket.
     public func accept(_ socket: StreamSocket, peer: SocketAddress) {
+        if let tls, TLSSession.secureServer(socket, context: tls.context) == nil {
+            socket.close()  // out of memory in OpenSSL: refuse this one connection
+            return
+        }
         let connection = ClientConnection(context: self, socket: socket, peer: peer)
         openConnections += 1
         connection.start()

@@ -81,6 +81,8 @@ public enum HTTPStatusText {
         case 204: return "No Content"
         case 302: return "Found"
         case 304: return "Not Modified"
+        case 307: return "Temporary Redirect"
+        case 308: return "Permanent Redirect"
         case 400: return "Bad Request"
         case 401: return "Unauthorized"
         case 403: return "Forbidden"

@@ -4,6 +4,7 @@ import Logging
 import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
+import PortcullisTLS
 
 /// Assembles listeners, per-loop upstream pools and contexts, and runs the graceful
 /// shutdown: stop accepting, let in-flight requests finish up to a deadline, close.
@@ -58,7 +59,8 @@ public final class ProxyServer: @unchecked Sendable {
 
     /// Binds `address` once per loop (SO_REUSEPORT). Returns the bound port.
     @discardableResult
-    public func addListener(address: SocketAddress, mode: ListenerMode) throws(IOError) -> UInt16 {
+    public func addListener(address: SocketAddress, mode: ListenerMode, tls: TLSServerEndpoint? = nil,
+                            redirectsToHTTPS: Bool = false) throws(IOError) -> UInt16 {
         var port: UInt16 = 0
         var bound = address
         for loop in group.loops {
@@ -75,7 +77,8 @@ public final class ProxyServer: @unchecked Sendable {
             let context = ListenerContext(loop: loop, mode: mode, configuration: configuration, routes: routes,
                                           pools: pools[loop.index], authenticator: authenticator,
                                           accessLog: isGateway ? accessLogs[loop.index] : nil,
-                                          metrics: isGateway ? metrics : nil)
+                                          metrics: isGateway ? metrics : nil, tls: tls,
+                                          redirectsToHTTPS: redirectsToHTTPS)
             listeners.append(listener)
             contexts.append(context)
         }

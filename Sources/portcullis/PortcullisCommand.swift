@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import Portcullis
+import PortcullisTLS
 import PortcullisIO
 
 @main
@@ -55,6 +56,13 @@ struct CheckConfig: ParsableCommand {
     func run() throws {
         let configuration = loadOrExit(file)
         print("\(file): ok (\(configuration.listen.count) listener(s), \(configuration.proxy.upstreams.count) upstream(s), \(configuration.proxy.routes.count) route(s))")
+        // Every certificate was loaded and checked by the loader; say what each listener serves.
+        for (index, listen) in configuration.listen.enumerated() {
+            for files in listen.tls?.certificates ?? [] {
+                guard let certificate = try? TLSCertificate(certificateFile: files.certificate, keyFile: files.privateKey) else { continue }
+                print("listen[\(index)] \(listen.address): \(files.certificate): \(certificate.keyDescription), names \(certificate.names.joined(separator: " ")), expires \(TLSCertificate.format(certificate.notAfter))")
+            }
+        }
     }
 }
 

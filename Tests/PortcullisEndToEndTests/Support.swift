@@ -105,7 +105,10 @@ final class GatewayProcess {
     let logPath: String
 
     /// `body` is the configuration after `listen`/`admin` (upstreams, routes, …).
-    init(_ body: String, workers: Int = 2, adminToken: String? = nil, metricsPublic: Bool = false) throws {
+    /// `listen` replaces the default plain listener (`- {address: "127.0.0.1:PORT"}`);
+    /// it may use `PORT` for the gateway port chosen here.
+    init(_ body: String, workers: Int = 2, adminToken: String? = nil, metricsPublic: Bool = false,
+         listen: String? = nil) throws {
         port = Loopback.freePort()
         adminPort = Loopback.freePort()
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("portcullis-e2e-\(UUID().uuidString)")
@@ -113,7 +116,8 @@ final class GatewayProcess {
         configPath = dir.appendingPathComponent("gateway.yaml").path
         logPath = dir.appendingPathComponent("gateway.log").path
         let yaml = """
-        listen: [{address: "127.0.0.1:\(port)"}]
+        listen:
+        \(listen?.replacingOccurrences(of: "PORT", with: "\(port)") ?? "  - {address: \"127.0.0.1:\(port)\"}")
         admin: {address: "127.0.0.1:\(adminPort)"\(adminToken.map { ", token: \"\($0)\"" } ?? "")\(metricsPublic ? ", metrics_public: true" : "")}
         workers: \(workers)
         access_log: stdout
@@ -142,6 +146,14 @@ final class GatewayProcess {
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
     func stop() { E2E.stop(process, signal: SIGTERM) }
+
+    /// Sends `signal` (SIGHUP reloads certificates) to the running gateway.
+    func send(_ signal: Int32) { kill(process.processIdentifier, signal) }
+
+    /// Waits until the log contains `text` (bounded).
+    func waitForLog(_ text: String, timeout: Double = 10) -> Bool {
+        waitUntil(timeout) { self.log.contains(text) }
+    }
 
     deinit { stop() }
 }

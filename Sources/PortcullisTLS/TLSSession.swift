@@ -1,0 +1,267 @@
+internal import COpenSSL
+import PortcullisCore
+import PortcullisIO
+
+/// One TLS connection on a `StreamSocket`: the socket's record layer.
+///
+/// OpenSSL reads and writes ciphertext through a BIO of our own whose callbacks call
+/// the socket's raw `read(2)`/`send(2)` (`StreamSocket.rawRead` / `rawWrite`), so:
+/// - ciphertext goes straight between the kernel and OpenSSL's buffers (no copy,
+///   read-ahead fills OpenSSL's buffer in one `read(2)`);
+/// - the socket's readiness flags stay true to the kernel, so "a short read means
+///   drained" still holds for the socket, and the socket re-runs its reader while
+///   OpenSSL holds decrypted bytes (`hasBufferedInput`);
+/// - a write never blocks inside OpenSSL: ciphertext the kernel does not take is
+///   queued here (`outbox`) and drained on the next writable edge before anything
+///   else, so `SSL_write` never needs the "retry with the same buffer" dance and a
+///   `send` either takes plaintext whole or refuses it (`.wantWrite`).
+///
+/// The handshake runs inside the first reads (server) or writes (client), driven
+/// by the same readiness as everything else: `SSL_ERROR_WANT_READ` waits for the
+/// next readable edge, nothing blocks, nothing hops queues.
+///
+/// Ownership: owns its `SSL` (freed in `close`), retains the context it was made
+/// from (certificate reloads never pull a context from under a live connection);
+/// the socket owns the session and outlives it.
+///
+/// Threading: confined to the socket's loop queue.
+public final class TLSSession: StreamSecurity {
+    private var ssl: OpaquePointer?
+    private unowned(unsafe) let socket: StreamSocket
+    private let retainedContext: AnyObject
+    /// Ciphertext the kernel did not take yet, in order.
+    private var outbox = ByteBuffer()
+    private var handshakeDone = false
+    /// The socket reported end of file or an error inside a BIO call.
+    fileprivate var socketEnded = false
+    fileprivate var socketErrno: Int32 = 0
+    /// Why the session failed, for the owner's log line or 502 reason.
+    public private(set) var lastFailure: TLSError?
+
+    private init(ssl: OpaquePointer, socket: StreamSocket, context: AnyObject) {
+        self.ssl = ssl
+        self.socket = socket
+        self.retainedContext = context
+        let bio = BIO_new(socketBIOMethod)!
+        BIO_set_data(bio, Unmanaged.passUnretained(self).toOpaque())
+        BIO_set_init(bio, 1)
+        SSL_set_bio(ssl, bio, bio)  // the SSL owns the BIO (one reference for both directions)
+    }
+
+    /// Secures an accepted socket as the server side of `context`.
+    @discardableResult
+    public static func secureServer(_ socket: StreamSocket, context: TLSServerContext) -> TLSSession? {
+        guard let ssl = context.makeSSL() else { _ = TLSError.drainQueue(); return nil }
+        let session = TLSSession(ssl: ssl, socket: socket, context: context)
+        socket.secure(with: session)
+        return session
+    }
+
+    /// Secures a connected (or connecting) socket as a client of `context`, sending
+    /// `serverName` as SNI and checking the certificate against it.
+    public static func secureClient(_ socket: StreamSocket, context: TLSClientContext,
+                                    serverName: String) throws(TLSError) -> TLSSession {
+        let ssl = try context.makeSSL(serverName: serverName)
+        let session = TLSSession(ssl: ssl, socket: socket, context: context)
+        socket.secure(with: session)
+        return session
+    }
+
+    // MARK: StreamSecurity
+
+    public func read(into buffer: UnsafeMutableRawBufferPointer) -> SecureIOResult {
+        guard let ssl, lastFailure == nil else { return .failed }  // the first failure is the reason
+        ERR_clear_error()
+        var n = 0
+        let ok = SSL_read_ex(ssl, buffer.baseAddress, buffer.count, &n)
+        if !handshakeDone { noteHandshake(ssl) }
+        if ok == 1 { return .bytes(n) }
+        return failure(ssl, ok, "read")
+    }
+
+    public func write(_ bytes: UnsafeRawBufferPointer) -> SecureIOResult {
+        guard let ssl, lastFailure == nil else { return .failed }
+        guard outbox.isEmpty else { return .wantWrite }
+        guard !bytes.isEmpty else { return .bytes(0) }
+        ERR_clear_error()
+        var written = 0
+        var total = 0
+        // Partial-write mode returns after each record: keep going while the kernel takes them.
+        while total < bytes.count {
+            let ok = SSL_write_ex(ssl, bytes.baseAddress! + total, bytes.count - total, &written)
+            if !handshakeDone { noteHandshake(ssl) }
+            guard ok == 1 else {
+                if total > 0 { return .bytes(total) }
+                return failure(ssl, ok, "write")
+            }
+            total += written
+            if !outbox.isEmpty { break }
+        }
+        return .bytes(total)
+    }
+
+    public var hasQueuedOutput: Bool { !outbox.isEmpty }
+
+    public func flushQueuedOutput() -> SecureIOResult {
+        var sent = 0
+        while !outbox.isEmpty {
+            switch socket.rawWrite(outbox.readable) {
+            case .bytes(let n):
+                outbox.consume(n)
+                sent += n
+            case .wouldBlock, .endOfFile:
+                return .wantWrite
+            case .failed(let e):
+                socketErrno = e
+                return .failed
+            }
+        }
+        outbox.releaseIfEmpty()
+        return .bytes(sent)
+    }
+
+    public var hasBufferedInput: Bool {
+        guard let ssl else { return false }
+        return SSL_has_pending(ssl) == 1
+    }
+
+    public var isHandshakeComplete: Bool { handshakeDone }
+
+    public func shutdown() {
+        guard let ssl, handshakeDone, !socketEnded else { return }
+        ERR_clear_error()
+        _ = SSL_shutdown(ssl)  // queues close_notify through the BIO; the peer's is not awaited
+        ERR_clear_error()
+    }
+
+    public func close() {
+        guard let ssl else { return }
+        self.ssl = nil
+        SSL_free(ssl)
+        outbox.clear()
+        outbox.releaseIfEmpty()
+    }
+
+    // MARK: What the handshake agreed
+
+    /// The ALPN protocol agreed ("h2", "http/1.1"), nil when none was.
+    public var negotiatedProtocol: String? {
+        guard let ssl else { return nil }
+        var data: UnsafePointer<UInt8>?
+        var length: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &data, &length)
+        guard let data, length > 0 else { return nil }
+        return String(decoding: UnsafeBufferPointer(start: data, count: Int(length)), as: UTF8.self)
+    }
+
+    /// The handshake resumed an earlier session (ticket).
+    public var wasResumed: Bool {
+        guard let ssl else { return false }
+        return portcullis_ssl_session_reused(ssl) == 1
+    }
+
+    /// "TLSv1.3" and so on.
+    public var protocolVersion: String {
+        guard let ssl, let name = SSL_get_version(ssl) else { return "" }
+        return String(cString: name)
+    }
+
+    // MARK: Internals
+
+    private func noteHandshake(_ ssl: OpaquePointer) {
+        if SSL_is_init_finished(ssl) == 1 { handshakeDone = true }
+    }
+
+    private func failure(_ ssl: OpaquePointer, _ rc: Int32, _ operation: String) -> SecureIOResult {
+        switch SSL_get_error(ssl, rc) {
+        case SSL_ERROR_WANT_READ:
+            return .wantRead
+        case SSL_ERROR_WANT_WRITE:
+            return .wantWrite
+        case SSL_ERROR_ZERO_RETURN:
+            return .closed
+        case SSL_ERROR_SYSCALL where socketErrno == 0:
+            _ = TLSError.drainQueue()
+            if socketEnded { return .closed }
+            lastFailure = TLSError(handshakeDone ? operation : "handshake", reason: "connection closed")
+            return .failed
+        default:
+            let verify = SSL_get_verify_result(ssl)
+            if verify != X509_V_OK && !portcullisIsServer(ssl) {
+                let text = X509_verify_cert_error_string(verify).map { String(cString: $0) } ?? "code \(verify)"
+                _ = TLSError.drainQueue()
+                lastFailure = TLSError("certificate verification", reason: text)
+            } else if socketErrno != 0 {
+                _ = TLSError.drainQueue()
+                lastFailure = TLSError(operation, reason: IOError("socket", errno: socketErrno).description)
+            } else {
+                lastFailure = .drain(handshakeDone ? operation : "handshake")
+            }
+            return .failed
+        }
+    }
+
+    private func portcullisIsServer(_ ssl: OpaquePointer) -> Bool { portcullis_ssl_is_server(ssl) == 1 }
+
+    /// The BIO's write: straight to the kernel while nothing is queued; the rest queued.
+    fileprivate func transmit(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        if !outbox.isEmpty {
+            outbox.append(bytes)
+            return true
+        }
+        switch socket.rawWrite(bytes) {
+        case .bytes(let n):
+            if n < bytes.count { outbox.append(UnsafeRawBufferPointer(rebasing: bytes[n...])) }
+            return true
+        case .wouldBlock, .endOfFile:
+            outbox.append(bytes)
+            return true
+        case .failed(let e):
+            socketErrno = e
+            return false
+        }
+    }
+
+    /// The BIO's read: one `read(2)`; `nil` means "would block".
+    fileprivate func receive(_ buffer: UnsafeMutableRawBufferPointer) -> Int? {
+        switch socket.rawRead(into: buffer) {
+        case .bytes(let n): return n
+        case .wouldBlock: return nil
+        case .endOfFile:
+            socketEnded = true
+            return 0
+        case .failed(let e):
+            socketErrno = e
+            return 0
+        }
+    }
+}
+
+/// The BIO method behind every `TLSSession`: read/write through the session's
+/// socket. Created once per process.
+nonisolated(unsafe) private let socketBIOMethod: OpaquePointer = {  // immutable after creation; OpenSSL only reads it
+    let method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "portcullis socket")!
+    _ = BIO_meth_set_write_ex(method) { bio, data, length, written in
+        guard let bio, let data, let raw = BIO_get_data(bio) else { return 0 }
+        let session = Unmanaged<TLSSession>.fromOpaque(raw).takeUnretainedValue()
+        portcullis_bio_clear_retry_flags(bio)
+        guard session.transmit(UnsafeRawBufferPointer(start: data, count: length)) else { return 0 }
+        written?.pointee = length
+        return 1
+    }
+    _ = BIO_meth_set_read_ex(method) { bio, data, length, read in
+        guard let bio, let data, let raw = BIO_get_data(bio) else { return 0 }
+        let session = Unmanaged<TLSSession>.fromOpaque(raw).takeUnretainedValue()
+        portcullis_bio_clear_retry_flags(bio)
+        guard let n = session.receive(UnsafeMutableRawBufferPointer(start: data, count: length)) else {
+            portcullis_bio_set_retry_read(bio)
+            return 0
+        }
+        read?.pointee = n
+        return n > 0 ? 1 : 0
+    }
+    _ = BIO_meth_set_ctrl(method) { _, command, _, _ in
+        command == BIO_CTRL_FLUSH ? 1 : 0
+    }
+    return method
+}()
