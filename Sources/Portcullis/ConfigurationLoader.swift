@@ -130,7 +130,22 @@ public enum ConfigurationLoader {
                 throw node.error("upstream names use letters, digits, '-' and '_'")
             }
             let urlNode = try node.required("url")
-            var upstream = UpstreamConfiguration(name: name, address: try upstreamAddress(urlNode))
+            let url: UpstreamURL
+            let text = try urlNode.string()
+            do { url = try UpstreamURL(parsing: text) } catch { throw urlNode.error(error.description) }
+            var upstream = UpstreamConfiguration(name: name, url: url)
+            if let n = try node.optional("ca_file") {
+                guard url.secure else { throw n.error("ca_file applies to https:// upstreams only") }
+                let path = try n.string()
+                do { _ = try TLSClientContext(caFile: path) } catch { throw n.error(error.description) }
+                upstream.caFile = path
+            }
+            if let n = try node.optional("host_header") {
+                let text = try n.string()
+                guard let mode = HostHeaderMode(rawValue: text) else { throw n.error("expected client or upstream, got '\(text)'") }
+                upstream.hostHeader = mode
+            }
+            if let n = try node.optional("resolve_interval") { upstream.resolveInterval = try positiveDuration(n) }
             if let n = try node.optional("max_connections") { upstream.maxConnections = try n.int(min: 1, max: 100_000) }
             if let n = try node.optional("max_pending") { upstream.maxPending = try n.int(min: 0, max: 1_000_000) }
             if let n = try node.optional("connect_timeout") { upstream.connectTimeout = try positiveDuration(n) }
@@ -310,24 +325,6 @@ public enum ConfigurationLoader {
     static func socketAddress(_ node: ConfigNode) throws(ConfigurationError) -> SocketAddress {
         let text = try node.string()
         do { return try SocketAddress(parsing: text) } catch { throw node.error(error.description) }
-    }
-
-    /// `http://HOST:PORT` with a numeric address or localhost (no DNS lookups at run time).
-    static func upstreamAddress(_ node: ConfigNode) throws(ConfigurationError) -> SocketAddress {
-        let url = try node.string()
-        if url.hasPrefix("https://") {
-            throw node.error("https upstreams are not supported yet; use http:// on a private network")
-        }
-        guard url.hasPrefix("http://") else { throw node.error("expected http://HOST:PORT, got '\(url)'") }
-        var authority = url.dropFirst("http://".count)
-        if let slash = authority.firstIndex(of: "/") {
-            guard authority[slash...] == "/" else {
-                throw node.error("upstream URLs take no path (use strip_prefix on routes); got '\(url)'")
-            }
-            authority = authority[..<slash]
-        }
-        if !authority.contains(":") || authority.hasSuffix("]") { authority += ":80" }
-        do { return try SocketAddress(parsing: String(authority)) } catch { throw node.error(error.description) }
     }
 
     static func headerName(_ node: ConfigNode) throws(ConfigurationError) -> String {

@@ -89,8 +89,13 @@ public enum Gateway {
             authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration, revocations: revocations,
                                               keys: keys, counters: metrics?.auth, logger: logger)
         }
-        let server = ProxyServer(group: group, configuration: configuration.proxy, authenticator: authenticator,
-                                 accessLogFD: accessLogFD, logger: logger, metricsFactory: metrics?.metricsFactory)
+        let server: ProxyServer
+        do {
+            server = try ProxyServer(group: group, configuration: configuration.proxy, authenticator: authenticator,
+                                     accessLogFD: accessLogFD, logger: logger, metricsFactory: metrics?.metricsFactory)
+        } catch {
+            throw StartupError(description: "\(configuration.file): upstreams: \(error)")
+        }
         metrics?.attach(proxy: server)
         func bind(_ address: SocketAddress, _ mode: ListenerMode, _ what: String, tls: TLSServerEndpoint? = nil,
                   redirect: Bool = false) throws {

@@ -329,7 +329,9 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     private func forward(_ headBytes: UnsafeRawBufferPointer, path: String, query: String?, route: Route, grant: AuthGrant?) {
         responseObserver = grant?.observer
-        buildUpstreamHead(headBytes, path: RouteTable.forwardedPath(path, route: route), query: query, grant: grant)
+        let upstream = context.pools[route.upstreamIndex].configuration
+        buildUpstreamHead(headBytes, path: RouteTable.forwardedPath(path, route: route), query: query, grant: grant,
+                          upstreamAuthority: upstream.hostHeader == .upstream ? upstream.url.authority : nil)
         if head.expectContinue && head.framing != .none && head.framing != .contentLength(0) {
             // The gateway answers 100 itself (as nginx does) and strips Expect upstream.
             sendToClient(UnsafeRawBufferPointer(start: Self.continueLine.utf8Start, count: Self.continueLine.utf8CodeUnitCount))
@@ -514,8 +516,10 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     // MARK: Upstream head
 
+    /// - Parameter upstreamAuthority: `host_header: upstream`: the Host the upstream gets
+    ///   (the client's stays in X-Forwarded-Host); nil keeps the client's.
     private func buildUpstreamHead(_ bytes: UnsafeRawBufferPointer, path: Substring, query: String?,
-                                   grant: AuthGrant?) {
+                                   grant: AuthGrant?, upstreamAuthority: String?) {
         upstreamHead.clear()
         let trusted = context.isTrusted(peer)
         let policy = context.policy
@@ -581,7 +585,11 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
         }
 
         // Host: the absolute-form authority wins over the Host field (RFC 9112 §3.2.2).
-        if let host = head.absoluteAuthority ?? head.host {
+        if let upstreamAuthority {
+            buffer.append("host: ")
+            buffer.append(upstreamAuthority)
+            buffer.append("\r\n")
+        } else if let host = head.absoluteAuthority ?? head.host {
             buffer.append("host: ")
             buffer.append(UnsafeRawBufferPointer(rebasing: bytes[host]))
             buffer.append("\r\n")
@@ -692,6 +700,10 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
     enum UpstreamFailure {
         case connectFailed(IOError)
         case connectTimeout
+        /// The host name has no address (the reason is logged by the upstream target).
+        case unresolved(String)
+        /// The TLS handshake with the upstream failed (verification, protocol).
+        case tlsFailed(String)
         case resetBeforeResponse(reusedConnection: Bool)
         case responseTimeout
         case badResponse(String)
@@ -718,6 +730,10 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
             rejectRequest(.error(502, "upstream \(routeUpstreamName) refused the connection"))
         case .connectTimeout:
             rejectRequest(.error(504, "upstream \(routeUpstreamName) connect timed out"))
+        case .unresolved:
+            rejectRequest(.error(502, "upstream \(routeUpstreamName) cannot be resolved"))
+        case .tlsFailed:
+            rejectRequest(.error(502, "upstream \(routeUpstreamName) failed the TLS handshake"))
         case .responseTimeout:
             rejectRequest(.error(504, "upstream \(routeUpstreamName) timed out"))
         case .badResponse(let reason):

@@ -33,10 +33,19 @@ public struct RouteConfiguration: Sendable {
     }
 }
 
-/// One upstream app, reached over pooled keep-alive HTTP/1.1 connections.
+/// Which `Host` an upstream receives.
+public enum HostHeaderMode: String, Sendable, CaseIterable {
+    /// The client's `Host` (the default: apps that route by the public name).
+    case client
+    /// The upstream URL's own authority: hosted platforms (Vercel, Fly.io, Cloud Run)
+    /// route by their name, so they need it; the client's goes in `X-Forwarded-Host`.
+    case upstream
+}
+
+/// One upstream app, reached over pooled keep-alive HTTP/1.1 connections, plain or TLS.
 public struct UpstreamConfiguration: Sendable {
     public var name: String
-    public var address: SocketAddress
+    public var url: UpstreamURL
     /// Total connection cap across all loops (each loop gets an equal share, at least 1).
     public var maxConnections: Int
     /// Requests that may wait for a connection across all loops; beyond it: 503.
@@ -45,15 +54,27 @@ public struct UpstreamConfiguration: Sendable {
     public var responseTimeout: Double
     /// How long an unused pooled connection is kept.
     public var idleTimeout: Double
-    public init(name: String, address: SocketAddress, maxConnections: Int = 256, maxPending: Int = 1024,
+    /// PEM roots an `https://` upstream is verified against (nil: the system store).
+    public var caFile: String?
+    public var hostHeader: HostHeaderMode = .client
+    /// A host name is resolved again this often (and after a connect failure).
+    public var resolveInterval: Double = 30
+    public init(name: String, url: UpstreamURL, maxConnections: Int = 256, maxPending: Int = 1024,
                 connectTimeout: Double = 2, responseTimeout: Double = 30, idleTimeout: Double = 60) {
         self.name = name
-        self.address = address
+        self.url = url
         self.maxConnections = maxConnections
         self.maxPending = maxPending
         self.connectTimeout = connectTimeout
         self.responseTimeout = responseTimeout
         self.idleTimeout = idleTimeout
+    }
+
+    /// A plain-HTTP upstream at a fixed address.
+    public init(name: String, address: SocketAddress, maxConnections: Int = 256, maxPending: Int = 1024,
+                connectTimeout: Double = 2, responseTimeout: Double = 30, idleTimeout: Double = 60) {
+        self.init(name: name, url: UpstreamURL(address: address), maxConnections: maxConnections, maxPending: maxPending,
+                  connectTimeout: connectTimeout, responseTimeout: responseTimeout, idleTimeout: idleTimeout)
     }
 }
 

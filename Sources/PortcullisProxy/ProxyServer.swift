@@ -25,9 +25,12 @@ public final class ProxyServer: @unchecked Sendable {
     private var contexts: [ListenerContext] = []
     private let routes: RouteTable
 
+    /// Upstreams shared by every loop's pools (addresses, TLS, reachability).
+    public let targets: [UpstreamTarget]
+
     public init(group: EventLoopGroup, configuration: ProxyConfiguration,
                 authenticator: any RequestAuthenticator, accessLogFD: Int32?, logger: Logger,
-                metricsFactory: (any MetricsFactory)? = nil) {
+                metricsFactory: (any MetricsFactory)? = nil) throws(TLSFileError) {
         self.group = group
         self.configuration = configuration
         self.authenticator = authenticator
@@ -35,23 +38,12 @@ public final class ProxyServer: @unchecked Sendable {
         self.accessLogFD = accessLogFD
         metrics = metricsFactory.map { ProxyMetrics(loopCount: group.loops.count, configuration: configuration, factory: $0) }
         routes = RouteTable(configuration.routes, upstreamNames: configuration.upstreams.map(\.name))
-        let logger = self.logger
+        targets = try configuration.upstreams.map { upstream throws(TLSFileError) in
+            try UpstreamTarget(configuration: upstream, logger: logger)
+        }
         for loop in group.loops {
-            pools.append(configuration.upstreams.enumerated().map { index, upstream in
-                let pool = UpstreamPool(configuration: upstream, index: index, loop: loop, loopCount: group.loops.count,
-                                        limits: configuration.limits)
-                if loop.index == 0 {
-                    // Logged once per state change, from one loop (the others see the same upstream).
-                    pool.onReachabilityChange = { upstream, error in
-                        if let error {
-                            logger.warning("upstream unreachable", metadata: [
-                                "upstream": "\(upstream.name)", "address": "\(upstream.address)", "error": "\(error)"])
-                        } else {
-                            logger.info("upstream reachable again", metadata: ["upstream": "\(upstream.name)"])
-                        }
-                    }
-                }
-                return pool
+            pools.append(targets.enumerated().map { index, target in
+                UpstreamPool(target: target, index: index, loop: loop, loopCount: group.loops.count, limits: configuration.limits)
             })
             accessLogs.append(accessLogFD.map { AccessLog(fd: $0, loop: loop) })
         }
@@ -86,6 +78,7 @@ public final class ProxyServer: @unchecked Sendable {
     }
 
     public func start() {
+        for target in targets { target.startResolving() }
         for (listener, context) in zip(listeners, contexts) {
             listener.loop.execute {
                 listener.start { socket, peer in context.accept(socket, peer: peer) }

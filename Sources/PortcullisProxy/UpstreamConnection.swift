@@ -1,6 +1,7 @@
 import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
+import PortcullisTLS
 
 /// One keep-alive HTTP/1.1 connection to an upstream app, owned by an
 /// `UpstreamPool` on one loop. While an exchange is active it is attached to one
@@ -37,9 +38,17 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     private var receivedResponseBytes = false
     private var dechunk = false
 
-    init(pool: UpstreamPool, socket: StreamSocket) {
+    /// The addresses this connection's request may try, and the one this is.
+    private let addresses: [SocketAddress]
+    private let attempt: Int
+    /// Reachability is reported once per connection, when it first delivers bytes.
+    private var reportedReachable = false
+
+    init(pool: UpstreamPool, socket: StreamSocket, addresses: [SocketAddress], attempt: Int) {
         self.pool = pool
         self.socket = socket
+        self.addresses = addresses
+        self.attempt = attempt
         self.parser = ResponseHeadParser(limits: pool.responseLimits)
         self.decoder = ChunkedDecoder(limits: pool.responseLimits)
     }
@@ -64,19 +73,24 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     private func connectFinished() {
         socket.stopWaitingForWritable()
         if let error = Connector.finishConnect(socket) {
-            pool.connectFailed(error)
-            let client = self.client
-            close()
-            client?.upstreamFailed(.connectFailed(error))
+            connectFailed(error)
             return
         }
         connected()
     }
 
+    /// Hands the request to the next address first (so the pool slot passes on), then closes.
+    private func connectFailed(_ error: IOError) {
+        let client = self.client
+        self.client = nil
+        pool.connectAttemptFailed(client, addresses, attempt: attempt, error: error)
+        close()
+    }
+
     private func connected() {
         state = .active
         deadline = 0
-        pool.connectSucceeded()
+        if socket.security == nil { reportReachable() }
         socket.startReading { [unowned self] in self.readable() }
         client?.upstreamConnected()
     }
@@ -161,6 +175,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
                     return
                 }
                 receivedResponseBytes = true
+                if !reportedReachable { reportReachable() }
                 if phase != .tunnel { deadline = loop.lastNow &+ pool.responseTimeoutNanoseconds }
                 if fromScratch {
                     let bytes = UnsafeRawBufferPointer(rebasing: loop.readScratch[0..<n])
@@ -303,9 +318,21 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         let client = self.client
         self.client = nil
         let beforeResponse = phase == .head && !receivedResponseBytes
+        // A TLS failure (verification, handshake) says why; it is logged once per change.
+        let tlsFailure = (socket.security as? TLSSession).flatMap { $0.isHandshakeComplete ? nil : $0.lastFailure }
         close()
+        if let tlsFailure {
+            pool.target.reportFailure("TLS with \(pool.configuration.url.host): \(tlsFailure)")
+            client?.upstreamFailed(.tlsFailed(tlsFailure.description))
+            return
+        }
         guard let client else { return }
         client.upstreamFailed(beforeResponse ? .resetBeforeResponse(reusedConnection: reused) : .resetDuringResponse)
+    }
+
+    private func reportReachable() {
+        reportedReachable = true
+        pool.target.reportSuccess()
     }
 
     private func protocolError(_ reason: String) {
@@ -335,17 +362,14 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
 
     func deadlineExpired(now: UInt64) {
         deadline = 0
+        if state == .connecting {
+            connectFailed(IOError("connect", errno: 110))  // ETIMEDOUT: the next address, or 504
+            return
+        }
         let client = self.client
         self.client = nil
-        let wasConnecting = state == .connecting
         close()
-        guard let client else { return }
-        if wasConnecting {
-            pool.connectFailed(IOError("connect", errno: 110))
-            client.upstreamFailed(.connectTimeout)
-        } else {
-            client.responseTimedOut()
-        }
+        client?.responseTimedOut()
     }
 
     /// The client side went away or gave up: the connection cannot be reused.

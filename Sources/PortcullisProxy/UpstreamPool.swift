@@ -1,6 +1,7 @@
 import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
+import PortcullisTLS
 
 /// Keep-alive connections to one upstream, for one loop. Each loop has its own
 /// pool (as Envoy's per-worker pools), so taking and returning a connection never
@@ -15,6 +16,8 @@ final class UpstreamPool: @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
     let configuration: UpstreamConfiguration
+    /// Addresses, TLS context and reachability, shared with the other loops' pools.
+    let target: UpstreamTarget
     /// The upstream's position in the configuration.
     let index: Int
     unowned let loop: EventLoop
@@ -30,12 +33,10 @@ final class UpstreamPool: @unchecked Sendable {
     private var waiters: [ClientConnection] = []
     /// Open connections, connecting ones included.
     private(set) var openCount = 0
-    private(set) var lastConnectError: IOError?
-    /// Called once per change between reachable and unreachable (for logs).
-    var onReachabilityChange: ((UpstreamConfiguration, IOError?) -> Void)?
-    private var reachable = true
 
-    init(configuration: UpstreamConfiguration, index: Int, loop: EventLoop, loopCount: Int, limits: HTTPLimits) {
+    init(target: UpstreamTarget, index: Int, loop: EventLoop, loopCount: Int, limits: HTTPLimits) {
+        self.target = target
+        let configuration = target.configuration
         self.configuration = configuration
         self.index = index
         self.loop = loop
@@ -81,21 +82,57 @@ final class UpstreamPool: @unchecked Sendable {
     }
 
     private func openConnection(for client: ClientConnection) {
-        switch Connector.start(to: configuration.address, on: loop) {
-        case .failed(let error):
-            connectFailed(error)
-            client.upstreamFailed(.connectFailed(error))
-        case .connected(let socket):
-            openCount += 1
-            let connection = UpstreamConnection(pool: self, socket: socket)
-            client.attach(connection)
-            connection.connect(inProgress: false)
-        case .inProgress(let socket):
-            openCount += 1
-            let connection = UpstreamConnection(pool: self, socket: socket)
-            client.attach(connection)
-            connection.connect(inProgress: true)
+        let (addresses, resolutionError) = target.addressesForConnection()
+        guard !addresses.isEmpty else {
+            let reason = resolutionError?.description ?? "cannot resolve \(configuration.url.host)"
+            target.reportFailure(reason)
+            target.resolveSoon()
+            client.upstreamFailed(.unresolved(reason))
+            return
         }
+        connect(client, addresses, attempt: 0)
+    }
+
+    /// Connects to `addresses[attempt]`; a failure moves on to the next address.
+    private func connect(_ client: ClientConnection, _ addresses: [SocketAddress], attempt: Int) {
+        switch Connector.start(to: addresses[attempt], on: loop) {
+        case .failed(let error):
+            connectAttemptFailed(client, addresses, attempt: attempt, error: error)
+        case .connected(let socket):
+            attach(client, socket, addresses, attempt: attempt, inProgress: false)
+        case .inProgress(let socket):
+            attach(client, socket, addresses, attempt: attempt, inProgress: true)
+        }
+    }
+
+    private func attach(_ client: ClientConnection, _ socket: StreamSocket, _ addresses: [SocketAddress],
+                        attempt: Int, inProgress: Bool) {
+        if let tls = target.tls {
+            do {
+                try TLSSession.secureClient(socket, context: tls, serverName: configuration.url.host)
+            } catch {
+                socket.close()
+                target.reportFailure(error.description)
+                client.upstreamFailed(.tlsFailed(error.description))
+                return
+            }
+        }
+        openCount += 1
+        let connection = UpstreamConnection(pool: self, socket: socket, addresses: addresses, attempt: attempt)
+        client.attach(connection)
+        connection.connect(inProgress: inProgress)
+    }
+
+    /// A connect to one address failed (refused, timed out): the next address, or
+    /// the request fails and the addresses are looked up again.
+    func connectAttemptFailed(_ client: ClientConnection?, _ addresses: [SocketAddress], attempt: Int, error: IOError) {
+        if let client, !client.isClosed, attempt + 1 < addresses.count {
+            connect(client, addresses, attempt: attempt + 1)
+            return
+        }
+        target.reportFailure("\(addresses[attempt]): \(error)")
+        target.resolveSoon()
+        client?.upstreamFailed(error.errno == 110 ? .connectTimeout : .connectFailed(error))
     }
 
     /// An exchange ended; keep the connection if it can serve another request.
@@ -131,22 +168,6 @@ final class UpstreamPool: @unchecked Sendable {
             if !waiter.isClosed { return waiter }
         }
         return nil
-    }
-
-    func connectFailed(_ error: IOError) {
-        lastConnectError = error
-        if reachable {
-            reachable = false
-            onReachabilityChange?(configuration, error)
-        }
-    }
-
-    func connectSucceeded() {
-        if !reachable {
-            reachable = true
-            lastConnectError = nil
-            onReachabilityChange?(configuration, nil)
-        }
     }
 
     /// Closes idle connections (shutdown).

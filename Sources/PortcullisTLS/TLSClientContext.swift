@@ -37,17 +37,14 @@ public final class TLSClientContext: @unchecked Sendable {
         _ = portcullis_ssl_ctx_set_read_ahead(context, 1)
         let loaded = caFile.map { SSL_CTX_load_verify_locations(context, $0, nil) } ?? SSL_CTX_set_default_verify_paths(context)
         guard loaded == 1 else {
-            let reason = TLSError.drainQueue()
-            SSL_CTX_free(context)
-            throw TLSFileError(file: caFile ?? "the system trust store", reason: "cannot load trusted certificates (\(reason))")
+            // Every stored property is set: a throw from here runs `deinit`, which frees the context.
+            throw TLSFileError(file: caFile ?? "the system trust store", reason: "cannot load trusted certificates (\(TLSError.drainQueue()))")
         }
         if let certificate {
             guard SSL_CTX_use_certificate(context, certificate.chain[0]) == 1,
                   certificate.chain.dropFirst().allSatisfy({ portcullis_ssl_ctx_add_chain_cert(context, $0) == 1 }),
                   SSL_CTX_use_PrivateKey(context, certificate.key) == 1 else {
-                let reason = TLSError.drainQueue()
-                SSL_CTX_free(context)
-                throw TLSFileError(file: certificate.certificateFile, reason: "cannot use the client certificate (\(reason))")
+                throw TLSFileError(file: certificate.certificateFile, reason: "cannot use the client certificate (\(TLSError.drainQueue()))")
             }
         }
         _ = portcullis_ssl_ctx_set_session_cache_mode(context, Int(SSL_SESS_CACHE_CLIENT) | Int(SSL_SESS_CACHE_NO_INTERNAL_STORE))

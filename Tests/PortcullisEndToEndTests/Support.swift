@@ -75,10 +75,16 @@ final class EchoUpstream {
     let port: UInt16
     let process = Process()
 
-    init(name: String = "app") throws {
+    /// Over TLS when `tls` names a certificate and key (and, with `clientCA`, it
+    /// demands a client certificate issued by that CA).
+    let tls: Bool
+
+    init(name: String = "app", tls: (certificate: String, key: String)? = nil, clientCA: String? = nil) throws {
         port = Loopback.freePort()
+        self.tls = tls != nil
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", E2E.echoScript, "\(port)", name]
+            + (tls.map { [$0.certificate, $0.key] } ?? []) + (clientCA.map { [$0] } ?? [])
         process.standardOutput = FileHandle.nullDevice
         try process.run()
         guard Loopback.waitForPort(port) else { throw TestFailure("upstream did not start on \(port)") }
@@ -86,7 +92,7 @@ final class EchoUpstream {
 
     /// Paths the upstream received since the last call.
     func seen() throws -> [String] {
-        let (status, body) = E2E.curl(["http://127.0.0.1:\(port)/__seen"])
+        let (status, body) = E2E.curl(tls ? ["-k", "https://127.0.0.1:\(port)/__seen"] : ["http://127.0.0.1:\(port)/__seen"])
         guard status == 200 else { throw TestFailure("__seen answered \(status)") }
         return try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String] ?? []
     }

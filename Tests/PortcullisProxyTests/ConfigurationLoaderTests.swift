@@ -33,7 +33,7 @@ struct ConfigurationLoaderTests {
 
     @Test(arguments: [
         ("routes:\n  - {path: /x, upstream: nope}\nupstreams:\n  app: {url: \"http://127.0.0.1:1\"}", "routes[0].upstream"),
-        ("upstreams:\n  app: {url: \"https://a:1\"}\nroutes:\n  - {path: /x, upstream: app}", "upstreams.app.url"),
+        ("upstreams:\n  app: {url: \"https://a:0\"}\nroutes:\n  - {path: /x, upstream: app}", "upstreams.app.url"),
         ("upstreams:\n  app: {url: \"http://127.0.0.1:1\"}\nroutes:\n  - {path: x, upstream: app}", "routes[0].path"),
         ("upstreams:\n  app: {url: \"http://127.0.0.1:1\"}\nroutes:\n  - {path: /a/../b, upstream: app}", "routes[0].path"),
         ("upstreams:\n  app: {url: \"http://127.0.0.1:1\"}\nroutes:\n  - {path: /x, upstream: app}\ntimeouts: {idle: soon}", "timeouts.idle"),

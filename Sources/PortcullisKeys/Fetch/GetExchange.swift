@@ -72,7 +72,7 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
                 guard phase == .resolving else { return }  // timed out meanwhile
                 switch result {
                 case .success(let found): addresses = found; connectNext()
-                case .failure(let error): finish(.failure(error))
+                case .failure(let error): finish(.failure(.resolutionFailed(host: error.host, reason: error.reason)))
                 }
             }
         }

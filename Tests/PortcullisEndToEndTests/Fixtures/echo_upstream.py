@@ -10,7 +10,7 @@ Special paths (anywhere in the path):
   /close-after     -> answers with keep-alive, then closes the connection anyway
   /big/<n>         -> answers with n bytes
   /upgrade         -> answers 101 and echoes raw bytes back (a WebSocket stand-in)
-Usage: echo_upstream.py PORT NAME
+Usage: echo_upstream.py PORT NAME [CERT KEY [CLIENT_CA]]
 """
 import json
 import socket
@@ -119,5 +119,14 @@ class Server(ThreadingHTTPServer):
 
 if __name__ == "__main__":
     server = Server(("127.0.0.1", int(sys.argv[1])), Handler)
+    if len(sys.argv) > 4:
+        # HTTPS: echo_upstream.py PORT NAME CERT KEY [CLIENT_CA] (CLIENT_CA: require a client certificate)
+        import ssl
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(sys.argv[3], sys.argv[4])
+        if len(sys.argv) > 5:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(sys.argv[5])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     print("ready", flush=True)
     server.serve_forever()

@@ -1,18 +1,25 @@
 import Dispatch
-import PortcullisIO
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Turns a URL host into socket addresses. IP literals and `localhost` are
-/// answered inline; other names go through getaddrinfo, which blocks, so it
-/// runs on its own queue and never on an event loop's.
-enum HostResolver {
+/// Why a host name gave no address.
+public struct ResolutionError: Error, CustomStringConvertible, Sendable, Equatable {
+    public var host: String
+    public var reason: String
+    public var description: String { "cannot resolve \(host): \(reason)" }
+}
+
+/// Turns a host into socket addresses, for every outbound client (upstreams, key
+/// hosts, Redis). IP literals and `localhost` are answered inline; other names go
+/// through getaddrinfo, which blocks, so it runs on its own queue and never on an
+/// event loop's.
+public enum HostResolver {
     /// getaddrinfo calls run here (concurrent: one slow name must not hold up another).
-    private static let queue = DispatchQueue(label: "portcullis.keys.resolver", attributes: .concurrent)
+    private static let queue = DispatchQueue(label: "portcullis.resolver", attributes: .concurrent)
 
     /// Addresses for `host`, or nil when a name lookup is needed.
-    static func literal(_ host: String, port: UInt16) -> [SocketAddress]? {
+    public static func literal(_ host: String, port: UInt16) -> [SocketAddress]? {
         if host == "localhost" {
             return (try? SocketAddress(parsing: "127.0.0.1:\(port)")).map { [$0] }
         }
@@ -22,8 +29,8 @@ enum HostResolver {
     }
 
     /// Resolves `host` off the loop; `completion` runs on the resolver queue.
-    static func resolve(_ host: String, port: UInt16,
-                        completion: @escaping @Sendable (Result<[SocketAddress], HTTPFetchError>) -> Void) {
+    public static func resolve(_ host: String, port: UInt16,
+                               completion: @escaping @Sendable (Result<[SocketAddress], ResolutionError>) -> Void) {
         queue.async { completion(lookup(host, port: port)) }
     }
 
@@ -31,14 +38,15 @@ enum HostResolver {
         String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    private static func lookup(_ host: String, port: UInt16) -> Result<[SocketAddress], HTTPFetchError> {
+    /// A blocking lookup: only from the resolver queue or before the loops start.
+    public static func lookup(_ host: String, port: UInt16) -> Result<[SocketAddress], ResolutionError> {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         hints.ai_flags = AI_ADDRCONFIG
         var list: UnsafeMutablePointer<addrinfo>?
         let rc = getaddrinfo(host, nil, &hints, &list)
-        guard rc == 0 else { return .failure(.resolutionFailed(host: host, reason: String(validatingCString: gai_strerror(rc)) ?? "error \(rc)")) }
+        guard rc == 0 else { return .failure(ResolutionError(host: host, reason: String(validatingCString: gai_strerror(rc)) ?? "error \(rc)")) }
         defer { freeaddrinfo(list) }
         var addresses = [SocketAddress]()
         var entry = list
@@ -60,6 +68,6 @@ enum HostResolver {
             }
             entry = info.pointee.ai_next
         }
-        return addresses.isEmpty ? .failure(.resolutionFailed(host: host, reason: "no IPv4 or IPv6 address")) : .success(addresses)
+        return addresses.isEmpty ? .failure(ResolutionError(host: host, reason: "no IPv4 or IPv6 address")) : .success(addresses)
     }
 }

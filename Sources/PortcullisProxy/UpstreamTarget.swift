@@ -1,0 +1,124 @@
+import Dispatch
+import Logging
+import PortcullisCore
+import PortcullisIO
+import PortcullisTLS
+
+/// What every loop's pool for one upstream shares: its addresses, its TLS client
+/// context and whether it is reachable.
+///
+/// - **Addresses.** An IP literal is fixed. A host name is resolved off the loops
+///   (getaddrinfo on the resolver queue): at start, every `resolve_interval`, and
+///   soon after a connect failure (at most once a second). Pools read the current
+///   list when they open a connection (a lock per new connection, never per
+///   request); each connection attempt starts at a rotating position and tries
+///   every address in turn before the request fails.
+/// - **TLS.** One `TLSClientContext` per upstream: verification against the system
+///   store or `ca_file`, SNI and host-name checks, and the session ticket of the
+///   last connection offered to the next (resumption).
+/// - **Reachability** is logged once per change (connect, resolution or TLS
+///   failure, then reachable again), whichever loop saw it.
+///
+/// Threading: any thread; mutable state under `lock`.
+public final class UpstreamTarget: @unchecked Sendable {
+    // @unchecked Sendable: mutable members only under `lock`; `tls` is immutable.
+    public let configuration: UpstreamConfiguration
+    public let tls: TLSClientContext?
+    private let lock = Lock()
+    private var addresses: [SocketAddress]
+    private var resolutionError: ResolutionError?
+    private var rotation = 0
+    private var failureReason: String?
+    private var lastResolveStart = 0.0
+    private var resolving = false
+    private var timer: DispatchSourceTimer?
+    private let logger: Logger?
+
+    public init(configuration: UpstreamConfiguration, logger: Logger?) throws(TLSFileError) {
+        self.configuration = configuration
+        self.logger = logger
+        tls = configuration.url.secure ? try TLSClientContext(caFile: configuration.caFile) : nil
+        addresses = configuration.url.literal.map { [$0] } ?? []
+    }
+
+    deinit { timer?.cancel() }
+
+    /// Resolves a host name now (blocking: call before the loops serve) and then on
+    /// a timer. Failure is not fatal: requests get 502 until a resolution succeeds.
+    public func startResolving() {
+        guard configuration.url.literal == nil else { return }
+        apply(HostResolver.lookup(configuration.url.host, port: configuration.url.port))
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        let interval = configuration.resolveInterval
+        timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .milliseconds(200))
+        timer.setEventHandler { [weak self] in self?.resolveSoon(force: true) }
+        timer.resume()
+        lock.withLock { self.timer = timer }
+    }
+
+    /// The addresses to try for one new connection, rotated so connections spread
+    /// over every address; empty with the reason when none is known.
+    func addressesForConnection() -> ([SocketAddress], ResolutionError?) {
+        lock.withLock {
+            guard !addresses.isEmpty else { return ([], resolutionError) }
+            rotation &+= 1
+            let start = rotation % addresses.count
+            return (Array(addresses[start...] + addresses[..<start]), nil)
+        }
+    }
+
+    /// Asks for a new resolution soon (after a connect failure); at most once a second.
+    func resolveSoon(force: Bool = false) {
+        guard configuration.url.literal == nil else { return }
+        let now = MonotonicClock.nowNanoseconds()
+        let start = lock.withLock { () -> Bool in
+            if resolving || (!force && Double(now) / 1e9 - lastResolveStart < 1) { return false }
+            resolving = true
+            lastResolveStart = Double(now) / 1e9
+            return true
+        }
+        guard start else { return }
+        HostResolver.resolve(configuration.url.host, port: configuration.url.port) { [weak self] result in
+            self?.apply(result)
+        }
+    }
+
+    private func apply(_ result: Result<[SocketAddress], ResolutionError>) {
+        lock.withLock {
+            resolving = false
+            switch result {
+            case .success(let found):
+                addresses = found
+                resolutionError = nil
+            case .failure(let error):
+                // Keep the last good addresses: a DNS hiccup must not take the upstream down.
+                resolutionError = error
+            }
+        }
+        if case .failure(let error) = result { reportFailure(error.description) }
+    }
+
+    /// A connect, resolution or TLS failure: logged when the upstream was reachable.
+    func reportFailure(_ reason: String) {
+        let changed = lock.withLock { () -> Bool in
+            defer { failureReason = reason }
+            return failureReason == nil
+        }
+        if changed {
+            logger?.warning("upstream unreachable", metadata: [
+                "upstream": "\(configuration.name)", "url": "\(configuration.url)", "error": "\(reason)"])
+        }
+    }
+
+    /// A connection worked: logged when the upstream was unreachable.
+    func reportSuccess() {
+        let changed = lock.withLock { () -> Bool in
+            defer { failureReason = nil }
+            return failureReason != nil
+        }
+        if changed { logger?.info("upstream reachable again", metadata: ["upstream": "\(configuration.name)"]) }
+    }
+
+    /// The last failure, nil while reachable (metrics, tests).
+    public var lastFailure: String? { lock.withLock { failureReason } }
+}
