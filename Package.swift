@@ -42,7 +42,7 @@ var package = Package(
         .target(name: "PortcullisTLS", dependencies: ["COpenSSL", "PortcullisCore", "PortcullisIO"]),
         // Redis client on the Dispatch loops (hiredis used only for its RESP reader).
         .target(name: "PortcullisRedis", dependencies: [
-            "CHiredis", "PortcullisCore", "PortcullisIO",
+            "CHiredis", "PortcullisCore", "PortcullisIO", "PortcullisTLS",
         ]),
         // Revocation storage: embedded (default) or shared through Redis.
         .target(name: "PortcullisStore", dependencies: [
@@ -54,9 +54,9 @@ var package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
         ]),
-        // Signing keys: outbound GET client (plain and TLS), key fetch / refresh / shared cache.
+        // Signing keys: outbound GET client (plain and TLS through PortcullisTLS), key fetch / refresh / shared cache.
         .target(name: "PortcullisKeys", dependencies: [
-            "COpenSSL", "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth", "PortcullisTLS",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // Configuration, wiring, admin endpoints, lifecycle.

@@ -165,9 +165,10 @@ def table(path):
             "error_text": [f"round {w['round']}: {t}" for w in rs for t in w["error_text"]],
         }
     base = summary.get("nginx", {}).get("rps")
+    haproxy = summary.get("haproxy", {}).get("rps")
     show_cpu = any(s["cpu"] is not None for s in summary.values())
-    head = "| row | req/s | ratio to nginx proxy | p50 ms | p99 ms |"
-    sep = "|---|---:|---:|---:|---:|"
+    head = "| row | req/s | ratio to nginx proxy |" + (" ratio to HAProxy |" if haproxy else "") + " p50 ms | p99 ms |"
+    sep = "|---|---:|---:|" + ("---:|" if haproxy else "") + "---:|---:|"
     if show_cpu:
         head += " server CPU µs per request |"
         sep += "---:|"
@@ -178,8 +179,10 @@ def table(path):
     for row in order:
         s = summary[row]
         ratio = s["rps"] / base if base and s["rps"] is not None else None
-        line = (f"| {s['label']} | {s['rps']:,.0f} | {_fmt(ratio, '.2f')} | "
-                f"{_fmt(s['p50'], '.2f')} | {_fmt(s['p99'], '.2f')} |")
+        line = f"| {s['label']} | {s['rps']:,.0f} | {_fmt(ratio, '.2f')} | "
+        if haproxy:
+            line += f"{_fmt(s['rps'] / haproxy if s['rps'] is not None else None, '.2f')} | "
+        line += f"{_fmt(s['p50'], '.2f')} | {_fmt(s['p99'], '.2f')} |"
         if show_cpu:
             line += f" {_fmt(s['cpu'], '.1f')} |"
         line += f" {s['errors']} | {', '.join(f'{x:,.0f}' for x in s['rps_all'])} |"

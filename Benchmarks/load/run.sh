@@ -17,6 +17,8 @@ usage: Benchmarks/load/run.sh [options]
   --header 'N: V'     extra request header (repeatable), sent through a wrk Lua script
   --keep DIR          copy configs, logs and raw wrk outputs to DIR
   --baseline BIN      add a row for another portcullis binary (e.g. main's build), same config
+  --tls               the proxies terminate TLS (EC P-256 leaf, TLS 1.3, tickets) and wrk speaks https;
+                      the upstream stays plain HTTP/1.1
 Environment: PORTCULLIS_BIN (default .build/release/portcullis), ROUNDS, DURATION,
 CONNECTIONS, WARMUP.
 USAGE
@@ -31,6 +33,7 @@ TARGET=""
 HEADERS=()
 KEEP=""
 BASELINE_BIN=""
+TLS=0
 INVOCATION="$0 $*"
 
 while [[ $# -gt 0 ]]; do
@@ -44,6 +47,7 @@ while [[ $# -gt 0 ]]; do
         --header) HEADERS+=("$2"); shift 2 ;;
         --keep) KEEP="$2"; shift 2 ;;
         --baseline) BASELINE_BIN="$2"; shift 2 ;;
+        --tls) TLS=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -91,14 +95,16 @@ else
         case "$r" in upstream|nginx|haproxy|portcullis) ;; *) echo "error: unknown row '$r' in --only" >&2; exit 2 ;; esac
     done
     start_upstream
+    (( TLS )) && make_tls_material
+    S="$(scheme)"; T=""; (( TLS )) && T=" (TLS)"
     wants upstream && add_row upstream "upstream direct (nginx return 200)" "http://127.0.0.1:$UPSTREAM_PORT/" "$UPSTREAM_PID"
-    if wants nginx; then start_nginx_proxy; add_row nginx "nginx proxy" "http://127.0.0.1:$NGINX_PORT/" "$NGINX_PID"; fi
-    if wants haproxy; then start_haproxy; add_row haproxy "HAProxy proxy" "http://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID"; fi
+    if wants nginx; then start_nginx_proxy; add_row nginx "nginx proxy$T" "$S://127.0.0.1:$NGINX_PORT/" "$NGINX_PID"; fi
+    if wants haproxy; then start_haproxy; add_row haproxy "HAProxy proxy$T" "$S://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID"; fi
     if [[ -n "$BASELINE_BIN" ]]; then
         start_portcullis "" "$BASELINE_BIN" baseline
-        add_row baseline "Portcullis baseline" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"
+        add_row baseline "Portcullis baseline$T" "$S://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"
     fi
-    if wants portcullis; then start_portcullis; add_row portcullis "Portcullis" "http://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"; fi
+    if wants portcullis; then start_portcullis; add_row portcullis "Portcullis$T" "$S://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"; fi
 fi
 [[ ${#ROW_NAMES[@]} -gt 0 ]] || { echo "error: no rows selected" >&2; exit 2; }
 

@@ -13,6 +13,24 @@ HELPER="python3 $HARNESS_DIR/harness.py"
 
 STARTED_PIDS=()
 
+# TLS (run.sh --tls, tls.sh): one EC P-256 leaf for 127.0.0.1 from a throwaway CA, made
+# in $WORKDIR. When TLS_CERT is set, the proxies' listeners terminate TLS with it, alike:
+# TLS 1.2/1.3, session tickets on, HTTP/1.1.
+TLS_CERT=""; TLS_KEY=""; TLS_BUNDLE=""
+make_tls_material() {
+    local d="$WORKDIR/tls"; mkdir -p "$d"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$d/ca.key" -out "$d/ca.pem" \
+        -days 2 -subj "/CN=Load CA" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$d/leaf.key" -out "$d/leaf.csr" \
+        -subj "/CN=127.0.0.1" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$d/leaf.ext"
+    openssl x509 -req -in "$d/leaf.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 1 \
+        -extfile "$d/leaf.ext" -out "$d/leaf.pem" 2>/dev/null
+    TLS_CERT="$d/leaf.pem"; TLS_KEY="$d/leaf.key"
+    cat "$d/leaf.pem" "$d/leaf.key" > "$d/haproxy.pem"; TLS_BUNDLE="$d/haproxy.pem"
+}
+scheme() { [[ -n "$TLS_CERT" ]] && echo https || echo http; }
+
 free_port() { $HELPER port; }
 
 stop_servers() {
@@ -31,7 +49,7 @@ stop_servers() {
 wait_http() {
     local url="$1" body="${2-}" out
     for _ in $(seq 1 100); do
-        if out="$(curl -fsS --max-time 1 "$url" 2>/dev/null)"; then
+        if out="$(curl -kfsS --max-time 1 "$url" 2>/dev/null)"; then
             if [[ -z "$body" || "$out" == "$body" ]]; then return 0; fi
         fi
         sleep 0.1
@@ -100,7 +118,8 @@ http {
         keepalive_timeout 300s;
     }
     server {
-        listen 127.0.0.1:$NGINX_PORT backlog=4096;
+        listen 127.0.0.1:$NGINX_PORT backlog=4096$([[ -n "$TLS_CERT" ]] && echo " ssl");
+$([[ -n "$TLS_CERT" ]] && printf '        ssl_certificate %s;\n        ssl_certificate_key %s;\n        ssl_protocols TLSv1.2 TLSv1.3;\n        ssl_session_tickets on;\n' "$TLS_CERT" "$TLS_KEY")
         location / {
             proxy_pass http://fast;
             proxy_http_version 1.1;
@@ -111,7 +130,7 @@ http {
 CONF
     nginx -e "$d/error.log" -p "$d" -c "$d/nginx.conf" &
     NGINX_PID=$!; STARTED_PIDS+=("$NGINX_PID")
-    wait_http "http://127.0.0.1:$NGINX_PORT/" ok
+    wait_http "$(scheme)://127.0.0.1:$NGINX_PORT/" ok
 }
 
 # start_haproxy [FRONTEND_RULES] -> sets HAPROXY_PORT, HAPROXY_PID
@@ -137,7 +156,7 @@ defaults
     timeout http-keep-alive 300s
 
 frontend fe
-    bind 127.0.0.1:$HAPROXY_PORT
+    bind 127.0.0.1:$HAPROXY_PORT$([[ -n "$TLS_CERT" ]] && echo " ssl crt $TLS_BUNDLE ssl-min-ver TLSv1.2 alpn http/1.1")
 $rules
     default_backend fast
 
@@ -148,10 +167,10 @@ CONF
     haproxy -db -f "$d/haproxy.cfg" > "$d/haproxy.out" 2>&1 &
     HAPROXY_PID=$!; STARTED_PIDS+=("$HAPROXY_PID")
     if [[ -n "$rules" ]]; then
-        for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$HAPROXY_PORT/" && return 0; sleep 0.1; done
+        for _ in $(seq 1 100); do curl -ks -o /dev/null "$(scheme)://127.0.0.1:$HAPROXY_PORT/" && return 0; sleep 0.1; done
         echo "error: HAProxy did not listen on $HAPROXY_PORT" >&2; return 1
     fi
-    wait_http "http://127.0.0.1:$HAPROXY_PORT/" ok
+    wait_http "$(scheme)://127.0.0.1:$HAPROXY_PORT/" ok
 }
 
 # start_portcullis [EXTRA_YAML [BIN [NAME [ROUTE_AUTH]]]] -> sets PORTCULLIS_PORT, PORTCULLIS_ADMIN, PORTCULLIS_PID
@@ -168,7 +187,7 @@ start_portcullis() {
     PORTCULLIS_ADMIN="$(free_port)"
     local d="$WORKDIR/$name"; mkdir -p "$d"
     cat > "$d/portcullis.yaml" <<CONF
-listen: [{address: "127.0.0.1:$PORTCULLIS_PORT"}]
+listen: [{address: "127.0.0.1:$PORTCULLIS_PORT"$([[ -n "$TLS_CERT" ]] && echo ", tls: {certificates: [{certificate: \"$TLS_CERT\", private_key: \"$TLS_KEY\"}]}")}]
 admin: {address: "127.0.0.1:$PORTCULLIS_ADMIN"}
 workers: 2
 access_log: off
@@ -184,6 +203,6 @@ CONF
     PORTCULLIS_PID=$!; STARTED_PIDS+=("$PORTCULLIS_PID")
     wait_http "http://127.0.0.1:$PORTCULLIS_ADMIN/healthz" || { cat "$d/portcullis.out" >&2; return 1; }
     if [[ "$route_auth" == none ]]; then
-        wait_http "http://127.0.0.1:$PORTCULLIS_PORT/" ok || { cat "$d/portcullis.out" >&2; return 1; }
+        wait_http "$(scheme)://127.0.0.1:$PORTCULLIS_PORT/" ok || { cat "$d/portcullis.out" >&2; return 1; }
     fi
 }

@@ -29,9 +29,9 @@ static inline int portcullis_evp_pkey_public_key_selection(void) { return EVP_PK
 // PortcullisAuth: selection for EVP_PKEY_fromdata of a key pair.
 static inline int portcullis_evp_pkey_keypair_selection(void) { return EVP_PKEY_KEYPAIR; }
 
-// PortcullisKeys (TLS client): SNI is a macro over SSL_ctrl.
+// PortcullisTLS (client): SNI is a macro over SSL_ctrl.
 static inline long portcullis_ssl_set_sni(SSL *ssl, const char *name) { return SSL_set_tlsext_host_name(ssl, name); }
-// PortcullisKeys (TLS client): TLS 1.2 minimum (a macro over SSL_CTX_ctrl).
+// PortcullisTLS (client): TLS 1.2 minimum (a macro over SSL_CTX_ctrl).
 static inline long portcullis_ssl_ctx_min_tls12(SSL_CTX *ctx) { return SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION); }
 
 // ---- PortcullisTLS: the one Swift owner of libssl. Macros over SSL_ctrl / SSL_CTX_ctrl / BIO_ctrl.

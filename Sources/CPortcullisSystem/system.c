@@ -36,6 +36,7 @@ int portcullis_epoll_wait(int epfd, unsigned long long *tokens, unsigned int *re
         unsigned int r = 0;
         if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) r |= PORTCULLIS_READABLE;
         if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) r |= PORTCULLIS_WRITABLE;
+        if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) r |= PORTCULLIS_PEER_CLOSED;
         tokens[i] = events[i].data.u64;
         ready[i] = r;
     }

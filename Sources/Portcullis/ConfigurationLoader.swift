@@ -192,9 +192,22 @@ public enum ConfigurationLoader {
             if let n = try node.optional("redis") {
                 let url = try n.string()
                 do { _ = try RedisConfiguration(url: url) } catch {
-                    throw n.error("expected redis://[user][:password]@host:port/db (\(error))")
+                    throw n.error("expected redis[s]://[user][:password]@host:port/db (\(error))")
                 }
                 store.redisURL = url
+            }
+            if var n = try node.optional("tls") {
+                // TLS to Redis (and the sentinels): implied by rediss://, needed here only to
+                // name a CA file or a server name, or for TLS with sentinel.
+                var tls = RedisConfiguration.TLS()
+                if let ca = try n.optional("ca_file") {
+                    let path = try ca.string()
+                    do { _ = try TLSClientContext(caFile: path) } catch { throw ca.error(error.description) }
+                    tls.caFile = path
+                }
+                tls.serverName = try n.optional("server_name")?.string()
+                try n.finish()
+                store.redisTLS = tls
             }
             if var n = try node.optional("sentinel") {
                 store.sentinelMaster = try n.required("master").string()

@@ -2,6 +2,7 @@ import Logging
 import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
+import PortcullisRedis
 import PortcullisTLS
 
 /// The whole gateway configuration, validated. Built by `ConfigurationLoader`
@@ -70,6 +71,8 @@ public struct StoreSettings: Sendable {
     public var redisURL: String?
     public var sentinelMaster: String?
     public var sentinelAddresses: [SocketAddress] = []
+    /// `store.tls`: TLS settings for Redis (rediss:// turns TLS on by itself).
+    public var redisTLS: RedisConfiguration.TLS?
     /// How long the last synchronized revocation view is trusted while Redis is unreachable.
     public var maxStaleness: Double = 30
     /// After `maxStaleness`: true → 503 for authenticated requests, false → allow.

@@ -39,6 +39,10 @@ public final class StreamSocket: @unchecked Sendable {
     private var readReady = false
     /// The last edge said writable and no write has since found the socket full.
     private var writeReady = false
+    /// The poller said the peer closed its side. From then on a short read does not
+    /// mean drained: the end of file behind the last bytes still has to be read, and
+    /// no further edge will announce it (data and FIN often arrive in one event).
+    private var peerClosed = false
     private var isRegistered = false
     /// Queued with the loop to run handlers (see `EventLoop.scheduleHandlers`).
     private var isScheduled = false
@@ -124,6 +128,7 @@ public final class StreamSocket: @unchecked Sendable {
 
     /// An edge from the poller.
     func ready(_ bits: UInt32) {
+        if bits & 4 != 0 { peerClosed = true }
         if bits & 2 != 0 { writeReady = true }
         if bits & 1 != 0 { readReady = true }
         runHandlers()
@@ -169,7 +174,9 @@ public final class StreamSocket: @unchecked Sendable {
     public func rawRead(into buffer: UnsafeMutableRawBufferPointer) -> IOResult {
         let result = System.read(fd, into: buffer)
         switch result {
-        case .bytes(let n) where n < buffer.count: readReady = false
+        case .bytes(let n) where n < buffer.count:
+            // With the peer gone, the handler must run once more to read the end of file.
+            if peerClosed { schedule() } else { readReady = false }
         case .wouldBlock: readReady = false
         default: break
         }

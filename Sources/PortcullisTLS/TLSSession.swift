@@ -190,7 +190,7 @@ public final class TLSSession: StreamSecurity {
             if verify != X509_V_OK && !portcullisIsServer(ssl) {
                 let text = X509_verify_cert_error_string(verify).map { String(cString: $0) } ?? "code \(verify)"
                 _ = TLSError.drainQueue()
-                lastFailure = TLSError("certificate verification", reason: text)
+                lastFailure = TLSError("certificate verification failed", reason: text)
             } else if socketErrno != 0 {
                 _ = TLSError.drainQueue()
                 lastFailure = TLSError(operation, reason: IOError("socket", errno: socketErrno).description)

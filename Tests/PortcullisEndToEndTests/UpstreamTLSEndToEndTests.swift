@@ -109,3 +109,47 @@ import Testing
         }
     }
 }
+
+/// `rediss://`: the revocation store over TLS through the same TLS layer.
+@Suite(.serialized) struct RedisTLSEndToEndTests {
+    static func config(_ store: String, upstream: EchoUpstream) -> String {
+        """
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
+        store: \(store)
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api/v1/auth/logout, upstream: app, auth: required, revoke_on_success: true}
+          - {path: /, upstream: app, auth: required}
+        """
+    }
+
+    @Test func revocationsTravelOverRediss() throws {
+        let pki = try TestPKI()
+        let leaf = try pki.leaf(["redis.test", "IP:127.0.0.1"])
+        let redis = try RedisProcess(tlsCertificate: leaf.certificate, key: leaf.key, ca: pki.caCertificate)
+        let upstream = try EchoUpstream()
+        let store = "{redis: \"rediss://127.0.0.1:\(redis.port)/0\", tls: {ca_file: \"\(pki.caCertificate)\"}}"
+        let a = try GatewayProcess(Self.config(store, upstream: upstream))
+        let b = try GatewayProcess(Self.config(store, upstream: upstream))
+        #expect(waitUntil(5) { E2E.curl(["http://127.0.0.1:\(a.adminPort)/readyz"]).status == 200 })
+        let credential = try a.mint(["--provider", "app"])
+        #expect(waitUntil(5) { E2E.curl(["-H", credential, "\(b.url)/visits"]).status == 200 })
+        #expect(E2E.curl(["-X", "POST", "-H", credential, "\(a.url)/api/v1/auth/logout"]).status == 200)
+        #expect(waitUntil(5) { E2E.curl(["-H", credential, "\(b.url)/visits"]).status == 401 }, "enforced by the other instance")
+        #expect(redis.cli(["--scan"]).split(separator: "\n").contains { $0.hasPrefix("portcullis:") }, "stored in the TLS Redis")
+    }
+
+    @Test func aRedisCertificateFromAnUnknownAuthorityIsRefusedWithTheReason() throws {
+        let pki = try TestPKI()
+        let stranger = try TestPKI(name: "Stranger CA")
+        let leaf = try stranger.leaf(["redis.test", "IP:127.0.0.1"])
+        let redis = try RedisProcess(tlsCertificate: leaf.certificate, key: leaf.key, ca: stranger.caCertificate)
+        let upstream = try EchoUpstream()
+        let store = "{redis: \"rediss://127.0.0.1:\(redis.port)/0\", tls: {ca_file: \"\(pki.caCertificate)\"}}"
+        let gateway = try GatewayProcess(Self.config(store, upstream: upstream) + "\nrevocation: {max_staleness: 1s, on_unavailable: deny}")
+        #expect(waitUntil(8) { E2E.curl(["http://127.0.0.1:\(gateway.adminPort)/readyz"]).status == 503 })
+        #expect(gateway.waitForLog("certificate verification"), "the log says why: \(gateway.log.suffix(1500))")
+    }
+}

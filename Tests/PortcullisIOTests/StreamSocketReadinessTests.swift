@@ -53,6 +53,39 @@ import Glibc
         #expect(String(decoding: received, as: UTF8.self) == "early")
     }
 
+    /// Data and FIN in one event: a reader that stops at its short read must still be
+    /// told about the end of file, though no further edge will come.
+    @Test func anEndOfFileBehindTheLastBytesIsDeliveredToAReaderThatStopsAtAShortRead() {
+        for _ in 0..<20 {
+            let loop = EventLoop(index: 0)
+            let (near, far) = Self.socketPair()
+            Self.write(far, "last words")
+            Glibc.close(far)
+            let ended = DispatchSemaphore(value: 0)
+            nonisolated(unsafe) var received: [UInt8] = []
+            loop.queue.async {
+                let socket = StreamSocket(fd: near, loop: loop)
+                socket.startReading {
+                    while true {
+                        switch socket.read(into: loop.readScratch) {
+                        case .bytes(let n):
+                            received += loop.readScratch[0..<n]
+                            if n < loop.readScratch.count { return }  // "drained", by the usual rule
+                        case .endOfFile:
+                            socket.close()
+                            ended.signal()
+                            return
+                        default:
+                            return
+                        }
+                    }
+                }
+            }
+            #expect(ended.wait(timeout: .now() + 5) == .success, "the end of file was never delivered")
+            #expect(String(decoding: received, as: UTF8.self) == "last words")
+        }
+    }
+
     @Test func bytesThatArrivedWhilePausedAreDeliveredOnResume() {
         let loop = EventLoop(index: 0)
         let (near, far) = Self.socketPair()

@@ -49,7 +49,7 @@ import PortcullisIO
         #expect(e.password == nil && e.handshake.isEmpty)
     }
 
-    @Test(arguments: ["http://127.0.0.1", "redis://127.0.0.1:x", "redis://127.0.0.1/zero", "redis://example.com:6379", "rediss://127.0.0.1"])
+    @Test(arguments: ["http://127.0.0.1", "redis://127.0.0.1:x", "redis://127.0.0.1/zero", "redis://example.com:6379", "rediss://bad_host:6379"])
     func badURLsAreRefused(_ url: String) {
         #expect(throws: RedisError.self) { _ = try RedisConfiguration(url: url) }
     }

@@ -153,7 +153,7 @@ import Glibc
                                                   caFile: pki.caCertificate, serverName: "api.test"))
         #expect(run.client.failed)
         run.client.socket.loop.queue.sync {
-            #expect(run.clientSession.lastFailure?.operation == "certificate verification", "\(String(describing: run.clientSession.lastFailure))")
+            #expect(run.clientSession.lastFailure?.operation == "certificate verification failed", "\(String(describing: run.clientSession.lastFailure))")
         }
     }
 

@@ -15,12 +15,28 @@ public final class RedisProcess: @unchecked Sendable {
     private let arguments: [String]
     public private(set) var pid: pid_t = 0
 
+    /// `redis-cli` flags for a TLS server (empty for a plain one).
+    private var cliTLS: [String] = []
+
     /// A plain server: `redis-server --port N --save "" --appendonly no` plus `extra`.
     public init(extra: [String] = []) throws {
         port = Loopback.freePort()
         directory = RedisProcess.makeDirectory()
         arguments = ["/usr/bin/redis-server", "--port", "\(port)", "--bind", "127.0.0.1", "--save", "",
                      "--appendonly", "no", "--dir", directory, "--protected-mode", "no"] + extra
+        try launch()
+    }
+
+    /// A TLS-only server (`--port 0 --tls-port N`) with this certificate; clients
+    /// are not asked for certificates.
+    public init(tlsCertificate: String, key: String, ca: String) throws {
+        port = Loopback.freePort()
+        directory = RedisProcess.makeDirectory()
+        arguments = ["/usr/bin/redis-server", "--port", "0", "--tls-port", "\(port)", "--bind", "127.0.0.1",
+                     "--tls-cert-file", tlsCertificate, "--tls-key-file", key, "--tls-ca-cert-file", ca,
+                     "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", directory,
+                     "--protected-mode", "no"]
+        cliTLS = ["--tls", "--cacert", ca]
         try launch()
     }
 
@@ -72,7 +88,7 @@ public final class RedisProcess: @unchecked Sendable {
     /// Runs `redis-cli -p <port> args…` and returns its stdout (trimmed).
     @discardableResult
     public func cli(_ args: [String]) -> String {
-        RedisProcess.capture(["/usr/bin/redis-cli", "-h", "127.0.0.1", "-p", "\(port)"] + args)
+        RedisProcess.capture(["/usr/bin/redis-cli", "-h", "127.0.0.1", "-p", "\(port)"] + cliTLS + args)
     }
 
     // MARK: Helpers

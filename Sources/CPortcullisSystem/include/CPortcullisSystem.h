@@ -17,6 +17,8 @@ void portcullis_ignore_sigpipe(void);
 /// Readiness bits reported by `portcullis_epoll_wait`.
 #define PORTCULLIS_READABLE 1u  /* EPOLLIN, EPOLLRDHUP, EPOLLHUP or EPOLLERR */
 #define PORTCULLIS_WRITABLE 2u  /* EPOLLOUT, EPOLLHUP or EPOLLERR */
+/* The peer closed its side (EPOLLRDHUP/HUP/ERR): a short read may leave an end of file unread. */
+#define PORTCULLIS_PEER_CLOSED 4u
 
 /// epoll_create1(EPOLL_CLOEXEC).
 int portcullis_epoll_create(void);

@@ -101,6 +101,7 @@ public final class StoreRevocations: RevocationChecking {
         if let master = settings.sentinelMaster {
             configuration.topology = .sentinel(masterName: master, sentinels: settings.sentinelAddresses)
         }
+        if let tls = settings.redisTLS { configuration.tls = tls }
         return configuration
     }
 
@@ -116,6 +117,8 @@ public final class StoreRevocations: RevocationChecking {
                 logger.info("revocation store synchronized", metadata: ["redis": "\(target)", "entries": "\(entries)"])
             case .degraded(let reason):
                 logger.warning("revocation store degraded: serving the last synchronized view", metadata: ["redis": "\(target)", "reason": "\(reason)"])
+            case .unreachable(let reason):
+                logger.error("revocation store unreachable", metadata: ["redis": "\(target)", "reason": "\(reason)"])
             case .stale:
                 logger.error("revocation view is stale beyond revocation.max_staleness; on_unavailable applies", metadata: ["redis": "\(target)"])
             }

@@ -1,6 +1,7 @@
 import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
+import PortcullisTLS
 
 /// One GET, from connect to the last body byte, as a state machine on one
 /// event loop. Nothing here blocks: connect, write and read are driven by the
@@ -14,7 +15,7 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     // @unchecked Sendable: every member is touched only on `loop.queue`; the
     // only cross-queue hop (resolution) re-enters through `loop.execute`.
 
-    private enum Phase { case resolving, connecting, handshaking, reading, finished }
+    private enum Phase { case resolving, connecting, reading, finished }
 
     private let url: FetchURL
     private let options: HTTPFetchOptions
@@ -27,10 +28,8 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     private var lastConnectError: HTTPFetchError?
     private var socket: StreamSocket?
     private var outbound = ByteBuffer()
+    /// `https://`: the socket is secured by the one TLS layer (PortcullisTLS).
     private let tlsContext: TLSClientContext?
-    private var tls: TLSClientSession?
-    /// Decrypted bytes land here (TLS only; freed in deinit).
-    private var plaintext = UnsafeMutableRawBufferPointer(start: nil, count: 0)
 
     private var inbound: [UInt8] = []
     private var headParser = ResponseHeadParser()
@@ -54,8 +53,6 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
         self.completion = completion
         self.chunked = ChunkedDecoder(limits: HTTPLimits(maxBodyBytes: options.maxBodyBytes))
     }
-
-    deinit { if plaintext.count > 0 { plaintext.deallocate() } }
 
     /// On `loop.queue`.
     func start() {
@@ -127,49 +124,20 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
         request.append("\r\nUser-Agent: ")
         request.append(options.userAgent)
         request.append("\r\nAccept: application/json, */*;q=0.5\r\nConnection: close\r\n\r\n")
-        let requestBytes = Array(request.readable)
         if let tlsContext {
+            // The one TLS layer: the socket carries plaintext from here on, and the
+            // request's first write drives the handshake.
             do {
-                tls = try TLSClientSession(context: tlsContext, host: url.host, isIPLiteral: url.hostIsIPLiteral)
+                try TLSSession.secureClient(socket, context: tlsContext, serverName: url.host)
             } catch {
                 finish(.failure(.tlsFailed(url: url.description, reason: "\(error)")))
                 return
             }
-            pendingRequest = requestBytes
-            phase = .handshaking
-            socket.startReading { [self] in readable() }
-            continueHandshake()
-        } else {
-            phase = .reading
-            outbound.append(requestBytes)
-            socket.startReading { [self] in readable() }
-            flushOutbound()
         }
-    }
-
-    /// The request, held until the TLS handshake completes.
-    private var pendingRequest: [UInt8] = []
-
-    private func continueHandshake() {
-        guard phase == .handshaking, let tls else { return }
-        let step = tls.handshake()
-        tls.takeCiphertext { outbound.append($0) }
-        switch step {
-        case .wantRead:
-            flushOutbound()
-        case .failed(let reason):
-            finish(.failure(.tlsFailed(url: url.description, reason: reason)))
-        case .done:
-            phase = .reading
-            guard tls.write(pendingRequest) else {
-                finish(.failure(.tlsFailed(url: url.description, reason: "SSL_write: \(TLSErrors.drain())")))
-                return
-            }
-            pendingRequest = []
-            tls.takeCiphertext { outbound.append($0) }
-            flushOutbound()
-            drainTLS()  // application data may have arrived with the last handshake flight
-        }
+        phase = .reading
+        outbound.append(request.readable)
+        socket.startReading { [self] in readable() }
+        flushOutbound()
     }
 
     /// Sends queued bytes; waits for writability when the kernel pushes back.
@@ -181,64 +149,39 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
         case .pending:
             socket.waitUntilWritable { [self] in flushOutbound() }
         case .failed:
-            finish(.failure(.connectionLost(url: url.description, reason: "write failed")))
+            finish(.failure((socket.security as? TLSSession)?.lastFailure.map { .tlsFailed(url: url.description, reason: $0.description) }
+                            ?? .connectionLost(url: url.description, reason: "write failed")))
         }
     }
 
     // MARK: Read
 
     private func readable() {
-        guard phase == .reading || phase == .handshaking, let socket else { return }
+        guard phase == .reading, let socket else { return }
         let scratch = loop.readScratch
-        while phase == .reading || phase == .handshaking {
+        while phase == .reading {
             switch socket.read(into: scratch) {
             case .bytes(let n):
-                let bytes = UnsafeRawBufferPointer(rebasing: scratch[0..<n])
-                if let tls {
-                    tls.receiveCiphertext(bytes)
-                    if phase == .handshaking { continueHandshake() } else { drainTLS() }
-                } else {
-                    received(bytes)
-                }
+                received(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+                if n < scratch.count { return }
             case .wouldBlock:
                 return
             case .endOfFile:
-                if tls != nil, phase == .reading { drainTLS() }
-                if phase == .reading && tls != nil && framing == .untilClose {
-                    // Without close_notify the end of an until-close body cannot be trusted.
-                    finish(.failure(.connectionLost(url: url.description, reason: "TLS connection closed without close_notify")))
-                } else {
-                    endOfInput()
-                }
+                endOfInput()
                 return
             case .failed(let code):
-                finish(.failure(.connectionLost(url: url.description, reason: IOError("read", errno: code).description)))
+                finish(.failure(failure(reading: code)))
                 return
             }
         }
     }
 
-    /// Decrypts whatever OpenSSL can and feeds it to the response parser.
-    private func drainTLS() {
-        guard let tls else { return }
-        if plaintext.count == 0 { plaintext = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16) }
-        let scratch = plaintext
-        while phase == .reading {
-            switch tls.read(into: scratch) {
-            case .bytes(let n):
-                received(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
-            case .wantRead:
-                tls.takeCiphertext { outbound.append($0) }  // e.g. a key update answer
-                if !outbound.isEmpty { flushOutbound() }
-                return
-            case .closed:
-                endOfInput()
-                return
-            case .failed(let reason):
-                finish(.failure(.tlsFailed(url: url.description, reason: reason)))
-                return
-            }
+    /// A read failure: the TLS reason when the handshake or a record failed.
+    private func failure(reading code: Int32) -> HTTPFetchError {
+        if let tls = socket?.security as? TLSSession, let reason = tls.lastFailure {
+            return .tlsFailed(url: url.description, reason: reason.description)
         }
+        return .connectionLost(url: url.description, reason: IOError("read", errno: code).description)
     }
 
     private func received(_ bytes: UnsafeRawBufferPointer) {
@@ -318,8 +261,8 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     }
 
     private func endOfInput() {
-        guard phase == .reading || phase == .handshaking else { return }
-        if phase == .handshaking {
+        guard phase == .reading else { return }
+        if let socket, socket.security != nil, !socket.isHandshakeComplete {
             finish(.failure(.tlsFailed(url: url.description, reason: "connection closed during the handshake")))
             return
         }
@@ -361,7 +304,6 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
         loop.unwatchDeadline(self)
         socket?.close()
         socket = nil
-        tls = nil
         inbound = []
         let completion = self.completion
         self.completion = nil

@@ -1,5 +1,6 @@
 import Dispatch
 import PortcullisIO
+import PortcullisTLS
 
 /// A small outbound HTTP/1.1 GET client for key documents, driven by a
 /// PortcullisIO event loop. One connection per request (`Connection: close`);
@@ -65,7 +66,9 @@ final class TLSContextSlot: @unchecked Sendable {
         lock.sync { () -> Result<TLSClientContext, HTTPFetchError> in
             if let made { return made }
             let result: Result<TLSClientContext, HTTPFetchError>
-            do throws(HTTPFetchError) { result = .success(try TLSClientContext(caFile: caFile)) } catch { result = .failure(error) }
+            do { result = .success(try TLSClientContext(caFile: caFile)) } catch {
+                result = .failure(.tlsFailed(url: "", reason: "\(error)"))
+            }
             made = result
             return result
         }

@@ -8,12 +8,14 @@ extension RedisConfiguration {
     /// - `port` defaults to 6379, `db` to 0.
     /// - user and password are percent-decoded; `redis://:secret@…` is the
     ///   `default` user, `redis://alice:secret@…` an ACL user.
-    /// - `rediss://` (TLS) is refused: there is no TLS client yet.
+    /// - `rediss://` is the same over TLS (verified against the system store unless
+    ///   `tls.caFile` says otherwise); its host may be a name, resolved off the loops.
     public init(url: String) throws(RedisError) {
-        guard url.hasPrefix("redis://") else {
-            throw .invalidConfiguration("'\(Self.redacted(url))' does not start with redis://")
+        let secure = url.hasPrefix("rediss://")
+        guard url.hasPrefix("redis://") || secure else {
+            throw .invalidConfiguration("'\(Self.redacted(url))' does not start with redis:// or rediss://")
         }
-        var rest = Substring(url.dropFirst("redis://".count))
+        var rest = Substring(url.dropFirst(secure ? "rediss://".count : "redis://".count))
         var username: String?
         var password: String?
         if let at = rest.lastIndex(of: "@") {
@@ -41,26 +43,39 @@ extension RedisConfiguration {
         var hostPort = String(rest)
         let hasPort = hostPort.hasPrefix("[") ? hostPort.contains("]:") : hostPort.contains(":")
         if !hasPort { hostPort += ":6379" }
-        let address: SocketAddress
-        do { address = try SocketAddress(parsing: hostPort) } catch {
-            throw .invalidConfiguration("host '\(rest)' in \(Self.redacted(url)): \(error)")
+        let topology: Topology
+        if let address = try? SocketAddress(parsing: hostPort) {
+            topology = .standalone(address)
+        } else {
+            // A name: DNS letters, digits, '-' and '.'; TLS services are reached by name.
+            guard let colon = hostPort.lastIndex(of: ":"), let port = UInt16(hostPort[hostPort.index(after: colon)...]), port > 0 else {
+                throw .invalidConfiguration("port in \(Self.redacted(url)) is not a number")
+            }
+            let host = hostPort[..<colon].lowercased()
+            guard secure, !host.isEmpty,
+                  host.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D || $0 == 0x2E }) else {
+                throw .invalidConfiguration("host '\(rest)' in \(Self.redacted(url)): a numeric address or localhost (host names need rediss://)")
+            }
+            topology = host == "localhost" ? .standalone(try! SocketAddress(parsing: "127.0.0.1:\(port)")) : .standaloneHost(host, port: port)
         }
         if username != nil && password == nil {
             // "redis://secret@host" is read by most clients as a password.
             password = username
             username = nil
         }
-        self.init(topology: .standalone(address), username: username, password: password, database: database)
+        self.init(topology: topology, username: username, password: password, database: database)
+        if secure { tls = TLS() }
     }
 
     /// The URL with any password replaced by `***`, for logs and errors.
     public static func redacted(_ url: String) -> String {
-        guard url.hasPrefix("redis://"), let at = url.lastIndex(of: "@") else { return url }
-        let start = url.index(url.startIndex, offsetBy: "redis://".count)
+        let scheme = url.hasPrefix("rediss://") ? "rediss://" : "redis://"
+        guard url.hasPrefix(scheme), let at = url.lastIndex(of: "@") else { return url }
+        let start = url.index(url.startIndex, offsetBy: scheme.count)
         guard start <= at else { return url }
         let userinfo = url[start..<at]
-        guard let colon = userinfo.firstIndex(of: ":") else { return "redis://***" + url[at...] }
-        return "redis://" + userinfo[..<colon] + ":***" + url[at...]
+        guard let colon = userinfo.firstIndex(of: ":") else { return scheme + "***" + url[at...] }
+        return scheme + userinfo[..<colon] + ":***" + url[at...]
     }
 
     private static func percentDecoded(_ text: Substring) throws(RedisError) -> String {

@@ -6,6 +6,9 @@ public struct RedisConfiguration: Sendable, Equatable {
     /// Where the server is: one address, or a master found through Sentinel.
     public enum Topology: Sendable, Equatable {
         case standalone(SocketAddress)
+        /// A host name, resolved off the loops (HostResolver) on every connect: managed
+        /// Redis services move their address on failover.
+        case standaloneHost(String, port: UInt16)
         /// Ask each sentinel in turn for `masterName` (`SENTINEL get-master-addr-by-name`),
         /// and ask again after a disconnect, a `+switch-master` event or a `-READONLY` reply.
         case sentinel(masterName: String, sentinels: [SocketAddress])
@@ -28,6 +31,19 @@ public struct RedisConfiguration: Sendable, Equatable {
     /// behind it would wait too. Default true.
     public var reconnectOnTimeout: Bool
     public var backoff: ReconnectBackoff
+    /// TLS (`rediss://`) to the server, and to the sentinels when they are used.
+    public var tls: TLS?
+
+    /// How a TLS connection to Redis is verified: against the system store or
+    /// `caFile`, for `serverName` (default: the host of the URL or the address).
+    public struct TLS: Sendable, Equatable {
+        public var caFile: String?
+        public var serverName: String?
+        public init(caFile: String? = nil, serverName: String? = nil) {
+            self.caFile = caFile
+            self.serverName = serverName
+        }
+    }
 
     public init(topology: Topology, username: String? = nil, password: String? = nil, database: Int = 0,
                 sentinelPassword: String? = nil, commandTimeout: Double = 2, connectTimeout: Double = 1,

@@ -1,5 +1,6 @@
 import Dispatch
 import PortcullisIO
+import PortcullisTLS
 
 /// Keeps one `RedisConnection` alive: resolve the address (fixed or Sentinel),
 /// connect, run the handshake (AUTH, SELECT, ROLE check), hand the ready connection
@@ -18,6 +19,7 @@ final class ConnectionSupervisor: @unchecked Sendable {
         var connectTimeout: Double
         var reconnectOnTimeout: Bool
         var backoff: ReconnectBackoff
+        var tls: RedisTLSClient? = nil
     }
 
     let loop: EventLoop
@@ -97,7 +99,7 @@ final class ConnectionSupervisor: @unchecked Sendable {
     }
 
     private func open(_ address: SocketAddress) {
-        let conn = RedisConnection(address: address, loop: loop, reconnectOnTimeout: options.reconnectOnTimeout)
+        let conn = RedisConnection(address: address, loop: loop, reconnectOnTimeout: options.reconnectOnTimeout, tls: options.tls)
         attemptConnection = conn
         conn.onPush = onPush
         conn.onClose = { [weak self, unowned conn] error in self?.closed(conn, error) }
@@ -189,18 +191,35 @@ extension RedisConfiguration {
     /// How the master is found (a fixed address, or through Sentinel, whose
     /// answer is then checked with ROLE) and the supervisor options that go
     /// with it; shared by the client and the subscriber.
+    /// A TLS context that cannot be made (an unreadable CA file; the loader checks it
+    /// first) turns into a resolver that fails every attempt with the reason.
     func supervisorSetup() -> (resolver: AddressResolver, options: ConnectionSupervisor.Options) {
-        let resolver: AddressResolver
+        var client: RedisTLSClient?
+        var tlsError: String?
+        if let tls {
+            do {
+                let context = try TLSClientContext(caFile: tls.caFile)
+                var name = tls.serverName
+                if name == nil, case .standaloneHost(let host, _) = topology { name = host }
+                client = RedisTLSClient(context: context, serverName: name)
+            } catch {
+                tlsError = "TLS: \(error)"
+            }
+        }
+        var resolver: AddressResolver
         var verifyMaster = false
         switch topology {
         case .standalone(let address):
             resolver = FixedAddress(address)
+        case .standaloneHost(let host, let port):
+            resolver = ResolvedHost(host: host, port: port)
         case .sentinel(let name, let sentinels):
             resolver = SentinelDiscovery(masterName: name, sentinels: sentinels,
-                                         password: sentinelPassword, timeout: connectTimeout)
+                                         password: sentinelPassword, timeout: connectTimeout, tls: client)
             verifyMaster = true
         }
+        if let tlsError { resolver = FailingResolver(reason: tlsError) }
         return (resolver, .init(handshake: handshake, verifyMaster: verifyMaster, connectTimeout: connectTimeout,
-                                reconnectOnTimeout: reconnectOnTimeout, backoff: backoff))
+                                reconnectOnTimeout: reconnectOnTimeout, backoff: backoff, tls: client))
     }
 }

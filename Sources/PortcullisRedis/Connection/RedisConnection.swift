@@ -1,6 +1,7 @@
 import Dispatch
 import PortcullisCore
 import PortcullisIO
+import PortcullisTLS
 
 /// One TCP connection to one Redis server, pinned to one event loop: connect,
 /// pipelined commands matched to replies in FIFO order, per-command deadlines, and
@@ -38,10 +39,32 @@ final class RedisConnection: @unchecked Sendable {
     private var connectDeadline: UInt64 = 0
     private var onConnected: (() -> Void)?
 
-    init(address: SocketAddress, loop: EventLoop, reconnectOnTimeout: Bool) {
+    /// TLS for this connection (`rediss://`), through the one TLS layer.
+    private let tls: RedisTLSClient?
+
+    init(address: SocketAddress, loop: EventLoop, reconnectOnTimeout: Bool, tls: RedisTLSClient? = nil) {
         self.address = address
         self.loop = loop
         self.reconnectOnTimeout = reconnectOnTimeout
+        self.tls = tls
+    }
+
+    /// Secures a new socket; false (and closed, asynchronously) when TLS cannot start.
+    private func secure(_ socket: StreamSocket) -> Bool {
+        guard let tls else { return true }
+        do {
+            try TLSSession.secureClient(socket, context: tls.context, serverName: tls.serverName ?? address.host)
+            return true
+        } catch {
+            loop.execute { [self] in close(.disconnected(reason: "TLS to \(address): \(error)")) }
+            return false
+        }
+    }
+
+    /// What went wrong, with the TLS reason when the handshake failed.
+    private func failureReason(_ what: String) -> String {
+        if let failure = (socket?.security as? TLSSession)?.lastFailure { return "\(what): TLS: \(failure)" }
+        return what
     }
 
     // MARK: Connect
@@ -57,9 +80,11 @@ final class RedisConnection: @unchecked Sendable {
         switch Connector.start(to: address, on: loop) {
         case .connected(let s):
             socket = s
+            guard secure(s) else { return }
             loop.execute { [self] in if state == .connecting { didConnect() } }
         case .inProgress(let s):
             socket = s
+            guard secure(s) else { return }
             s.waitUntilWritable { [self] in
                 guard state == .connecting else { return }
                 if let error = Connector.finishConnect(s) {
@@ -139,7 +164,7 @@ final class RedisConnection: @unchecked Sendable {
                 socket.waitUntilWritable(writable)
                 return
             case .failed:
-                close(.disconnected(reason: "write to \(address) failed"))
+                close(.disconnected(reason: failureReason("write to \(address) failed")))
                 return
             }
         }
@@ -166,10 +191,10 @@ final class RedisConnection: @unchecked Sendable {
             case .wouldBlock:
                 return
             case .endOfFile:
-                close(.disconnected(reason: "\(address) closed the connection"))
+                close(.disconnected(reason: failureReason("\(address) closed the connection")))
                 return
             case .failed(let errno):
-                close(.disconnected(reason: "read from \(address): \(IOError("read", errno: errno))"))
+                close(.disconnected(reason: failureReason("read from \(address): \(IOError("read", errno: errno))")))
                 return
             }
         }

@@ -11,8 +11,11 @@ final class SentinelDiscovery: AddressResolver {
     private var sentinels: [SocketAddress]
     private let password: String?
     private let timeout: Double
+    /// Sentinels are spoken to over TLS when the data connections are.
+    private let tls: RedisTLSClient?
 
-    init(masterName: String, sentinels: [SocketAddress], password: String?, timeout: Double) {
+    init(masterName: String, sentinels: [SocketAddress], password: String?, timeout: Double, tls: RedisTLSClient? = nil) {
+        self.tls = tls
         precondition(!sentinels.isEmpty, "Sentinel topology needs at least one sentinel")
         self.masterName = masterName
         self.sentinels = sentinels
@@ -32,7 +35,7 @@ final class SentinelDiscovery: AddressResolver {
             return
         }
         let sentinel = sentinels[index]
-        let conn = RedisConnection(address: sentinel, loop: loop, reconnectOnTimeout: false)
+        let conn = RedisConnection(address: sentinel, loop: loop, reconnectOnTimeout: false, tls: tls)
         conn.onClose = { [self] error in query(index + 1, on: loop, lastError: error, completion: completion) }
         conn.connect(timeout: timeout) { [self] in
             if let password { conn.enqueue(.strings(["AUTH", password]), timeout: timeout) { _ in } }

@@ -87,4 +87,7 @@ public enum StoreEvent: Sendable, Equatable {
     case degraded(reason: String)
     /// `maxStaleness` passed while degraded: the unavailable policy now applies.
     case stale
+    /// The backend could not be reached before it was ever synchronized (start-up
+    /// with Redis down, a refused TLS certificate); once until it synchronizes.
+    case unreachable(reason: String)
 }

@@ -210,7 +210,13 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     private func subscriberStateChanged(_ state: RedisConnectionState) {
         guard case .disconnected(let error) = state, !isShutdown else { return }
         subscribed = false
-        guard synchronized else { return }
+        guard synchronized else {
+            if !everSynchronizedOnLoop && !reportedUnreachable {
+                reportedUnreachable = true
+                onEvent?(.unreachable(reason: error.description))
+            }
+            return
+        }
         synchronized = false
         let now = WallClock.nowSeconds()
         healthLock.withLock { unsyncedSince = now }
@@ -223,6 +229,9 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
             self.onEvent?(.stale)
         }
     }
+
+    /// `.unreachable` was reported (before the first synchronization). Only on `ioLoop`.
+    private var reportedUnreachable = false
 
     private func periodicResync() {
         if subscribed { resync() }
