@@ -7,12 +7,14 @@ import Glibc
 /// the same address with `SO_REUSEPORT`, so the kernel spreads new connections across
 /// loops and an accepted socket never hops queues.
 public final class Listener: @unchecked Sendable {
-    // @unchecked Sendable: `source` and `onAccept` are used only on `loop.queue`;
+    // @unchecked Sendable: `socket` and `onAccept` are used only on `loop.queue`;
     // `stop()` hops there.
     public let address: SocketAddress
     public unowned let loop: EventLoop
     private let fd: Int32
-    private var source: DispatchSourceRead?
+    /// The listening descriptor as the loop's poller sees it (owns `fd` once started).
+    private var socket: StreamSocket?
+    private var closed = false
 
     public init(address: SocketAddress, loop: EventLoop, backlog: Int32 = 1024) throws(IOError) {
         self.address = address
@@ -37,26 +39,37 @@ public final class Listener: @unchecked Sendable {
     }
 
     /// Starts accepting; `onAccept` runs on the loop's queue for each new socket.
+    ///
+    /// The listening descriptor sits in the loop's own edge-triggered poller, like
+    /// every connection (a `StreamSocket` used only for its readiness), not behind a
+    /// `DispatchSourceRead`: libdispatch re-arms its sources one-shot through its
+    /// manager thread (an `epoll_ctl`, an eventfd write and a thread wake-up per
+    /// accept), which under a handshake load cost more CPU than the accepts.
     public func start(_ onAccept: @escaping (StreamSocket, SocketAddress) -> Void) {
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: loop.queue)
+        loop.assertInLoop()
+        let socket = StreamSocket(fd: fd, loop: loop)
         let loop = self.loop
         let fd = self.fd
-        source.setEventHandler {
-            // Bounded so one busy listener cannot starve the loop's connections.
+        socket.startReading { [unowned socket] in
+            // Bounded so one busy listener cannot starve the loop's connections; what
+            // is left is accepted at the end of the pass.
             for _ in 0..<64 {
-                guard let (client, peer) = System.accept(fd) else { return }
+                guard let (client, peer) = System.accept(fd) else {
+                    socket.markReadDrained()  // EAGAIN (or EMFILE: retried on the next edge)
+                    return
+                }
                 System.setOption(client, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
                 onAccept(StreamSocket(fd: client, loop: loop), peer)
             }
+            socket.runAgainSoon()
         }
-        source.setCancelHandler { System.close(fd) }
-        self.source = source
-        source.resume()
+        self.socket = socket
     }
 
     /// Stops accepting and closes the listening socket. On the loop's queue.
     public func stop() {
-        if let source { source.cancel() } else { System.close(fd) }
-        source = nil
+        if let socket { socket.close() } else if !closed { System.close(fd) }
+        socket = nil
+        closed = true
     }
 }

@@ -240,6 +240,13 @@ public final class StreamSocket: @unchecked Sendable {
         }
     }
 
+    /// The descriptor has nothing more to read (a listener's `accept` said `EAGAIN`):
+    /// the read handler waits for the next edge.
+    public func markReadDrained() { readReady = false }
+
+    /// Runs the handlers again at the end of this pass (a bounded handler that left work).
+    public func runAgainSoon() { schedule() }
+
     /// The record layer's handshake is complete (always true for a plain socket).
     public var isHandshakeComplete: Bool { security?.isHandshakeComplete ?? true }
 

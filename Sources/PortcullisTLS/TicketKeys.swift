@@ -110,6 +110,10 @@ public final class TicketKeys: @unchecked Sendable {
     }
 }
 
+/// AES-256-CBC fetched once: `EVP_aes_256_cbc()` would make OpenSSL 3 look the
+/// algorithm up in its provider store (a lock and name compares) for every ticket.
+nonisolated(unsafe) private let ticketCipher: OpaquePointer = EVP_CIPHER_fetch(nil, "AES-256-CBC", nil)!  // immutable, shared read-only
+
 /// OpenSSL's ticket callback (`SSL_CTX_set_tlsext_ticket_key_evp_cb`): 1 = use,
 /// 2 = use and issue a fresh ticket, 0 = unknown key (full handshake), -1 = error.
 let ticketKeyCallback: @convention(c) (OpaquePointer?, UnsafeMutablePointer<UInt8>?, UnsafeMutablePointer<UInt8>?,
@@ -122,7 +126,7 @@ let ticketKeyCallback: @convention(c) (OpaquePointer?, UnsafeMutablePointer<UInt
         guard RAND_bytes(iv, 16) == 1 else { return -1 }
         return key.bytes.withUnsafeBufferPointer { bytes -> Int32 in
             memcpy(name, bytes.baseAddress!, 16)
-            guard EVP_EncryptInit_ex(cipher, EVP_aes_256_cbc(), nil, bytes.baseAddress! + 16, iv) == 1,
+            guard EVP_EncryptInit_ex(cipher, ticketCipher, nil, bytes.baseAddress! + 16, iv) == 1,
                   portcullis_ticket_mac_init(mac, bytes.baseAddress! + 48, 32) == 1 else { return -1 }
             return 1
         }
@@ -130,7 +134,7 @@ let ticketKeyCallback: @convention(c) (OpaquePointer?, UnsafeMutablePointer<UInt
     guard let (key, renew) = keys.openingKey(name: UnsafePointer(name), now: now) else { return 0 }
     return key.bytes.withUnsafeBufferPointer { bytes -> Int32 in
         guard portcullis_ticket_mac_init(mac, bytes.baseAddress! + 48, 32) == 1,
-              EVP_DecryptInit_ex(cipher, EVP_aes_256_cbc(), nil, bytes.baseAddress! + 16, iv) == 1 else { return -1 }
+              EVP_DecryptInit_ex(cipher, ticketCipher, nil, bytes.baseAddress! + 16, iv) == 1 else { return -1 }
         return renew ? 2 : 1
     }
 }
