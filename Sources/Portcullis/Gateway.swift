@@ -5,6 +5,7 @@ import PortcullisAuth
 import PortcullisStore
 import PortcullisIO
 import PortcullisProxy
+import PortcullisRedis
 import PortcullisTLS
 
 /// Starts everything a configuration describes and runs until SIGTERM/SIGINT.
@@ -106,6 +107,17 @@ public enum Gateway {
             }
         }
         for app in localApps { try bind(app.address, .local(app.handler), "demo app") }
+        if configuration.listen.contains(where: { $0.tls != nil }) {
+            if configuration.store.usesRedis {
+                // Ticket keys shared through Redis before the first context loads them.
+                let client = RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
+                                         loop: EventLoop(index: -3))
+                client.start()
+                SharedTicketKeys.install(client: client, rotation: TicketKeys.shared.rotationInterval)
+            } else {
+                TicketKeys.shared.startRotation()
+            }
+        }
         var tlsEndpoints: [TLSServerEndpoint] = []
         for (index, listen) in configuration.listen.enumerated() {
             var endpoint: TLSServerEndpoint?

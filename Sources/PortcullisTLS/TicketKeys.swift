@@ -1,4 +1,5 @@
 internal import COpenSSL
+import Dispatch
 import PortcullisCore
 #if canImport(Glibc)
 import Glibc
@@ -26,6 +27,9 @@ public final class TicketKeys: @unchecked Sendable {
     struct Key {
         var epoch: Int64
         var bytes: [UInt8]  // 80: name, AES key, HMAC key
+        /// Drawn here while a shared source was configured but did not answer: asked
+        /// again on the next refresh, and replaced by the shared key when it comes.
+        var provisional = false
         var name: ArraySlice<UInt8> { bytes[0..<16] }
     }
 
@@ -55,31 +59,52 @@ public final class TicketKeys: @unchecked Sendable {
 
     func currentEpoch(_ now: Double) -> Int64 { Int64(now / rotation) }
 
-    /// Makes sure the current epoch (and the next, close to a change) has a key;
-    /// with a shared source, asks it. Called at start and from a timer, off the loops.
+    /// Makes sure the previous, current and next epochs have keys (the next one is
+    /// ready before the change, so no handshake ever waits); with a shared source,
+    /// asks it. Called at start and from `startRotation`'s timer, never on a loop.
     public func refresh(now: Double = WallClock.nowSeconds()) {
         let (epoch, source) = lock.withLock { (currentEpoch(now), sharedSource) }
-        for e in [epoch - 1, epoch] {
-            if lock.withLock({ keys.contains { $0.epoch == e } }) { continue }
+        for e in [epoch - 1, epoch, epoch + 1] {
+            let have = lock.withLock { keys.first { $0.epoch == e } }
+            if let have, !have.provisional { continue }
             var bytes = source?(e)
             if bytes?.count != Self.keyLength { bytes = nil }
-            if bytes == nil && e < epoch { continue }  // a past epoch we never had: nothing to accept
-            install(epoch: e, bytes: bytes ?? Self.randomKey())
+            if let bytes {
+                install(epoch: e, bytes: bytes)
+            } else if have == nil && e == epoch {
+                install(epoch: e, bytes: Self.randomKey(), provisional: source != nil)
+            }
         }
     }
 
+    /// Refreshes on a timer (a fraction of the rotation, at most every 5 minutes).
+    public func startRotation() {
+        lock.withLock {
+            guard rotationTimer == nil else { return }
+            let period = min(300, max(1, rotation / 8))
+            let timer = DispatchSource.makeTimerSource(queue: .global())
+            timer.schedule(deadline: .now() + period, repeating: period, leeway: .seconds(1))
+            timer.setEventHandler { [weak self] in self?.refresh() }
+            timer.resume()
+            rotationTimer = timer
+        }
+    }
+
+    private var rotationTimer: DispatchSourceTimer?
+
     /// Installs the key of `epoch` (from shared storage, or tests).
-    public func install(epoch: Int64, bytes: [UInt8]) {
+    public func install(epoch: Int64, bytes: [UInt8], provisional: Bool = false) {
         precondition(bytes.count == Self.keyLength)
         lock.withLock {
             keys.removeAll { $0.epoch == epoch }
-            keys.append(Key(epoch: epoch, bytes: bytes))
+            keys.append(Key(epoch: epoch, bytes: bytes, provisional: provisional))
             keys.sort { $0.epoch > $1.epoch }
-            if keys.count > 3 { keys.removeLast(keys.count - 3) }
+            if keys.count > 4 { keys.removeLast(keys.count - 4) }
         }
     }
 
-    static func randomKey() -> [UInt8] {
+    /// 80 random bytes (RAND_bytes): a new key.
+    public static func randomKey() -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: keyLength)
         precondition(RAND_bytes(&bytes, Int32(keyLength)) == 1, "RAND_bytes failed")
         return bytes
@@ -88,12 +113,11 @@ public final class TicketKeys: @unchecked Sendable {
     /// The key to seal a new ticket with: the current epoch's (created locally when
     /// the timer has not run yet, so a handshake never waits).
     func sealingKey(now: Double) -> Key {
-        if let key = lock.withLock({ () -> Key? in
-            let epoch = currentEpoch(now)
-            return keys.first.flatMap { $0.epoch >= epoch ? $0 : nil }
-        }) { return key }
-        refresh(now: now)
-        return lock.withLock { keys[0] }
+        let epoch = lock.withLock { currentEpoch(now) }
+        if let key = lock.withLock({ keys.first { $0.epoch == epoch } }) { return key }
+        // The timer fell behind: a local key for now, replaced by the shared one later.
+        install(epoch: epoch, bytes: Self.randomKey(), provisional: lock.withLock { sharedSource != nil })
+        return lock.withLock { keys.first { $0.epoch == epoch }! }
     }
 
     /// The key named in a ticket, and whether the ticket should be renewed.

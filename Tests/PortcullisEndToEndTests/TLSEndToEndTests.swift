@@ -108,6 +108,24 @@ import Glibc
         }
     }
 
+    @Test func withRedisATicketFromOneInstanceResumesOnAnother() throws {
+        let pki = try TestPKI()
+        let api = try pki.leaf(["api.test"])
+        let redis = try RedisProcess()
+        let upstream = try EchoUpstream()
+        let config = Self.upstreamConfig(upstream) + "\nstore: {redis: \"redis://127.0.0.1:\(redis.port)/0\"}"
+        let a = try GatewayProcess(config, listen: Self.tlsListener([api]))
+        let b = try GatewayProcess(config, listen: Self.tlsListener([api]))
+        for version in ["-tls1_2", "-tls1_3"] {
+            let session = pki.directory + "/shared\(version).pem"
+            let first = Self.sClient(a.port, [version, "-servername", "api.test", "-sess_out", session], linger: 0.5)
+            #expect(first.contains("New, TLSv1."), "\(version): \(first.suffix(300))")
+            let second = Self.sClient(b.port, [version, "-servername", "api.test", "-sess_in", session])
+            #expect(second.contains("Reused, TLSv1."), "\(version): a ticket from instance A did not resume on B: \(second.suffix(400))")
+        }
+        #expect(redis.cli(["--scan", "--pattern", "portcullis:tls:ticket-key:*"]).split(separator: "\n").count >= 1)
+    }
+
     @Test func aStalledHandshakeIsCutOffWhileOthersAreServed() throws {
         let pki = try TestPKI()
         let api = try pki.leaf(["api.test"])
