@@ -7,7 +7,9 @@ VmRSS (from /proc/PID/status) is read before any connection, once all of them
 are idle, and after they are closed. Stdlib only (asyncio).
 
 usage: idle_connections.py --pid PID --port PORT [--count 10000] [--path /]
-                           [--concurrency 200] [--settle 3] [--hold 5]
+                           [--concurrency 200] [--settle 3] [--hold 5] [--tls] [--tree]
+--tls: the connections speak TLS (certificate not verified: a load client).
+--tree: RSS of PID and all its descendants (nginx: master and workers).
 Prints a human-readable report and, last, one line `RESULT {json}`.
 """
 import argparse
@@ -19,12 +21,39 @@ import sys
 import time
 
 
-def rss_kib(pid):
+def _own_rss(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+TREE = False
+
+
+def _descendants(pid):
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except OSError:
+                pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def rss_kib(pid):
+    if not TREE:
+        return _own_rss(pid)
+    return sum(_own_rss(p) for p in _descendants(pid))
 
 
 def established_to(port):
@@ -43,10 +72,13 @@ def established_to(port):
     return n
 
 
+TLS_CONTEXT = None
+
+
 async def one(port, path, sem, held, errors):
     async with sem:
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 10)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, ssl=TLS_CONTEXT), 10)
         except Exception as e:  # noqa: BLE001 - every failure is counted by kind
             errors[f"connect: {type(e).__name__} {e}"] = errors.get(f"connect: {type(e).__name__} {e}", 0) + 1
             return
@@ -81,7 +113,16 @@ async def main():
     ap.add_argument("--concurrency", type=int, default=200)
     ap.add_argument("--settle", type=float, default=3.0, help="seconds to wait before reading RSS")
     ap.add_argument("--hold", type=float, default=5.0, help="extra seconds to hold, then re-check")
+    ap.add_argument("--tls", action="store_true")
+    ap.add_argument("--tree", action="store_true")
     a = ap.parse_args()
+    global TLS_CONTEXT, TREE
+    TREE = a.tree
+    if a.tls:
+        import ssl
+        TLS_CONTEXT = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        TLS_CONTEXT.check_hostname = False
+        TLS_CONTEXT.verify_mode = ssl.CERT_NONE
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = a.count + 100

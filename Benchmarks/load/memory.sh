@@ -15,6 +15,8 @@ usage: Benchmarks/load/memory.sh [options]
   --interval S        RSS sample interval during the soak (default $INTERVAL or 5)
   --soak-connections C  wrk connections during the soak (default 64)
   --keep DIR          copy configs and logs to DIR
+  --tls               TLS listeners (one EC P-256 leaf), and the same idle connections held
+                      against nginx terminating TLS alike, for comparison
 Environment: PORTCULLIS_BIN (default .build/release/portcullis).
 Targets: <= 16 KiB per idle connection; during the soak, the last RSS sample
 within 10% of the sample taken at 15 s.
@@ -26,6 +28,7 @@ SOAK="${SOAK:-60}"
 INTERVAL="${INTERVAL:-5}"
 SOAK_CONNECTIONS=64
 KEEP=""
+TLS=0
 INVOCATION="$0 $*"
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -34,6 +37,7 @@ while [[ $# -gt 0 ]]; do
         --interval) INTERVAL="$2"; shift 2 ;;
         --soak-connections) SOAK_CONNECTIONS="$2"; shift 2 ;;
         --keep) KEEP="$2"; shift 2 ;;
+        --tls) TLS=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -66,9 +70,10 @@ if (( $(ulimit -n) < IDLE_CONNECTIONS + 200 )); then
 fi
 
 start_upstream
+(( TLS )) && make_tls_material
 # Idle connections must outlive the measurement: the default idle timeout is 60 s.
 start_portcullis "timeouts: {idle: 300s}"
-GW="http://127.0.0.1:$PORTCULLIS_PORT/"
+GW="$(scheme)://127.0.0.1:$PORTCULLIS_PORT/"
 
 echo "# Portcullis memory harness"
 echo
@@ -91,21 +96,35 @@ echo "## $IDLE_CONNECTIONS idle keep-alive connections"
 echo
 echo '```'
 python3 "$HARNESS_DIR/idle_connections.py" --pid "$PORTCULLIS_PID" --port "$PORTCULLIS_PORT" \
-    --count "$IDLE_CONNECTIONS" | tee "$WORKDIR/idle.txt"
+    --count "$IDLE_CONNECTIONS" $( (( TLS )) && echo --tls) | tee "$WORKDIR/idle.txt"
 echo '```'
+if (( TLS )); then
+    start_nginx_proxy
+    echo "nginx (TLS, 2 workers, same certificate), the same connections:"
+    echo '```'
+    python3 "$HARNESS_DIR/idle_connections.py" --pid "$NGINX_PID" --port "$NGINX_PORT" --tree --tls \
+        --count "$IDLE_CONNECTIONS" | tee "$WORKDIR/idle-nginx.txt"
+    echo '```'
+fi
 alive
 result="$(sed -n 's/^RESULT //p' "$WORKDIR/idle.txt")"
-python3 - "$result" <<'PY' || fail=1
+nginx_result="$( (( TLS )) && sed -n 's/^RESULT //p' "$WORKDIR/idle-nginx.txt" || echo null)"
+python3 - "$result" "$nginx_result" <<'PY' || fail=1
 import json, sys
 r = json.loads(sys.argv[1])
-ok = r["per_connection_kib"] <= 16 and r["failed"] == 0 and r["still_open_after_hold"] == r["opened"]
+nginx = json.loads(sys.argv[2])
+# Plain: <= 16 KiB. TLS (an OpenSSL session per connection): within 10% of nginx's, same certificate.
+target = 16 if nginx is None else nginx["per_connection_kib"] * 1.1
+ok = r["per_connection_kib"] <= target and r["failed"] == 0 and r["still_open_after_hold"] == r["opened"]
 print()
 print("| measure | value |")
 print("|---|---:|")
 print(f"| connections opened / asked | {r['opened']:,} / {r['count']:,} |")
 print(f"| RSS at start | {r['rss_before_kib']:,} KiB |")
 print(f"| RSS with the connections idle | {r['rss_idle_kib']:,} KiB |")
-print(f"| (RSS idle − RSS start) / {r['count']:,} | **{r['per_connection_kib']:.2f} KiB per connection** (target ≤ 16) |")
+print(f"| (RSS idle − RSS start) / {r['count']:,} | **{r['per_connection_kib']:.2f} KiB per connection** (target ≤ {target:.1f}) |")
+if nginx is not None:
+    print(f"| nginx (TLS), same connections | {nginx['per_connection_kib']:.2f} KiB per connection |")
 print(f"| still open after holding | {r['still_open_after_hold']:,} |")
 print(f"| RSS after closing them | {r['rss_closed_kib']:,} KiB |")
 print()
