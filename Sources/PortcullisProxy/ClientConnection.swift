@@ -1,6 +1,7 @@
 import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
+import PortcullisTLS
 
 /// One client connection speaking HTTP/1.1, pinned to its loop.
 ///
@@ -161,10 +162,25 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
                 clientClosed()
                 return
             case .failed:
+                if let tls = socket.security as? TLSSession, tls.sawPlaintextHTTP, !tls.isHandshakeComplete {
+                    answerPlaintextOnTLSPort()
+                    return
+                }
                 abort()
                 return
             }
         }
+    }
+
+    /// A plain HTTP request on a TLS listener: answered 400 in plain text (as nginx
+    /// does), since the client cannot read a TLS alert; then closed.
+    private func answerPlaintextOnTLSPort() {
+        var out = ByteBuffer()
+        LocalResponse.error(400, "plain HTTP request sent to an HTTPS port; use https://")
+            .encode(into: &out, headOnly: false, close: true)
+        _ = socket.rawWrite(out.readable)
+        socket.shutdownWrite()
+        abort()
     }
 
     /// Stops reading when bytes wait that cannot be processed now (a pipelined

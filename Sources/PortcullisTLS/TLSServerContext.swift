@@ -125,7 +125,9 @@ public final class TLSServerContext: @unchecked Sendable {
 
     fileprivate func selectCertificate(_ ssl: OpaquePointer) {
         guard let raw = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name) else { return }
-        let index = certificateIndex(forServerName: String(cString: raw).lowercased())
+        var name = String(cString: raw).lowercased()
+        if name.hasSuffix(".") { name.removeLast() }  // an absolute name: the same host
+        let index = certificateIndex(forServerName: name)
         if index != 0 { _ = SSL_set_SSL_CTX(ssl, contexts[index]) }
     }
 

@@ -37,6 +37,10 @@ public final class TLSSession: StreamSecurity {
     fileprivate var socketErrno: Int32 = 0
     /// Why the session failed, for the owner's log line or 502 reason.
     public private(set) var lastFailure: TLSError?
+    /// The first bytes from the client were plain HTTP, not a TLS record (a client
+    /// that used http:// on the TLS port): the owner may answer 400 in plain text.
+    public private(set) var sawPlaintextHTTP = false
+    private var receivedAny = false
 
     private init(ssl: OpaquePointer, socket: StreamSocket, context: AnyObject) {
         self.ssl = ssl
@@ -225,7 +229,14 @@ public final class TLSSession: StreamSecurity {
     /// The BIO's read: one `read(2)`; `nil` means "would block".
     fileprivate func receive(_ buffer: UnsafeMutableRawBufferPointer) -> Int? {
         switch socket.rawRead(into: buffer) {
-        case .bytes(let n): return n
+        case .bytes(let n):
+            if !receivedAny {
+                receivedAny = true
+                // A TLS record starts with its content type (0x14…0x18); a request line with a method.
+                let first = buffer[0]
+                sawPlaintextHTTP = first >= UInt8(ascii: "A") && first <= UInt8(ascii: "Z")
+            }
+            return n
         case .wouldBlock: return nil
         case .endOfFile:
             socketEnded = true

@@ -241,6 +241,32 @@ import Glibc
         #expect(try Echo(body).body.count == 640_000)
     }
 
+    @Test func pipelinedRequestsInSeparateRecordsAreAllAnsweredInOrder() throws {
+        let pki = try TestPKI()
+        let api = try pki.leaf(["api.test"])
+        let upstream = try EchoUpstream()
+        let gateway = try GatewayProcess(Self.upstreamConfig(upstream), listen: Self.tlsListener([api]))
+        let script = E2E.packageRoot.appendingPathComponent("Tests/PortcullisEndToEndTests/Fixtures/tls_pipeline_client.py").path
+        let (status, out, err) = E2E.run("/usr/bin/python3", [script, "\(gateway.port)", "api.test", pki.caCertificate, "20"], timeout: 20)
+        #expect(status == 0, "\(err)")
+        #expect(out.split(separator: "\n").map(String.init) == (0..<20).map { "/pipelined/\($0)" })
+    }
+
+    @Test func plainHTTPOnTheTLSPortGetsA400WithAReasonAndAnAbsoluteNameItsCertificate() throws {
+        let pki = try TestPKI()
+        let api = try pki.leaf(["api.test"])
+        let web = try pki.leaf(["web.test"])
+        let upstream = try EchoUpstream()
+        let gateway = try GatewayProcess(Self.upstreamConfig(upstream), listen: Self.tlsListener([api, web]))
+        let raw = try RawConnection(port: gateway.port)
+        raw.send("GET /secret HTTP/1.1\r\nHost: api.test\r\n\r\n")
+        let text = raw.readAll()
+        #expect(text.hasPrefix("HTTP/1.1 400"), "\(text)")
+        #expect(text.contains("HTTPS port"))
+        #expect(try upstream.seen().isEmpty)
+        #expect(Self.servedSerial(gateway.port, serverName: "web.test.") == web.serial, "a trailing dot names the same host")
+    }
+
     @Test func aRedirectListenerSendsPlainHTTPToHTTPS() throws {
         let pki = try TestPKI()
         let api = try pki.leaf(["api.test"])
