@@ -347,7 +347,7 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
         responseObserver = grant?.observer
         let upstream = context.pools[route.upstreamIndex].configuration
         buildUpstreamHead(headBytes, path: RouteTable.forwardedPath(path, route: route), query: query, grant: grant,
-                          upstreamAuthority: upstream.hostHeader == .upstream ? upstream.url.authority : nil)
+                          upstreamAuthority: upstream.url.authority, useUpstreamAuthority: upstream.hostHeader == .upstream)
         if head.expectContinue && head.framing != .none && head.framing != .contentLength(0) {
             // The gateway answers 100 itself (as nginx does) and strips Expect upstream.
             sendToClient(UnsafeRawBufferPointer(start: Self.continueLine.utf8Start, count: Self.continueLine.utf8CodeUnitCount))
@@ -532,10 +532,12 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     // MARK: Upstream head
 
-    /// - Parameter upstreamAuthority: `host_header: upstream`: the Host the upstream gets
-    ///   (the client's stays in X-Forwarded-Host); nil keeps the client's.
+    /// - Parameters:
+    ///   - upstreamAuthority: the upstream URL's `host[:port]`: the Host the upstream gets
+    ///     with `host_header: upstream` (the client's stays in X-Forwarded-Host), and for
+    ///     an HTTP/1.0 request that had none, so the upstream always gets exactly one Host.
     private func buildUpstreamHead(_ bytes: UnsafeRawBufferPointer, path: Substring, query: String?,
-                                   grant: AuthGrant?, upstreamAuthority: String?) {
+                                   grant: AuthGrant?, upstreamAuthority: String, useUpstreamAuthority: Bool) {
         upstreamHead.clear()
         let trusted = context.isTrusted(peer)
         let policy = context.policy
@@ -600,16 +602,16 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
             buffer.append("\r\n")
         }
 
-        // Host: the absolute-form authority wins over the Host field (RFC 9112 §3.2.2).
-        if let upstreamAuthority {
-            buffer.append("host: ")
-            buffer.append(upstreamAuthority)
-            buffer.append("\r\n")
-        } else if let host = head.absoluteAuthority ?? head.host {
-            buffer.append("host: ")
+        // Exactly one Host: the absolute-form authority wins over the Host field (RFC 9112
+        // §3.2.2); an HTTP/1.0 request without either gets the upstream's (as nginx sends
+        // its upstream's name); the parser already refused a missing, repeated or invalid one on 1.1.
+        buffer.append("host: ")
+        if !useUpstreamAuthority, let host = head.absoluteAuthority ?? head.host {
             buffer.append(UnsafeRawBufferPointer(rebasing: bytes[host]))
-            buffer.append("\r\n")
+        } else {
+            buffer.append(upstreamAuthority)
         }
+        buffer.append("\r\n")
         switch head.framing {
         case .contentLength(let n):
             buffer.append("content-length: ")
@@ -620,10 +622,13 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
         case .none, .untilClose:
             break
         }
-        if head.upgrade, let upgradeValue {
-            buffer.append("connection: upgrade\r\nupgrade: ")
-            buffer.append(UnsafeRawBufferPointer(rebasing: bytes[upgradeValue]))
-            buffer.append("\r\n")
+        // Only WebSocket may be upgraded: any other protocol (h2c above all, which would
+        // leave the gateway tunnelling requests it never inspects) is dropped and the request
+        // goes on as plain HTTP/1.1; a list naming websocket among others keeps websocket only.
+        upgradeForwarded = false
+        if head.upgrade, let upgradeValue, Self.listsWebSocket(bytes, upgradeValue) {
+            buffer.append("connection: upgrade\r\nupgrade: websocket\r\n")
+            upgradeForwarded = true
         }
         buffer.append("x-forwarded-for: ")
         if let forwardedFor {
@@ -661,6 +666,19 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
         }
         buffer.append("\r\n")
     }
+
+    /// Whether an `Upgrade` value lists the `websocket` protocol (any case, any version suffix refused).
+    private static func listsWebSocket(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) -> Bool {
+        var found = false
+        HTTPBytes.forEachToken(bytes, value) { token in
+            if HTTPBytes.equalsCaseInsensitive(bytes, token, "websocket") { found = true }
+        }
+        return found
+    }
+
+    /// The request asked for, and the gateway forwarded, a WebSocket upgrade: only then
+    /// may a 101 from the upstream turn the connection into a tunnel.
+    private(set) var upgradeForwarded = false
 
     /// Appends an injected value; control characters (claims come from tokens)
     /// become spaces so no value can split the head.

@@ -56,6 +56,8 @@ public struct HeaderPolicy: Sendable {
             if HTTPBytes.equalsIdentityName(bytes, name, Self.xRequestId) { return .requestId }
         case 14:
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "content-length") { return .drop }
+            // h2c upgrade settings (RFC 7540 §3.2): never leave the gateway (h2c smuggling).
+            if HTTPBytes.equalsCaseInsensitive(bytes, name, "http2-settings") { return .drop }
         case 15:
             if HTTPBytes.equalsIdentityName(bytes, name, Self.xForwardedFor) { return .forwardedFor }
         case 16:

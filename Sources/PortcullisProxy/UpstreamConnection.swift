@@ -260,6 +260,12 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     }
 
     private func startBody(_ client: ClientConnection, _ headBytes: UnsafeRawBufferPointer) {
+        if head.status == 101 && !(client.upgradeForwarded && Self.upgradesToWebSocket(headBytes, head)) {
+            // A switch nobody asked for (or to another protocol) would make the gateway a
+            // blind tunnel for whatever follows: refused.
+            protocolError("101 Switching Protocols without a WebSocket upgrade request")
+            return
+        }
         dechunk = head.framing == .chunked && client.clientIsHTTP10
         client.sendResponseHead(headBytes, head, dechunk: dechunk)
         if head.status == 101 {
@@ -278,6 +284,12 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
             phase = .chunked
         case .untilClose:
             phase = .untilClose
+        }
+    }
+
+    private static func upgradesToWebSocket(_ bytes: UnsafeRawBufferPointer, _ head: ResponseHead) -> Bool {
+        head.fields.contains { field in
+            HTTPBytes.equalsCaseInsensitive(bytes, field.name, "upgrade") && HTTPBytes.equalsCaseInsensitive(bytes, field.value, "websocket")
         }
     }
 

@@ -1,0 +1,101 @@
+import Foundation
+import Testing
+
+/// What the gateway forwards, per class: the upstream always gets exactly one valid
+/// `Host`; only WebSocket may be upgraded, `HTTP2-Settings` never leaves, and a 101
+/// nobody asked for never becomes a tunnel. Raw requests, checked at a recording upstream.
+@Suite(.serialized) struct ForwardingHardeningEndToEndTests {
+    static func gateway(_ upstream: EchoUpstream, extra: String = "") throws -> GatewayProcess {
+        try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"\(extra)}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """)
+    }
+
+    static func echo(_ g: GatewayProcess, _ request: String) throws -> (status: Int, echo: Echo?) {
+        let c = try RawConnection(port: g.port)
+        c.send(request)
+        guard let response = c.readResponses(1).first else { throw TestFailure("no response to \(request)") }
+        return (response.status, response.status == 200 ? try Echo(response.body) : nil)
+    }
+
+    @Test func theUpstreamAlwaysGetsExactlyOneValidHost() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.gateway(upstream)
+        // HTTP/1.0 without Host: the upstream's own authority.
+        let bare = try Self.echo(g, "GET /ten HTTP/1.0\r\n\r\n")
+        #expect(bare.status == 200)
+        #expect(bare.echo?.values("host") == ["127.0.0.1:\(upstream.port)"])
+        // HTTP/1.0 with Host, HTTP/1.1 with Host: that one, once.
+        #expect(try Self.echo(g, "GET /ten HTTP/1.0\r\nHost: app.example\r\n\r\n").echo?.values("host") == ["app.example"])
+        #expect(try Self.echo(g, "GET /x HTTP/1.1\r\nHost: app.example:8443\r\n\r\n").echo?.values("host") == ["app.example:8443"])
+        // Absolute form: its authority wins over a different Host, once.
+        let absolute = try Self.echo(g, "GET http://abs.example/x HTTP/1.1\r\nHost: other.example\r\n\r\n")
+        #expect(absolute.echo?.values("host") == ["abs.example"])
+        // Missing on 1.1, repeated (even identical), invalid in any way: 400, nothing forwarded.
+        for bad in ["GET / HTTP/1.1\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
+                    "GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: a:123456\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: \r\n\r\n",
+                    "GET / HTTP/1.0\r\nHost: [::1\r\n\r\n"] {
+            #expect(try Self.echo(g, bad).status == 400, "\(bad.debugDescription)")
+        }
+        #expect(try upstream.seen() == ["/ten", "/ten", "/x", "/x"])
+    }
+
+    @Test func hostHeaderUpstreamAlsoCoversHTTP10WithoutHost() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.gateway(upstream, extra: ", host_header: upstream")
+        #expect(try Self.echo(g, "GET / HTTP/1.0\r\n\r\n").echo?.values("host") == ["127.0.0.1:\(upstream.port)"])
+        let withHost = try Self.echo(g, "GET / HTTP/1.1\r\nHost: public.example\r\n\r\n").echo
+        #expect(withHost?.values("host") == ["127.0.0.1:\(upstream.port)"])
+        #expect(withHost?.values("x-forwarded-host") == ["public.example"])
+    }
+
+    @Test func onlyWebSocketIsUpgradedAndHTTP2SettingsNeverLeaves() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.gateway(upstream)
+        // h2c (any spelling) and other protocols: the request goes on as plain HTTP/1.1.
+        for upgrade in ["h2c", "H2C", "h2c, foo", "TLS/1.2", "websocket/13", "websocketx"] {
+            let request = "GET /plain HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: \(upgrade)\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n"
+            let (status, echo) = try Self.echo(g, request)
+            #expect(status == 200, "\(upgrade)")
+            #expect(echo?.has("upgrade") == false, "\(upgrade): Upgrade forwarded")
+            #expect(echo?.has("http2-settings") == false, "\(upgrade): HTTP2-Settings forwarded")
+            #expect(echo?.values("connection").contains { $0.lowercased().contains("upgrade") } == false)
+        }
+        // HTTP2-Settings alone, or named in Connection, never leaves either.
+        let settingsOnly = try Self.echo(g, "GET /plain HTTP/1.1\r\nHost: x\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n")
+        #expect(settingsOnly.echo?.has("http2-settings") == false)
+    }
+
+    @Test func aSwitchNobodyAskedForIsA502NotATunnel() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.gateway(upstream)
+        // The upstream answers 101 on /upgrade whatever it was sent; the gateway forwarded
+        // no upgrade, so the 101 is refused and nothing is relayed afterwards.
+        for upgrade in ["h2c", nil] {
+            let c = try RawConnection(port: g.port)
+            let field = upgrade.map { "Connection: Upgrade\r\nUpgrade: \($0)\r\n" } ?? ""
+            c.send("GET /upgrade HTTP/1.1\r\nHost: x\r\n\(field)\r\n")
+            let response = c.readResponses(1).first
+            #expect(response?.status == 502, "\(String(describing: upgrade))")
+            c.send("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            #expect(!c.readAll().contains("PRI *"), "bytes after the refused switch were relayed")
+        }
+        // websocket listed among others: upgraded, as websocket only.
+        let c = try RawConnection(port: g.port)
+        c.send("GET /upgrade HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\nUpgrade: h2c, WebSocket\r\n\r\n")
+        let head = c.read(until: "\r\n\r\n")
+        #expect(head.hasPrefix("HTTP/1.1 101"), "\(head)")
+        #expect(head.lowercased().contains("upgrade: websocket"))
+        c.send("ping-frame")
+        #expect(c.read(until: "ping-frame").hasSuffix("ping-frame"))
+    }
+}
