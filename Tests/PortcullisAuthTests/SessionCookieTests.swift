@@ -112,11 +112,23 @@ import Testing
         #expect(result.identity?.subject == "user_123")
     }
 
-    @Test func chunkGapIsRefused() throws {
+    @Test func aMissingChunkIsAnInvalidToken() throws {
         let value = Array(Self.v5)
         let pairs = [("authjs.session-token.0", String(value[0..<100])), ("authjs.session-token.2", String(value[100...]))]
         let result = try Self.verifier().verifySessionCookies(Self.cookies(pairs), providers: ["web-v5"], now: Self.now)
-        #expect(result.reason == .malformedCookie)
+        #expect(result.reason == .incompleteCookie)
+        #expect(result.failure?.httpStatus == 401)
+        #expect(result.failure?.errorCode == .invalidToken)
+    }
+
+    @Test func aChunkTwiceIsHarmlessWhenIdenticalAndAmbiguousWhenNot() throws {
+        let value = Array(Self.v5)
+        let first = String(value[0..<100]), rest = String(value[100...])
+        let same = [("authjs.session-token.0", first), ("authjs.session-token.0", first), ("authjs.session-token.1", rest)]
+        #expect(try Self.verifier().verifySessionCookies(Self.cookies(same), providers: nil, now: Self.now).identity?.subject == "user_123")
+        let differing = [("authjs.session-token.0", first), ("authjs.session-token.0", "x" + first.dropFirst()), ("authjs.session-token.1", rest)]
+        let result = try Self.verifier().verifySessionCookies(Self.cookies(differing), providers: nil, now: Self.now)
+        #expect(result.reason == .ambiguousCredential)
         #expect(result.failure?.httpStatus == 400)
     }
 

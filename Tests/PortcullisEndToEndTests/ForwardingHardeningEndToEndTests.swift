@@ -99,3 +99,54 @@ import Testing
         #expect(c.read(until: "ping-frame").hasSuffix("ping-frame"))
     }
 }
+
+/// Two credentials in one request are `invalid_request` whatever their kind; a chunked
+/// session cookie with a chunk missing is an invalid token.
+@Suite(.serialized) struct AmbiguousCookieEndToEndTests {
+    static func cookieValue(_ header: String) -> (name: String, value: String) {
+        let pair = header.dropFirst("Cookie: ".count)
+        let equals = pair.firstIndex(of: "=")!
+        return (String(pair[..<equals]), String(pair[pair.index(after: equals)...]))
+    }
+
+    @Test func twoSessionsInOneRequestAre400AndAMissingChunkIs401() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        \(AuthFixtures.providers)
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """)
+        let v4Alice = Self.cookieValue(try AuthFixtures.mint(g, "web", ["--sub", "alice"]))
+        let v4Bob = Self.cookieValue(try AuthFixtures.mint(g, "web", ["--sub", "bob"]))
+        let v5Bob = Self.cookieValue(try AuthFixtures.mint(g, "webv5", ["--sub", "bob"]))
+        func get(_ cookie: String) -> (Int, String) {
+            let (_, out, _) = E2E.run("/usr/bin/curl", ["-s", "-D", "-", "-o", "/dev/null", "-H", "Cookie: \(cookie)", "\(g.url)/who"])
+            return (Int(out.split(separator: " ").dropFirst().first ?? "") ?? 0, out)
+        }
+        // One session, also repeated identically or beside an emptied one: accepted.
+        #expect(get("\(v4Alice.name)=\(v4Alice.value)").0 == 200)
+        #expect(get("\(v4Alice.name)=\(v4Alice.value); \(v4Alice.name)=\(v4Alice.value)").0 == 200)
+        #expect(get("\(v4Alice.name)=\(v4Alice.value); \(v5Bob.name)=").0 == 200)
+        // Two sessions, however spelled: 400 invalid_request, nothing forwarded.
+        let ambiguous = [
+            "\(v4Alice.name)=\(v4Alice.value); \(v5Bob.name)=\(v5Bob.value)",          // NextAuth v4 + Auth.js v5
+            "\(v4Alice.name)=\(v4Alice.value); \(v4Bob.name)=\(v4Bob.value)",          // one name, two values
+            "__Secure-\(v4Alice.name)=\(v4Alice.value); \(v4Alice.name)=\(v4Alice.value)",  // secure and plain names
+            "\(v4Alice.name)=\(v4Alice.value); \(v4Alice.name).0=\(v4Bob.value)",      // whole and a chunk
+        ]
+        for cookie in ambiguous {
+            let (status, head) = get(cookie)
+            #expect(status == 400, "\(cookie.prefix(80))")
+            #expect(head.contains("invalid_request"), "\(head)")
+        }
+        // A chunk missing: 401 invalid_token.
+        let value = Array(v5Bob.value)
+        let gap = "\(v5Bob.name).0=\(String(value[0..<40])); \(v5Bob.name).2=\(String(value[40...]))"
+        let (status, head) = get(gap)
+        #expect(status == 401, "\(head)")
+        #expect(head.contains("invalid_token"))
+        #expect(try upstream.seen() == ["/who", "/who", "/who"])
+    }
+}

@@ -44,7 +44,10 @@ enum PresentedCredential {
         var jar: CookieJar?
         if hasCookieField && !cookieNames.isEmpty {
             let candidate = CookieJar(request: request)
-            if candidate.containsAny(of: cookieNames) { jar = candidate }
+            if candidate.containsAny(of: cookieNames) {
+                if candidate.holdsSeveralSessions(of: cookieNames) { return .malformed(.ambiguousCredential) }
+                jar = candidate
+            }
         }
         switch (bearer, jar) {
         case (.some, .some): return .malformed(.ambiguousCredential)
@@ -138,6 +141,35 @@ struct CookieJar {
         if rest.isEmpty { return true }
         guard rest.first == ".", rest.count > 1 else { return false }
         return rest.dropFirst().utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+    }
+
+    /// More than one session credential: cookies of two session names (a NextAuth v4
+    /// and an Auth.js v5 cookie, or `__Secure-` beside the plain name), one name twice
+    /// with different values, or a whole cookie beside chunks of the same name. Any of
+    /// these could carry two identities, so the request is `invalid_request`, as two
+    /// `Authorization` fields are. Identical repeats and emptied cookies (`name=`, what
+    /// a sign-out leaves) do not count.
+    func holdsSeveralSessions(of names: [String]) -> Bool {
+        var present = 0
+        for base in Set(names) {
+            var whole: Substring?
+            var chunks: [Substring: Substring] = [:]
+            var hasWhole = false
+            for pair in pairs where !pair.value.isEmpty && Self.isSessionCookie(pair.name, base: base) {
+                if pair.name.count == base.count {
+                    if let whole, whole != pair.value { return true }
+                    whole = pair.value
+                    hasWhole = true
+                } else {
+                    let index = pair.name.dropFirst(base.count)
+                    if let seen = chunks[index], seen != pair.value { return true }
+                    chunks[index] = pair.value
+                }
+            }
+            if hasWhole && !chunks.isEmpty { return true }
+            if hasWhole || !chunks.isEmpty { present += 1 }
+        }
+        return present > 1
     }
 
     /// The Cookie value without the session cookies (and their chunks); the

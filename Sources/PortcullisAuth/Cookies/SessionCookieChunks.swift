@@ -32,8 +32,15 @@ enum SessionCookieChunks {
         guard chunks.count <= maxChunks else { return .failure(.malformedCookie) }
         chunks.sort { $0.index < $1.index }
         var joined = [UInt8]()
-        for (position, chunk) in chunks.enumerated() {
-            guard chunk.index == position else { return .failure(.malformedCookie) }  // gap or duplicate
+        var position = 0
+        for (i, chunk) in chunks.enumerated() {
+            // The same chunk twice: harmless when identical, two credentials when not.
+            if i > 0 && chunks[i - 1].index == chunk.index {
+                if chunks[i - 1].value == chunk.value { continue }
+                return .failure(.ambiguousCredential)
+            }
+            guard chunk.index == position else { return .failure(.incompleteCookie) }  // a chunk is missing
+            position += 1
             joined.append(contentsOf: chunk.value.utf8)
             guard joined.count <= maxJoinedSize else { return .failure(.malformedCookie) }
         }

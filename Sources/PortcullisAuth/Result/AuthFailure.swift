@@ -7,6 +7,9 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case ambiguousCredential
         case malformedAuthorization
         case malformedCookie
+        /// A chunked session cookie with a chunk missing: an invalid token (401), not a
+        /// malformed request — the browser dropped or never got part of it.
+        case incompleteCookie
         case tooLarge
         case malformed
         case badEncoding
@@ -81,6 +84,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case .ambiguousCredential: return "More than one credential was presented"
         case .malformedAuthorization: return "The Authorization header is malformed"
         case .malformedCookie: return "The session cookie is malformed"
+        case .incompleteCookie: return "The session cookie is missing a chunk"
         case .tooLarge: return "The token is too large"
         case .malformed: return "The token is malformed"
         case .badEncoding: return "The token is not valid base64url"
@@ -117,7 +121,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     var stage: Int {
         switch reason {
         case .noCredential, .noMatchingProvider: return 0
-        case .ambiguousCredential, .malformedAuthorization, .malformedCookie, .tooLarge, .malformed, .badEncoding, .badJSON: return 1
+        case .ambiguousCredential, .malformedAuthorization, .malformedCookie, .incompleteCookie, .tooLarge, .malformed, .badEncoding, .badJSON: return 1
         case .unsupportedHeader, .algorithmNotAllowed: return 2
         case .typeNotAccepted: return 3  // the provider took the algorithm
         case .issuerNotAccepted: return 3
