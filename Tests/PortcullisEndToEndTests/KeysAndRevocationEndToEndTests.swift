@@ -31,8 +31,9 @@ final class KeyHost {
         port = p
     }
 
-    func publish(_ kids: [String]) throws {
-        let json = "{\"publish\": [\(kids.map { "\"\($0)\"" }.joined(separator: ","))], \"cache_control\": \"max-age=600\"}"
+    /// `format: "pem"` serves a `kid` → PEM certificate map (Google's x509 form) instead of a JWKS.
+    func publish(_ kids: [String], format: String = "jwks") throws {
+        let json = "{\"publish\": [\(kids.map { "\"\($0)\"" }.joined(separator: ","))], \"cache_control\": \"max-age=600\", \"format\": \"\(format)\"}"
         try json.write(toFile: "\(directory)/state.json", atomically: true, encoding: .utf8)
     }
 
@@ -58,6 +59,30 @@ final class KeyHost {
 struct KeysAndRevocationEndToEndTests {
     static func mint(_ gateway: GatewayProcess, key: String, kid: String, sub: String = "user") throws -> String {
         try gateway.mint(["--provider", "corp", "--key", key, "--kid", kid, "--sub", sub])
+    }
+
+    /// Key documents are typed by their content, not their URL: a certificate map
+    /// served by a mirror or a local key host works, and so does a JWKS for a
+    /// Firebase provider pointed elsewhere.
+    @Test func aCertificateMapFromAnyURLAndAJWKSForFirebaseAreRecognisedByContent() throws {
+        let host = try KeyHost(kids: ["k1"])
+        let upstream = try EchoUpstream()
+        for (format, kind) in [("pem", "oidc"), ("jwks", "oidc"), ("pem", "firebase"), ("jwks", "firebase")] {
+            try host.publish(["k1"], format: format)
+            let provider = kind == "firebase"
+                ? "{name: corp, type: firebase, project_id: \"demo-project\", jwks_url: \"http://127.0.0.1:\(host.port)/mirror/keys\"}"
+                : "{name: corp, type: oidc, issuer: \"https://id.example.test\", audiences: [\"api\"], jwks_url: \"http://127.0.0.1:\(host.port)/mirror/keys\"}"
+            let g = try GatewayProcess("""
+            providers:
+              - \(provider)
+            upstreams:
+              app: {url: "http://127.0.0.1:\(upstream.port)"}
+            routes:
+              - {path: /, upstream: app, auth: required}
+            """)
+            let token = try Self.mint(g, key: host.keyPath("k1"), kid: "k1")
+            #expect(waitUntil(5) { E2E.curl(["-H", token, "\(g.url)/a"]).status == 200 }, "\(format) for \(kind): \(g.log.suffix(600))")
+        }
     }
 
     @Test func aRotatedKeyIsFetchedOnceWhileRequestsWait() throws {

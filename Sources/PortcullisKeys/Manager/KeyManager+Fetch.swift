@@ -18,8 +18,7 @@ extension KeyManager {
         cache.load(provider: state.name) { [self] cached in
             queue.async { [self] in
                 let now = WallClock.nowSeconds()
-                if let cached, cached.format == state.remote?.format,
-                   cached.expiresAt + configuration.staleFor > now,
+                if let cached, cached.expiresAt + configuration.staleFor > now,
                    case .success = install(state, cached, origin: .sharedCache) {
                     count(state, \.sharedCacheLoads)
                     if cached.expiresAt > now {
@@ -70,7 +69,10 @@ extension KeyManager {
         let now = WallClock.nowSeconds()
         let ttl = CacheLifetime.ttl(cacheControl: response.cacheControl, age: response.age, expires: response.expires,
                                     now: now, configuration: configuration)
-        let document = CachedKeyDocument(body: response.body, format: format, fetchedAt: now, expiresAt: now + ttl)
+        // Typed by what it holds, not by where it came from: a mirror, an egress cache or a
+        // local key host may serve Google's certificate map at any URL.
+        let document = CachedKeyDocument(body: response.body, format: KeyDocumentFormat.detect(response.body),
+                                         fetchedAt: now, expiresAt: now + ttl)
         switch install(state, document, origin: .fetched) {
         case .failure(let error):
             failed(state, error)
@@ -145,7 +147,7 @@ extension KeyManager {
         cache.load(provider: state.name) { [self] cached in
             queue.async { [self] in
                 guard !stopped else { resolve(state, .unchanged); return }
-                if let cached, cached.format == state.remote?.format,
+                if let cached,
                    cached.fetchedAt > (state.document?.fetchedAt ?? -.infinity),
                    case .success(let changed) = install(state, cached, origin: .sharedCache) {
                     count(state, \.sharedCacheLoads)
@@ -172,7 +174,7 @@ extension KeyManager {
         cache.load(provider: state.name) { [self] cached in
             queue.async { [self] in
                 let now = WallClock.nowSeconds()
-                if let cached, cached.format == state.remote?.format,
+                if let cached,
                    cached.fetchedAt > (state.document?.fetchedAt ?? -.infinity),
                    now < cached.fetchedAt + (cached.expiresAt - cached.fetchedAt) * configuration.refreshFraction,
                    case .success(let changed) = install(state, cached, origin: .sharedCache) {
