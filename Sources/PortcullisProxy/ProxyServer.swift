@@ -47,6 +47,22 @@ public final class ProxyServer: @unchecked Sendable {
             })
             accessLogs.append(accessLogFD.map { AccessLog(fd: $0, loop: loop) })
         }
+        // The budget of each upstream is shared: a freed slot is handed to the loop whose
+        // request waits longest, and loops with idle connections give them up for waiters.
+        let pools = self.pools
+        let loops = group.loops
+        for (index, target) in targets.enumerated() {
+            target.grantSlot = { loopIndex in
+                let pool = pools[loopIndex][index]
+                loops[loopIndex].execute { pool.slotGranted() }
+            }
+            target.trimIdle = { except in
+                for loop in loops where loop.index != except {
+                    let pool = pools[loop.index][index]
+                    loop.execute { pool.trimIdleForWaiters() }
+                }
+            }
+        }
     }
 
     /// Binds `address` once per loop (SO_REUSEPORT). Returns the bound port.
@@ -118,7 +134,7 @@ public final class ProxyServer: @unchecked Sendable {
                     usage[pool.index].open += pool.openCount
                     usage[pool.index].idle += pool.idleCount
                     usage[pool.index].waiting += pool.waitingCount
-                    usage[pool.index].maxConnections += pool.maxConnections
+                    usage[pool.index].maxConnections = pool.configuration.maxConnections  // a total, not per loop
                     usage[pool.index].exhausted += pool.exhaustedCount
                 }
                 visit(index + 1, requests, usage)

@@ -43,6 +43,9 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     private let attempt: Int
     /// Reachability is reported once per connection, when it first delivers bytes.
     private var reportedReachable = false
+    /// The connection holds one of the upstream's `max_connections` slots, returned when
+    /// it closes; false once a failed connect passed the slot on to the next address.
+    var holdsSlot = true
 
     init(pool: UpstreamPool, socket: StreamSocket, addresses: [SocketAddress], attempt: Int) {
         self.pool = pool
@@ -83,6 +86,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     private func connectFailed(_ error: IOError) {
         let client = self.client
         self.client = nil
+        holdsSlot = false  // the next attempt (or the failure) takes it over
         pool.connectAttemptFailed(client, addresses, attempt: attempt, error: error)
         close()
     }

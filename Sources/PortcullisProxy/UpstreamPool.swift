@@ -4,14 +4,20 @@ import PortcullisIO
 import PortcullisTLS
 
 /// Keep-alive connections to one upstream, for one loop. Each loop has its own
-/// pool (as Envoy's per-worker pools), so taking and returning a connection never
-/// crosses queues; the configured caps are split evenly across loops.
+/// pool (as Envoy's per-worker pools), so taking and returning an idle connection
+/// never crosses queues; the limits a user writes are totals for the upstream:
 ///
+/// - `max_connections` is a budget of slots in the shared `UpstreamTarget`, claimed
+///   when a loop opens a connection (never when it reuses an idle one) and returned
+///   when the connection closes.
+/// - At the budget, requests wait in a FIFO of `max_pending` places, also shared; a
+///   freed slot goes to the loop of the oldest waiter, and a loop with an idle
+///   connection closes it when another loop has requests waiting, so which requests
+///   get a 503 never depends on the loop a client landed on.
 /// - Idle connections are reused last-in first-out (the warmest socket first).
-/// - At the connection cap, requests wait in a bounded FIFO queue; past it: 503.
 /// - A waiting request gives up after the connect timeout with 503.
 ///
-/// Threading: confined to `loop.queue`.
+/// Threading: confined to `loop.queue` (the budget is the target's, under its lock).
 final class UpstreamPool: @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
@@ -24,8 +30,6 @@ final class UpstreamPool: @unchecked Sendable {
     let limits: HTTPLimits
     /// Limits for responses: the head limits of requests, but no body cap (bodies stream).
     let responseLimits: HTTPLimits
-    let maxConnections: Int
-    let maxPending: Int
     let connectTimeoutNanoseconds: UInt64
     let responseTimeoutNanoseconds: UInt64
     let idleTimeoutNanoseconds: UInt64
@@ -44,8 +48,6 @@ final class UpstreamPool: @unchecked Sendable {
         var responseLimits = limits
         responseLimits.maxBodyBytes = Int.max
         self.responseLimits = responseLimits
-        maxConnections = max(1, (configuration.maxConnections + loopCount - 1) / loopCount)
-        maxPending = max(0, (configuration.maxPending + loopCount - 1) / loopCount)
         connectTimeoutNanoseconds = UInt64(configuration.connectTimeout * 1e9)
         responseTimeoutNanoseconds = UInt64(configuration.responseTimeout * 1e9)
         idleTimeoutNanoseconds = UInt64(configuration.idleTimeout * 1e9)
@@ -65,14 +67,14 @@ final class UpstreamPool: @unchecked Sendable {
             client.attach(connection)
             return
         }
-        if fresh, openCount >= maxConnections, let stale = idle.first {
-            stale.close()  // make room for the retry
+        if fresh, let stale = idle.first {
+            stale.close()  // make room for the retry: its slot returns to the budget (or a waiter)
         }
-        if openCount < maxConnections {
+        if target.claimSlot() {
             openConnection(for: client)
             return
         }
-        if waiters.count < maxPending {
+        if target.claimWaiter(loop: loop.index) {
             waiters.append(client)
             client.markQueued()
             client.deadline = loop.lastNow &+ connectTimeoutNanoseconds
@@ -81,12 +83,29 @@ final class UpstreamPool: @unchecked Sendable {
         client.poolExhausted()
     }
 
+    /// A slot freed elsewhere was handed to this loop: the oldest waiter gets a new
+    /// connection, or (nobody left) the slot goes back.
+    func slotGranted() {
+        if let waiter = nextWaiter() {
+            openConnection(for: waiter)
+        } else {
+            target.releaseSlot()
+        }
+    }
+
+    /// Another loop has requests waiting and no slot: an idle connection here gives its slot.
+    func trimIdleForWaiters() {
+        guard !idle.isEmpty, target.hasWaiters else { return }
+        idle.removeFirst().close()
+    }
+
     private func openConnection(for client: ClientConnection) {
         let (addresses, resolutionError) = target.addressesForConnection()
         guard !addresses.isEmpty else {
             let reason = resolutionError?.description ?? "cannot resolve \(configuration.url.host)"
             target.reportFailure(reason)
             target.resolveSoon()
+            target.releaseSlot()
             client.upstreamFailed(.unresolved(reason))
             return
         }
@@ -113,6 +132,7 @@ final class UpstreamPool: @unchecked Sendable {
             } catch {
                 socket.close()
                 target.reportFailure(error.description)
+                target.releaseSlot()
                 client.upstreamFailed(.tlsFailed(error.description))
                 return
             }
@@ -123,8 +143,9 @@ final class UpstreamPool: @unchecked Sendable {
         connection.connect(inProgress: inProgress)
     }
 
-    /// A connect to one address failed (refused, timed out): the next address, or
-    /// the request fails and the addresses are looked up again.
+    /// A connect to one address failed (refused, timed out): the next address (the
+    /// slot passes on), or the request fails, the slot is returned and the addresses
+    /// are looked up again.
     func connectAttemptFailed(_ client: ClientConnection?, _ addresses: [SocketAddress], attempt: Int, error: IOError) {
         if let client, !client.isClosed, attempt + 1 < addresses.count {
             connect(client, addresses, attempt: attempt + 1)
@@ -132,6 +153,7 @@ final class UpstreamPool: @unchecked Sendable {
         }
         target.reportFailure("\(addresses[attempt]): \(error)")
         target.resolveSoon()
+        target.releaseSlot()
         client?.upstreamFailed(error.errno == 110 ? .connectTimeout : .connectFailed(error))
     }
 
@@ -142,8 +164,13 @@ final class UpstreamPool: @unchecked Sendable {
             return
         }
         if let waiter = nextWaiter() {
+            target.leaveQueue(loop: loop.index)
             connection.reuse()
             waiter.attach(connection)
+            return
+        }
+        if target.hasWaiters {
+            connection.close()  // requests wait on another loop: its slot goes to them
             return
         }
         connection.becameIdle(idleDeadline: loop.lastNow &+ idleTimeoutNanoseconds)
@@ -153,15 +180,19 @@ final class UpstreamPool: @unchecked Sendable {
     func connectionClosed(_ connection: UpstreamConnection) {
         openCount -= 1
         if let i = idle.firstIndex(where: { $0 === connection }) { idle.remove(at: i) }
-        if openCount < maxConnections, let waiter = nextWaiter() {
-            acquire(for: waiter)
-        }
+        if connection.holdsSlot { target.releaseSlot() }
     }
 
     func cancelWaiter(_ client: ClientConnection) {
-        if let i = waiters.firstIndex(where: { $0 === client }) { waiters.remove(at: i) }
+        if let i = waiters.firstIndex(where: { $0 === client }) {
+            waiters.remove(at: i)
+            target.leaveQueue(loop: loop.index)
+        }
     }
 
+    /// The oldest waiter still open. Closed clients left the shared queue when they
+    /// closed (`cancelWaiter`); the one returned must leave it too, unless its slot
+    /// was granted through `slotGranted` (the grant already took its entry).
     private func nextWaiter() -> ClientConnection? {
         while !waiters.isEmpty {
             let waiter = waiters.removeFirst()

@@ -121,4 +121,59 @@ public final class UpstreamTarget: @unchecked Sendable {
 
     /// The last failure, nil while reachable (metrics, tests).
     public var lastFailure: String? { lock.withLock { failureReason } }
+
+    // MARK: Connection budget (totals across every loop's pool)
+
+    /// Connections open or opening for this upstream, all loops together.
+    private var slotsInUse = 0
+    /// One entry per request waiting for a connection: its loop, oldest first.
+    private var waiting: [Int] = []
+    /// Hands a freed slot to a loop's pool (set by `ProxyServer`): called with the
+    /// loop index, from any queue; the pool then opens a connection for its oldest waiter.
+    var grantSlot: (@Sendable (Int) -> Void)?
+    /// Asks every loop but one to close an idle connection while requests wait elsewhere.
+    var trimIdle: (@Sendable (_ except: Int) -> Void)?
+
+    /// A slot for a new connection, if the total allows one.
+    func claimSlot() -> Bool {
+        lock.withLock {
+            guard slotsInUse < configuration.maxConnections else { return false }
+            slotsInUse += 1
+            return true
+        }
+    }
+
+    /// A place in the (global) queue for a request on `loop`, if `max_pending` allows.
+    func claimWaiter(loop: Int) -> Bool {
+        let queued = lock.withLock { () -> Bool in
+            guard waiting.count < configuration.maxPending else { return false }
+            waiting.append(loop)
+            return true
+        }
+        if queued { trimIdle?(loop) }  // idle connections on other loops hold the slots
+        return queued
+    }
+
+    /// A waiter on `loop` left the queue (served, timed out, gone).
+    func leaveQueue(loop: Int) {
+        lock.withLock { if let i = waiting.firstIndex(of: loop) { waiting.remove(at: i) } }
+    }
+
+    var hasWaiters: Bool { lock.withLock { !waiting.isEmpty } }
+
+    /// A connection's slot is free: it passes straight to the loop of the oldest waiter
+    /// (which is told through `grantSlot`), or back to the budget.
+    func releaseSlot() {
+        let next = lock.withLock { () -> Int? in
+            if waiting.isEmpty {
+                slotsInUse -= 1
+                return nil
+            }
+            return waiting.removeFirst()  // the slot stays in use, now for that loop
+        }
+        if let next { grantSlot?(next) }
+    }
+
+    /// Slots in use now (tests, metrics).
+    public var connectionsInUse: Int { lock.withLock { slotsInUse } }
 }

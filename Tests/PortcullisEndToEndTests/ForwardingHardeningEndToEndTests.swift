@@ -1,4 +1,5 @@
 import Foundation
+import PortcullisTestSupport
 import Testing
 
 /// What the gateway forwards, per class: the upstream always gets exactly one valid
@@ -148,5 +149,32 @@ import Testing
         #expect(status == 401, "\(head)")
         #expect(head.contains("invalid_token"))
         #expect(try upstream.seen() == ["/who", "/who", "/who"])
+    }
+}
+
+/// `max_connections` and `max_pending` are totals for the upstream across the
+/// gateway's loops, whichever loop each client lands on.
+@Suite(.serialized) struct PoolLimitEndToEndTests {
+    @Test func oneConnectionAndOneWaiterAcrossTwoLoops() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)", max_connections: 1, max_pending: 1, connect_timeout: 5s}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """, workers: 2)
+        for round in 0..<3 {
+            // Six clients on six connections (spread over both loops by SO_REUSEPORT), all
+            // connected first, then six requests sent back to back.
+            let clients = try (0..<6).map { _ in try RawConnection(port: g.port, timeout: 15) }
+            for (i, c) in clients.enumerated() {
+                c.send("GET /slow/1500/r\(round)-\(i) HTTP/1.1\r\nHost: x\r\n\r\n")
+            }
+            let result = clients.map { $0.readResponses(1).first?.status ?? 0 }.sorted()
+            #expect(result == [200, 200, 503, 503, 503, 503], "round \(round): one running, one waiting, the rest refused: \(result)")
+        }
+        // Afterwards the pool serves normally (no slot leaked).
+        #expect(E2E.curl(["\(g.url)/after"]).status == 200)
+        #expect(E2E.curl(["\(g.url)/after"]).status == 200)
     }
 }
