@@ -63,6 +63,7 @@ public final class TLSSession: StreamSecurity {
 
     /// Secures a connected (or connecting) socket as a client of `context`, sending
     /// `serverName` as SNI and checking the certificate against it.
+    @discardableResult
     public static func secureClient(_ socket: StreamSocket, context: TLSClientContext,
                                     serverName: String) throws(TLSError) -> TLSSession {
         let ssl = try context.makeSSL(serverName: serverName)
