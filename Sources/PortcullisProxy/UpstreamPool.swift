@@ -163,15 +163,21 @@ final class UpstreamPool: @unchecked Sendable {
             connection.close()
             return
         }
-        if let waiter = nextWaiter() {
-            target.leaveQueue(loop: loop.index)
-            connection.reuse()
-            waiter.attach(connection)
+        // The oldest waiting request anywhere gets it: here by reuse, elsewhere by
+        // closing this connection so its slot passes to that loop (first come, first
+        // served whichever loop a client landed on).
+        switch target.takeOldestWaiter(ifOn: loop.index) {
+        case .here:
+            if let waiter = nextWaiter() {
+                connection.reuse()
+                waiter.attach(connection)
+                return
+            }
+        case .elsewhere:
+            connection.close()
             return
-        }
-        if target.hasWaiters {
-            connection.close()  // requests wait on another loop: its slot goes to them
-            return
+        case .none:
+            break
         }
         connection.becameIdle(idleDeadline: loop.lastNow &+ idleTimeoutNanoseconds)
         idle.append(connection)

@@ -161,6 +161,20 @@ public final class UpstreamTarget: @unchecked Sendable {
 
     var hasWaiters: Bool { lock.withLock { !waiting.isEmpty } }
 
+    /// Where the oldest waiting request is, for a loop about to reuse a connection.
+    enum OldestWaiter { case none, here, elsewhere }
+
+    /// The oldest waiter anywhere decides who gets a freed connection (FIFO across
+    /// loops): when it is on `loop`, its entry is taken here (the loop serves it).
+    func takeOldestWaiter(ifOn loop: Int) -> OldestWaiter {
+        lock.withLock {
+            guard let first = waiting.first else { return .none }
+            guard first == loop else { return .elsewhere }
+            waiting.removeFirst()
+            return .here
+        }
+    }
+
     /// A connection's slot is free: it passes straight to the loop of the oldest waiter
     /// (which is told through `grantSlot`), or back to the budget.
     func releaseSlot() {

@@ -186,6 +186,12 @@ public final class RedisClient: @unchecked Sendable {
         }
     }
 
+    /// Replaces the state handler (for owners that can only set it once they exist).
+    /// Runs on `loop.queue`, like the handler itself.
+    public func observeState(_ handler: @escaping @Sendable (RedisConnectionState) -> Void) {
+        loop.execute { [self] in onStateChange = handler }
+    }
+
     private func connectionReady(_ conn: RedisConnection) {
         let ready = waiting
         waiting = []

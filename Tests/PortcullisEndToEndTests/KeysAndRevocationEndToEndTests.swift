@@ -198,3 +198,62 @@ struct KeysAndRevocationEndToEndTests {
         #expect(redis.cli(["--scan"]).split(separator: "\n").contains { $0.hasPrefix("portcullis:") })
     }
 }
+
+/// A revocation acknowledged (2xx) while Sentinel fails the master over is on the new
+/// master afterwards and enforced by every instance: real redis-server master and
+/// replica, three sentinels, `SENTINEL FAILOVER` while revocations are posted.
+@Suite(.serialized) struct SentinelFailoverRevocationTests {
+    @Test func everyAcknowledgedRevocationSurvivesAFailover() throws {
+        let master = try RedisProcess()
+        let replica = try RedisProcess(extra: ["--replicaof", "127.0.0.1", "\(master.port)"])
+        #expect(waitUntil(10) { replica.cli(["INFO", "replication"]).contains("master_link_status:up") })
+        let sentinels = try (0..<3).map { _ in try RedisProcess(sentinelFor: "mymaster", masterPort: master.port) }
+        #expect(waitUntil(20) { sentinels.allSatisfy { $0.cli(["SENTINEL", "replicas", "mymaster"]).contains("\(replica.port)") } })
+        let upstream = try EchoUpstream()
+        let addresses = sentinels.map { "\"127.0.0.1:\($0.port)\"" }.joined(separator: ", ")
+        let config = """
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
+        store: {sentinel: {master: mymaster, addresses: [\(addresses)]}}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """
+        let token = "admin-token-0123456789abcdef"
+        let a = try GatewayProcess(config, adminToken: token)
+        let b = try GatewayProcess(config, adminToken: token)
+        for g in [a, b] { #expect(waitUntil(10) { E2E.curl(["http://127.0.0.1:\(g.adminPort)/readyz"]).status == 200 }) }
+        // Credentials issued before the revocations (iat in the past).
+        let count = 24
+        let credentials = try a.mint(["--provider", "app", "--sub", "user", "--count", "\(count)", "--age", "60s"])
+            .split(separator: "\n").map(String.init)
+        #expect(credentials.count == count)
+
+        // Post revocations one after another while a failover runs underneath.
+        var acknowledged: [Int] = []
+        let failover = DispatchQueue(label: "failover")
+        failover.asyncAfter(deadline: .now() + 0.3) {
+            _ = waitUntil(20) { sentinels[0].cli(["SENTINEL", "FAILOVER", "mymaster"]) == "OK" }
+        }
+        for i in 1...count {
+            let (status, _) = E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(token)", "-H", "Content-Type: application/json",
+                                        "--data", "{\"subject\": \"user\(i)\"}", "http://127.0.0.1:\(a.adminPort)/revocations"])
+            if status / 100 == 2 { acknowledged.append(i) }
+            usleep(100_000)
+        }
+        #expect(waitUntil(30) { replica.cli(["ROLE"]).hasPrefix("master") }, "the failover happened")
+        #expect(!acknowledged.isEmpty)
+        print("revocations acknowledged across the failover: \(acknowledged.count) of \(count)")
+        // Every acknowledged revocation is on the new master...
+        #expect(waitUntil(10) { acknowledged.allSatisfy { replica.cli(["EXISTS", "portcullis:revoked:subject:user\($0)"]) == "1" } },
+                "acknowledged: \(acknowledged); on the new master: \(replica.cli(["--scan", "--pattern", "portcullis:revoked:*"]))")
+        // ... and enforced by both instances.
+        for i in acknowledged {
+            for g in [a, b] {
+                #expect(waitUntil(35) { E2E.curl(["-H", credentials[i - 1], "\(g.url)/x"]).status == 401 },
+                        "user\(i) still allowed on \(g.port)")
+            }
+        }
+    }
+}

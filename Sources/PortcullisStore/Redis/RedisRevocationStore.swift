@@ -68,6 +68,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
                 resyncInterval: Double = 30, pruneInterval: Double = 60, ioLoop: EventLoop? = nil,
                 onEvent: (@Sendable (StoreEvent) -> Void)? = nil) {
         self.policy = policy
+        if case .sentinel = configuration.topology { confirmReplication = true }
         self.resyncInterval = resyncInterval
         self.pruneInterval = pruneInterval
         self.onEvent = onEvent
@@ -98,6 +99,13 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     }
 
     public func start() {
+        // Every (re)connection of the data client — after a failover, to the new master —
+        // writes what was not acknowledged and re-reads the view from where it now lives.
+        client.observeState { [weak self] state in
+            guard let self, case .connected = state, !self.isShutdown else { return }
+            if !self.pendingWrites.isEmpty && !self.subscribed { self.flushPendingWrites() }
+            self.resync()
+        }
         client.start()
         subscriber.start()
         ioLoop.execute { [self] in
@@ -137,10 +145,31 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         }
     }
 
+    /// With Sentinel (where a failover can promote a replica), a write is acknowledged
+    /// only once it is where the next master will have it: `WAIT 1` saw a replica take
+    /// it, or `ROLE` says the master has no replica (nothing to fail over to). A write
+    /// that reached only a master in the middle of a failover (its replica already
+    /// promoted) gets neither, so it is not acknowledged: it stays enforced here, queued,
+    /// and written again to the new master when the client follows the switch.
+    private var confirmReplication = false
+    /// How long a write waits for a replica's acknowledgement (milliseconds).
+    static let replicationWaitMilliseconds = 1000
+
     private func write(_ r: Revocation, done: @escaping @Sendable (RedisError?) -> Void) {
-        client.pipeline(RedisRevocationSchema.writeCommands(for: r)) { results in
+        var commands = RedisRevocationSchema.writeCommands(for: r)
+        let confirm = confirmReplication
+        if confirm { commands += [["WAIT", "1", "\(Self.replicationWaitMilliseconds)"], ["ROLE"]] }
+        client.pipeline(commands, timeout: confirm ? Double(Self.replicationWaitMilliseconds) / 1000 + 2 : nil) { results in
             // The SET decides; a failed PUBLISH is repaired by the periodic resync.
-            if case .failure(let e) = results[0] { done(e) } else { done(nil) }
+            if case .failure(let e) = results[0] { return done(e) }
+            guard confirm else { return done(nil) }
+            let replicated = (try? results[2].get())?.integer ?? 0
+            let role = (try? results[3].get())?.array
+            let isMaster = role?.first?.string == "master"
+            let replicas = role.flatMap { $0.count > 2 ? $0[2].array?.count : nil } ?? 0
+            if replicated >= 1 || (isMaster && replicas == 0) { return done(nil) }
+            done(.disconnected(reason: isMaster ? "no replica confirmed the write within \(Self.replicationWaitMilliseconds) ms (a failover may be under way)"
+                                                : "the server is no longer the master"))
         }
     }
 
