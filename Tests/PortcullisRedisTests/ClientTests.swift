@@ -199,3 +199,36 @@ import PortcullisRedis
         #expect(waitUntil(5) { messages.get().last?.text == "three" })
     }
 }
+
+/// A silent partition on the subscribed connection (the server frozen with SIGSTOP:
+/// the TCP connection stays up, nothing answers) is noticed by the keepalive within
+/// seconds, and the subscriber resubscribes once the server answers again.
+@Suite(.serialized) struct SubscriberKeepaliveTests {
+    let loop = EventLoop(index: 93)
+
+    @Test func aFrozenServerIsNoticedWithinSecondsAndTheSubscriptionComesBack() throws {
+        let server = try RedisProcess()
+        let log = StateLog()
+        let subscribed = Locked(0)
+        let configuration = RedisConfiguration(topology: .standalone(try SocketAddress(parsing: "127.0.0.1:\(server.port)")),
+                                               commandTimeout: 1, connectTimeout: 0.5,
+                                               backoff: ReconnectBackoff(initial: 0.05, maximum: 0.3))
+        let subscriber = RedisSubscriber(configuration: configuration, loop: loop, channels: ["news"],
+                                         onMessage: { _ in }, onSubscribed: { subscribed.update { $0 += 1 } },
+                                         onStateChange: log.handler)
+        subscriber.start()
+        defer { subscriber.shutdown() }
+        #expect(waitUntil(5) { subscribed.get() == 1 })
+        // Quiet but healthy: the keepalive must not drop a live connection.
+        Thread.sleep(forTimeInterval: RedisSubscriber.keepaliveInterval * 2 + 1)
+        #expect(log.count(where: isDisconnectedState) == 0, "a healthy idle subscription was dropped")
+
+        kill(server.pid, SIGSTOP)
+        let frozen = Date()
+        #expect(waitUntil(10) { log.count(where: isDisconnectedState) >= 1 }, "the frozen server was not noticed")
+        let noticed = Date().timeIntervalSince(frozen)
+        #expect(noticed <= RedisSubscriber.keepaliveInterval + RedisSubscriber.keepaliveTimeout + 1.5, "noticed after \(noticed) s")
+        kill(server.pid, SIGCONT)
+        #expect(waitUntil(10) { subscribed.get() >= 2 }, "resubscribed once the server answered")
+    }
+}

@@ -49,3 +49,36 @@ import PortcullisRedis
         #expect(newMasterPort != master.port)
     }
 }
+
+/// The sentinels a client knows grow from `SENTINEL sentinels`: configured with one
+/// sentinel, the client still finds the new master after that sentinel and the old
+/// master are gone.
+@Suite(.serialized) struct SentinelDiscoveryRefreshTests {
+    let loop = EventLoop(index: 92)
+
+    @Test func aClientConfiguredWithOneSentinelFollowsAFailoverAfterThatSentinelDies() throws {
+        let master = try RedisProcess()
+        let replica = try RedisProcess(extra: ["--replicaof", "127.0.0.1", "\(master.port)"])
+        #expect(waitUntil(10) { replica.cli(["INFO", "replication"]).contains("master_link_status:up") })
+        let sentinels = try (0..<3).map { _ in try RedisProcess(sentinelFor: "mymaster", masterPort: master.port) }
+        // The first sentinel must know the two others (they announce themselves over hello messages).
+        #expect(waitUntil(20) { sentinels[0].cli(["SENTINEL", "sentinels", "mymaster"]).components(separatedBy: "\n").filter { $0 == "ip" }.count == 2 })
+        #expect(waitUntil(20) { sentinels.allSatisfy { $0.cli(["SENTINEL", "replicas", "mymaster"]).contains("\(replica.port)") } })
+
+        let configuration = RedisConfiguration(
+            topology: .sentinel(masterName: "mymaster", sentinels: [try SocketAddress(parsing: "127.0.0.1:\(sentinels[0].port)")]),
+            commandTimeout: 1, connectTimeout: 0.5, backoff: ReconnectBackoff(initial: 0.05, maximum: 0.3))
+        let client = RedisClient(configuration: configuration, loop: loop)
+        client.start()
+        defer { client.shutdown() }
+        #expect(client.call(["SET", "k", "before"]) == .success(.simpleString("OK")))
+        #expect(client.currentAddress?.port == master.port)
+
+        sentinels[0].stop()
+        master.stop()
+        // Sentinels 2 and 3 (a majority) promote the replica; the client can only learn of it
+        // through the sentinels it discovered.
+        #expect(waitUntil(40) { client.currentAddress?.port == replica.port }, "the client did not find the new master")
+        #expect(waitUntil(5) { client.call(["SET", "k", "after"]) == .success(.simpleString("OK")) })
+    }
+}

@@ -1,4 +1,5 @@
 import Dispatch
+import PortcullisCore
 import PortcullisIO
 
 /// Pub/sub on a dedicated connection (a subscribed connection can run no other
@@ -22,6 +23,16 @@ public final class RedisSubscriber: @unchecked Sendable {
     private var onSubscribed: (@Sendable () -> Void)?
     private var onStateChange: (@Sendable (RedisConnectionState) -> Void)?
     private var isShutdown = false
+
+    // Keepalive: a subscribed connection only ever receives, so a silent partition (the
+    // server frozen, a middlebox dropping the flow) would go unnoticed until the next
+    // command. A PING every `keepaliveInterval` must be answered (a `pong` push, or any
+    // message) within `keepaliveTimeout`, else the connection is dropped and reconnected.
+    public static let keepaliveInterval = 2.0
+    public static let keepaliveTimeout = 3.0
+    private weak var connection: RedisConnection?
+    private var pingSentAt: UInt64 = 0  // 0: no PING unanswered
+    private var keepaliveTimer: DispatchSourceTimer?
 
     /// - Parameters:
     ///   - channels / patterns: subscribed on every connection (`SUBSCRIBE`, `PSUBSCRIBE`).
@@ -82,6 +93,8 @@ public final class RedisSubscriber: @unchecked Sendable {
     func shutdownOnLoop() {
         guard !isShutdown else { return }
         isShutdown = true
+        keepaliveTimer?.cancel()
+        keepaliveTimer = nil
         supervisor.shutdown()
         onMessage = nil
         onSubscribed = nil
@@ -89,6 +102,9 @@ public final class RedisSubscriber: @unchecked Sendable {
     }
 
     private func resubscribe(_ conn: RedisConnection) {
+        connection = conn
+        pingSentAt = 0
+        startKeepalive()
         awaitingConfirmations = channels.count + patterns.count
         if !channels.isEmpty { conn.enqueue(.strings(["SUBSCRIBE"] + channels.sorted()), timeout: commandTimeout, handler: nil) }
         if !patterns.isEmpty { conn.enqueue(.strings(["PSUBSCRIBE"] + patterns.sorted()), timeout: commandTimeout, handler: nil) }
@@ -96,7 +112,35 @@ public final class RedisSubscriber: @unchecked Sendable {
         if awaitingConfirmations == 0 { onSubscribed?() }
     }
 
+    private func startKeepalive() {
+        guard keepaliveTimer == nil else { return }
+        let timer = DispatchSource.makeTimerSource(queue: loop.queue)
+        let interval = Int(Self.keepaliveInterval * 1000)
+        timer.schedule(deadline: .now() + .milliseconds(interval), repeating: .milliseconds(interval), leeway: .milliseconds(100))
+        timer.setEventHandler { [weak self] in self?.keepalive() }
+        timer.resume()
+        keepaliveTimer = timer
+    }
+
+    private func keepalive() {
+        guard !isShutdown, let conn = connection, conn.state == .open else { return }
+        let now = MonotonicClock.nowNanoseconds()
+        if pingSentAt != 0 {
+            if now &- pingSentAt > UInt64(Self.keepaliveTimeout * 1e9) {
+                pingSentAt = 0
+                // A failure, not a planned reconnect: owners must learn that the
+                // subscription was blind (the store degrades and resyncs afterwards).
+                conn.close(.disconnected(reason: "no answer to PING on the subscribed connection for \(Self.keepaliveTimeout) s"))
+            }
+            return
+        }
+        pingSentAt = now
+        conn.enqueue(.strings(["PING"]), timeout: Self.keepaliveTimeout + Self.keepaliveInterval, handler: nil)
+        conn.flush()
+    }
+
     private func push(_ reply: RedisReply) {
+        pingSentAt = 0  // anything from the server shows the path is alive
         guard case .array(let items) = reply, let kind = items.first?.string else { return }
         switch kind {
         case "message" where items.count == 3:

@@ -39,6 +39,12 @@ final class SentinelDiscovery: AddressResolver {
         conn.onClose = { [self] error in query(index + 1, on: loop, lastError: error, completion: completion) }
         conn.connect(timeout: timeout) { [self] in
             if let password { conn.enqueue(.strings(["AUTH", password]), timeout: timeout) { _ in } }
+            // The other sentinels this one knows, asked first so its answer is in before the
+            // master's address closes the connection: a sentinel added (or a configured one
+            // replaced) after start is found without a restart (Sentinel client guidelines).
+            conn.enqueue(.strings(["SENTINEL", "sentinels", masterName]), timeout: timeout) { [self] result in
+                if case .success(.array(let entries)) = result { learn(entries) }
+            }
             conn.enqueue(.strings(["SENTINEL", "get-master-addr-by-name", masterName]), timeout: timeout) { [self] result in
                 switch result {
                 case .success(.array(let items)) where items.count == 2:
@@ -48,7 +54,7 @@ final class SentinelDiscovery: AddressResolver {
                     if let address = try? SocketAddress(parsing: text) {
                         conn.onClose = nil
                         conn.close(.shutdown)
-                        promote(index)
+                        promote(sentinel)
                         completion(.success(address))
                     } else {
                         conn.close(.protocolViolation("sentinel \(sentinel) named master '\(text)', not a numeric address"))
@@ -63,9 +69,35 @@ final class SentinelDiscovery: AddressResolver {
         }
     }
 
-    private func promote(_ index: Int) {
-        guard index > 0 else { return }
+    private func promote(_ sentinel: SocketAddress) {
+        guard let index = sentinels.firstIndex(of: sentinel), index > 0 else { return }
         let s = sentinels.remove(at: index)
         sentinels.insert(s, at: 0)
     }
+
+    /// Adds the sentinels named in a `SENTINEL sentinels` reply (flat `ip`/`port`
+    /// key-value lists) that the list does not have yet; bounded so a bad answer
+    /// cannot grow it without end.
+    private func learn(_ entries: [RedisReply]) {
+        for entry in entries {
+            guard let fields = entry.array else { continue }
+            var ip: String?, port: String?
+            var i = 0
+            while i + 1 < fields.count {
+                switch fields[i].string {
+                case "ip": ip = fields[i + 1].string
+                case "port": port = fields[i + 1].string
+                default: break
+                }
+                i += 2
+            }
+            guard let ip, let port, sentinels.count < 32,
+                  let address = try? SocketAddress(parsing: ip.contains(":") ? "[\(ip)]:\(port)" : "\(ip):\(port)"),
+                  !sentinels.contains(address) else { continue }
+            sentinels.append(address)
+        }
+    }
+
+    /// The sentinels known now (configured plus learned), for tests and status.
+    var knownSentinels: [SocketAddress] { sentinels }
 }
