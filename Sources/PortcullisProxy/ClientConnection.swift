@@ -345,14 +345,13 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
 
     private func forward(_ headBytes: UnsafeRawBufferPointer, path: String, query: String?, route: Route, grant: AuthGrant?) {
         responseObserver = grant?.observer
-        let upstream = context.pools[route.upstreamIndex].configuration
+        let pool = context.pools[route.upstreamIndex]
         buildUpstreamHead(headBytes, path: RouteTable.forwardedPath(path, route: route), query: query, grant: grant,
-                          upstreamAuthority: upstream.url.authority, useUpstreamAuthority: upstream.hostHeader == .upstream)
+                          upstreamAuthority: pool.authority, useUpstreamAuthority: pool.sendsUpstreamHost)
         if head.expectContinue && head.framing != .none && head.framing != .contentLength(0) {
             // The gateway answers 100 itself (as nginx does) and strips Expect upstream.
             sendToClient(UnsafeRawBufferPointer(start: Self.continueLine.utf8Start, count: Self.continueLine.utf8CodeUnitCount))
         }
-        let pool = context.pools[route.upstreamIndex]
         self.pool = pool
         if context.metrics != nil { forwardedAt = loop.now() }
         startBody(upstream: pool)

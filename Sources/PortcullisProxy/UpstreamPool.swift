@@ -22,6 +22,10 @@ final class UpstreamPool: @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
     let configuration: UpstreamConfiguration
+    /// `host[:port]` of the upstream URL, made once: the Host for `host_header: upstream`
+    /// and for HTTP/1.0 requests without one (read per request, so never rebuilt).
+    let authority: String
+    let sendsUpstreamHost: Bool
     /// Addresses, TLS context and reachability, shared with the other loops' pools.
     let target: UpstreamTarget
     /// The upstream's position in the configuration.
@@ -42,6 +46,8 @@ final class UpstreamPool: @unchecked Sendable {
         self.target = target
         let configuration = target.configuration
         self.configuration = configuration
+        authority = configuration.url.authority
+        sendsUpstreamHost = configuration.hostHeader == .upstream
         self.index = index
         self.loop = loop
         self.limits = limits
