@@ -78,7 +78,10 @@ var package = Package(
                     resources: [.copy("Fixtures")]),
         .testTarget(name: "PortcullisIOTests", dependencies: ["PortcullisIO", "PortcullisCore"]),
         .testTarget(name: "PortcullisTLSTests", dependencies: ["PortcullisTLS", "PortcullisIO", "PortcullisCore", "PortcullisTestSupport"]),
-        .testTarget(name: "PortcullisProxyTests", dependencies: ["PortcullisProxy", "Portcullis"]),
+        .testTarget(name: "PortcullisProxyTests", dependencies: [
+            "PortcullisProxy", "Portcullis", "PortcullisIO", "PortcullisTestSupport",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Real redis-server / sentinel processes for the tests that need them.
         .target(name: "PortcullisTestSupport", path: "Tests/PortcullisTestSupport"),
         .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis", "PortcullisTestSupport"]),

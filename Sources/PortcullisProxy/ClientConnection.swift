@@ -793,7 +793,9 @@ final class ClientConnection: DeadlineTarget, AuthResumable, LocalReplyTarget, @
             phase = .tunnel
             deadline = 0
         }
-        let closing = !clientKeepAlive || context.draining || response.framing == .untilClose && !clientIsHTTP10
+        // A body without framing for this client (until-close, or chunked decoded for an
+        // HTTP/1.0 client) ends with the connection, whatever the client asked for.
+        let closing = !clientKeepAlive || context.draining || response.framing == .untilClose || dechunk
             || (!requestComplete && response.status != 101)
         if closing { clientKeepAlive = false }
         var out = ByteBuffer()

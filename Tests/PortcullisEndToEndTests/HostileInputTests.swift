@@ -1,4 +1,5 @@
 import Foundation
+import PortcullisTestSupport
 import Testing
 
 /// Request-smuggling and malformed inputs through the real gateway: each gets its

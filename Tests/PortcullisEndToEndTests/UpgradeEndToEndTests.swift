@@ -1,4 +1,5 @@
 import Foundation
+import PortcullisTestSupport
 import Testing
 
 /// `Upgrade` (WebSocket) pass-through: after the upstream's 101 the gateway
