@@ -13,10 +13,10 @@ public final class EchoApp: LocalHandler {
         func text(_ range: Range<Int>) -> String {
             String(decoding: UnsafeRawBufferPointer(rebasing: bytes[range]), as: UTF8.self)
         }
-        var json = "{\"app\":\(JSONText.quoted(name)),\"method\":\(JSONText.quoted(text(request.head.methodRange)))"
-        json += ",\"target\":\(JSONText.quoted(text(request.head.target))),\"headers\":{"
+        var json = "{\"app\":\(JSONText.quoted(name)),\"method\":\(JSONText.quoted(text(request.methodRange)))"
+        json += ",\"target\":\(JSONText.quoted(text(request.target))),\"headers\":{"
         var first = true
-        for field in request.head.fields {
+        for field in request.fields {
             if !first { json += "," }
             first = false
             json += "\(JSONText.quoted(text(field.name).lowercased())):\(JSONText.quoted(text(field.value)))"

@@ -21,7 +21,7 @@ import Dispatch
 /// | design | syscalls | epoll_ctl | ioctl | sendto | context switches | CPU µs |
 /// |---|---:|---:|---:|---:|---:|---:|
 /// | Dispatch read + write source per socket | 13.2 | 4.0 | 2.0 | 3.0 | 0.86 | 77 |
-/// | this poller (+ one send per response, see `ClientConnection.corkOutput`) | 4.5 | 0.10 | 0 | 2.0 | 0.15 | 35 |
+/// | this poller (+ one send per response, see `HTTP1ServerConnection.corkOutput`) | 4.5 | 0.10 | 0 | 2.0 | 0.15 | 35 |
 /// | nginx proxy workers, for reference | 5.2 | 0 | 0 | 2.0 (writev) | 0.15 | 40 |
 ///
 /// (CPU includes `perf`'s tracepoint overhead; compare within the table only.) The

@@ -25,7 +25,7 @@ public final class EventLoop: @unchecked Sendable {
     public let readScratch: UnsafeMutableRawBufferPointer
     /// Scratch space for building outgoing heads; used only on `queue`.
     public var headScratch = ByteBuffer()
-    /// Output gathered for one connection during one pass (see `ClientConnection`'s
+    /// Output gathered for one connection during one pass (see `HTTP1ServerConnection`'s
     /// corking); used only on `queue`, by one connection at a time, and empty between
     /// passes, so its storage is reused instead of allocated per response.
     public var gatherScratch = ByteBuffer()

@@ -123,7 +123,7 @@ public final class ListenerContext: @unchecked Sendable {
             socket.close()  // out of memory in OpenSSL: refuse this one connection
             return
         }
-        let connection = ClientConnection(context: self, socket: socket, peer: peer)
+        let connection = HTTP1ServerConnection(context: self, socket: socket, peer: peer)
         openConnections += 1
         connection.start()
     }

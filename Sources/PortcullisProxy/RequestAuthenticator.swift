@@ -1,29 +1,6 @@
 import PortcullisHTTP
 import PortcullisIO
 
-/// A parsed request as the authenticator sees it: raw head bytes plus offsets.
-/// Valid only during the `authenticate` call.
-public struct RequestView {
-    public let bytes: UnsafeRawBufferPointer
-    public let head: RequestHead
-    /// Normalized path (before prefix stripping).
-    public let path: String
-    /// Normalized query (without '?'), when the target had one.
-    public let query: String?
-    public let peer: SocketAddress
-    public let loop: EventLoop
-
-    /// Value bytes of every field named `name` (lower-case), in order.
-    public func values(of name: StaticString, _ body: (UnsafeRawBufferPointer) -> Void) {
-        for field in head.fields where HTTPBytes.equalsCaseInsensitive(bytes, field.name, name) {
-            body(UnsafeRawBufferPointer(rebasing: bytes[field.value]))
-        }
-    }
-
-    /// The request method as sent ("GET", "OPTIONS", ...).
-    public var methodBytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[head.methodRange]) }
-}
-
 /// What an authenticated request carries to its upstream.
 public struct AuthGrant {
     /// Injected after every client identity header was stripped.

@@ -4,12 +4,12 @@ import PortcullisIO
 import PortcullisTLS
 
 /// One keep-alive HTTP/1.1 connection to an upstream app, owned by an
-/// `UpstreamPool` on one loop. While an exchange is active it is attached to one
-/// `ClientConnection` (a strong reference each way, broken when the exchange ends).
+/// `UpstreamPool` on one loop. While an exchange is active it is attached to that
+/// `Exchange` (a strong reference each way, broken when the exchange ends).
 ///
 /// Responses are checked with the strict response parser; a chunked body is
 /// decoded only to find its end and is forwarded as received to HTTP/1.1 clients
-/// (HTTP/1.0 clients get the decoded bytes and a connection close).
+/// (clients that need it decoded, HTTP/1.0, get the payload and a connection close).
 ///
 /// Threading: everything runs on `pool.loop.queue`.
 final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
@@ -21,7 +21,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     unowned let pool: UpstreamPool
     let socket: StreamSocket
     private(set) var state: State = .connecting
-    var client: ClientConnection?
+    var exchange: Exchange?
     /// True when taken from the idle list (it may have been closed by the upstream meanwhile).
     var reused = false
     var deadline: UInt64 = 0
@@ -84,10 +84,10 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
 
     /// Hands the request to the next address first (so the pool slot passes on), then closes.
     private func connectFailed(_ error: IOError) {
-        let client = self.client
-        self.client = nil
+        let exchange = self.exchange
+        self.exchange = nil
         holdsSlot = false  // the next attempt (or the failure) takes it over
-        pool.connectAttemptFailed(client, addresses, attempt: attempt, error: error)
+        pool.connectAttemptFailed(exchange, addresses, attempt: attempt, error: error)
         close()
     }
 
@@ -96,7 +96,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         deadline = 0
         if socket.security == nil { reportReachable() }
         socket.startReading { [unowned self] in self.readable() }
-        client?.upstreamConnected()
+        exchange?.upstreamConnected()
     }
 
     // MARK: Sending the request
@@ -122,6 +122,9 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
 
     func send(_ bytes: UnsafeRawBufferPointer) {
         guard state != .closed, bytes.count > 0 else { return }
+        // While the request is still flowing the response timeout counts from the last
+        // progress, not from the head: a long upload is not a silent upstream.
+        if !requestSent && phase != .tunnel { deadline = loop.lastNow &+ pool.responseTimeoutNanoseconds }
         let wasQueued = !outbound.isEmpty
         switch socket.send(bytes, pending: &outbound) {
         case .written: return
@@ -154,7 +157,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         switch socket.flush(&outbound) {
         case .pending: return
         case .failed: failed(); return
-        case .drained: client?.upstreamDrained()
+        case .drained: exchange?.upstreamDrained()
         }
     }
 
@@ -162,9 +165,9 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
 
     private func readable() {
         // Everything this pass sends to the client leaves in one write at its end.
-        let corkedClient = client
-        corkedClient?.corkOutput()
-        defer { corkedClient?.uncorkOutput() }
+        let corked = exchange
+        corked?.corkOutput()
+        defer { corked?.uncorkOutput() }
         while state != .closed && !socket.isReadingPaused {
             let fromScratch = inbound.isEmpty
             let result = fromScratch
@@ -206,7 +209,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     private func process(_ bytes: UnsafeRawBufferPointer) -> Int {
         var offset = 0
         while offset < bytes.count && state != .closed {
-            guard let client else { close(); return bytes.count }
+            guard let exchange else { close(); return bytes.count }
             switch phase {
             case .head:
                 let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
@@ -224,11 +227,11 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
                     if head.status >= 100 && head.status < 200 && head.status != 101 {
                         continue  // interim responses are not forwarded; the gateway sent its own 100
                     }
-                    startBody(client, headBytes)
+                    startBody(exchange, headBytes)
                 }
             case .length:
                 let n = min(remaining, bytes.count - offset)
-                client.sendResponseBody(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]))
+                exchange.responseBody(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]))
                 offset += n
                 remaining -= n
                 if remaining == 0 { finished() }
@@ -237,10 +240,10 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
                 var consumed = 0
                 let result: ChunkedDecoder.Result
                 if dechunk {
-                    result = decoder.decode(rest, consumed: &consumed) { client.sendResponseBody($0) }
+                    result = decoder.decode(rest, consumed: &consumed) { exchange.responseBody($0) }
                 } else {
                     result = decoder.decode(rest, consumed: &consumed) { _ in }
-                    client.sendResponseBody(UnsafeRawBufferPointer(rebasing: rest[0..<consumed]))
+                    exchange.responseBody(UnsafeRawBufferPointer(rebasing: rest[0..<consumed]))
                 }
                 offset += consumed
                 switch result {
@@ -249,29 +252,27 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
                 case .failure(let error): protocolError(error.reason); return bytes.count
                 }
             case .untilClose, .tunnel:
-                client.sendResponseBody(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+                exchange.responseBody(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
                 return bytes.count
             case .done:
                 // Bytes after a complete response: the upstream is out of sync.
-                let client = self.client
-                self.client = nil
+                self.exchange = nil
                 close()
-                _ = client
                 return bytes.count
             }
         }
         return offset
     }
 
-    private func startBody(_ client: ClientConnection, _ headBytes: UnsafeRawBufferPointer) {
-        if head.status == 101 && !(client.upgradeForwarded && Self.upgradesToWebSocket(headBytes, head)) {
+    private func startBody(_ exchange: Exchange, _ headBytes: UnsafeRawBufferPointer) {
+        if head.status == 101 && !(exchange.upgradeForwarded && Self.upgradesToWebSocket(headBytes, head)) {
             // A switch nobody asked for (or to another protocol) would make the gateway a
             // blind tunnel for whatever follows: refused.
             protocolError("101 Switching Protocols without a WebSocket upgrade request")
             return
         }
-        dechunk = head.framing == .chunked && client.clientIsHTTP10
-        client.sendResponseHead(headBytes, head, dechunk: dechunk)
+        dechunk = head.framing == .chunked && exchange.decodesChunkedResponses
+        exchange.responseHead(headBytes, head, decodeChunked: dechunk)
         if head.status == 101 {
             phase = .tunnel
             deadline = 0
@@ -301,49 +302,49 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         phase = .done
         deadline = 0
         let reusable = head.keepAlive && inbound.isEmpty && requestSent
-        let client = self.client
-        self.client = nil
-        if let client {
-            client.responseComplete(upstreamReusable: reusable)
+        let exchange = self.exchange
+        self.exchange = nil
+        if let exchange {
+            exchange.responseComplete(upstreamReusable: reusable)
         } else {
             close()
         }
     }
 
     private func endOfFile() {
-        let client = self.client
-        self.client = nil
+        let exchange = self.exchange
+        self.exchange = nil
         let phaseAtEnd = phase
         close()
-        guard let client else { return }
+        guard let exchange else { return }
         switch phaseAtEnd {
         case .untilClose:
-            client.responseComplete(upstreamReusable: false)
+            exchange.responseComplete(upstreamReusable: false)
         case .tunnel:
-            client.abort()
+            exchange.tunnelClosed()
         case .head where !receivedResponseBytes:
-            client.upstreamFailed(.resetBeforeResponse(reusedConnection: reused))
+            exchange.upstreamFailed(.resetBeforeResponse(reusedConnection: reused))
         case .head:
-            client.upstreamFailed(.badResponse("connection closed inside the response head"))
+            exchange.upstreamFailed(.badResponse("connection closed inside the response head"))
         default:
-            client.upstreamFailed(.resetDuringResponse)
+            exchange.upstreamFailed(.resetDuringResponse)
         }
     }
 
     private func failed() {
-        let client = self.client
-        self.client = nil
+        let exchange = self.exchange
+        self.exchange = nil
         let beforeResponse = phase == .head && !receivedResponseBytes
         // A TLS failure (verification, handshake) says why; it is logged once per change.
         let tlsFailure = (socket.security as? TLSSession).flatMap { $0.isHandshakeComplete ? nil : $0.lastFailure }
         close()
         if let tlsFailure {
             pool.target.reportFailure("TLS with \(pool.configuration.url.host): \(tlsFailure)")
-            client?.upstreamFailed(.tlsFailed(tlsFailure.description))
+            exchange?.upstreamFailed(.tlsFailed(tlsFailure.description))
             return
         }
-        guard let client else { return }
-        client.upstreamFailed(beforeResponse ? .resetBeforeResponse(reusedConnection: reused) : .resetDuringResponse)
+        guard let exchange else { return }
+        exchange.upstreamFailed(beforeResponse ? .resetBeforeResponse(reusedConnection: reused) : .resetDuringResponse)
     }
 
     private func reportReachable() {
@@ -352,10 +353,10 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     }
 
     private func protocolError(_ reason: String) {
-        let client = self.client
-        self.client = nil
+        let exchange = self.exchange
+        self.exchange = nil
         close()
-        client?.upstreamFailed(.badResponse(reason))
+        exchange?.upstreamFailed(.badResponse(reason))
     }
 
     // MARK: Pool life
@@ -363,7 +364,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     /// Parks the connection in the idle list.
     func becameIdle(idleDeadline: UInt64) {
         state = .idle
-        client = nil
+        exchange = nil
         deadline = idleDeadline
         inbound.releaseIfEmpty()
         outbound.releaseIfEmpty()
@@ -382,15 +383,15 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
             connectFailed(IOError("connect", errno: 110))  // ETIMEDOUT: the next address, or 504
             return
         }
-        let client = self.client
-        self.client = nil
+        let exchange = self.exchange
+        self.exchange = nil
         close()
-        client?.responseTimedOut()
+        exchange?.responseTimedOut()
     }
 
     /// The client side went away or gave up: the connection cannot be reused.
     func abandon() {
-        client = nil
+        exchange = nil
         close()
     }
 

@@ -38,7 +38,7 @@ final class UpstreamPool: @unchecked Sendable {
     let responseTimeoutNanoseconds: UInt64
     let idleTimeoutNanoseconds: UInt64
     private var idle: [UpstreamConnection] = []
-    private var waiters: [ClientConnection] = []
+    private var waiters: [Exchange] = []
     /// Open connections, connecting ones included.
     private(set) var openCount = 0
 
@@ -65,28 +65,27 @@ final class UpstreamPool: @unchecked Sendable {
     var idleCount: Int { idle.count }
     var waitingCount: Int { waiters.count }
 
-    /// Hands `client` a connection now, queues it, or answers 503 through it.
+    /// Hands `exchange` a connection now, queues it, or answers 503 through it.
     /// `fresh` skips idle connections (used for the retry after a stale one).
-    func acquire(for client: ClientConnection, fresh: Bool = false) {
+    func acquire(for exchange: Exchange, fresh: Bool = false) {
         if !fresh, let connection = idle.popLast() {
             connection.reuse()
-            client.attach(connection)
+            exchange.attach(connection)
             return
         }
         if fresh, let stale = idle.first {
             stale.close()  // make room for the retry: its slot returns to the budget (or a waiter)
         }
         if target.claimSlot() {
-            openConnection(for: client)
+            openConnection(for: exchange)
             return
         }
         if target.claimWaiter(loop: loop.index) {
-            waiters.append(client)
-            client.markQueued()
-            client.deadline = loop.lastNow &+ connectTimeoutNanoseconds
+            waiters.append(exchange)
+            exchange.markQueued(until: loop.lastNow &+ connectTimeoutNanoseconds)
             return
         }
-        client.poolExhausted()
+        exchange.poolExhausted()
     }
 
     /// A slot freed elsewhere was handed to this loop: the oldest waiter gets a new
@@ -105,32 +104,32 @@ final class UpstreamPool: @unchecked Sendable {
         idle.removeFirst().close()
     }
 
-    private func openConnection(for client: ClientConnection) {
+    private func openConnection(for exchange: Exchange) {
         let (addresses, resolutionError) = target.addressesForConnection()
         guard !addresses.isEmpty else {
             let reason = resolutionError?.description ?? "cannot resolve \(configuration.url.host)"
             target.reportFailure(reason)
             target.resolveSoon()
             target.releaseSlot()
-            client.upstreamFailed(.unresolved(reason))
+            exchange.upstreamFailed(.unresolved(reason))
             return
         }
-        connect(client, addresses, attempt: 0)
+        connect(exchange, addresses, attempt: 0)
     }
 
     /// Connects to `addresses[attempt]`; a failure moves on to the next address.
-    private func connect(_ client: ClientConnection, _ addresses: [SocketAddress], attempt: Int) {
+    private func connect(_ exchange: Exchange, _ addresses: [SocketAddress], attempt: Int) {
         switch Connector.start(to: addresses[attempt], on: loop) {
         case .failed(let error):
-            connectAttemptFailed(client, addresses, attempt: attempt, error: error)
+            connectAttemptFailed(exchange, addresses, attempt: attempt, error: error)
         case .connected(let socket):
-            attach(client, socket, addresses, attempt: attempt, inProgress: false)
+            attach(exchange, socket, addresses, attempt: attempt, inProgress: false)
         case .inProgress(let socket):
-            attach(client, socket, addresses, attempt: attempt, inProgress: true)
+            attach(exchange, socket, addresses, attempt: attempt, inProgress: true)
         }
     }
 
-    private func attach(_ client: ClientConnection, _ socket: StreamSocket, _ addresses: [SocketAddress],
+    private func attach(_ exchange: Exchange, _ socket: StreamSocket, _ addresses: [SocketAddress],
                         attempt: Int, inProgress: Bool) {
         if let tls = target.tls {
             do {
@@ -139,28 +138,28 @@ final class UpstreamPool: @unchecked Sendable {
                 socket.close()
                 target.reportFailure(error.description)
                 target.releaseSlot()
-                client.upstreamFailed(.tlsFailed(error.description))
+                exchange.upstreamFailed(.tlsFailed(error.description))
                 return
             }
         }
         openCount += 1
         let connection = UpstreamConnection(pool: self, socket: socket, addresses: addresses, attempt: attempt)
-        client.attach(connection)
+        exchange.attach(connection)
         connection.connect(inProgress: inProgress)
     }
 
     /// A connect to one address failed (refused, timed out): the next address (the
     /// slot passes on), or the request fails, the slot is returned and the addresses
     /// are looked up again.
-    func connectAttemptFailed(_ client: ClientConnection?, _ addresses: [SocketAddress], attempt: Int, error: IOError) {
-        if let client, !client.isClosed, attempt + 1 < addresses.count {
-            connect(client, addresses, attempt: attempt + 1)
+    func connectAttemptFailed(_ exchange: Exchange?, _ addresses: [SocketAddress], attempt: Int, error: IOError) {
+        if let exchange, exchange.isActive, attempt + 1 < addresses.count {
+            connect(exchange, addresses, attempt: attempt + 1)
             return
         }
         target.reportFailure("\(addresses[attempt]): \(error)")
         target.resolveSoon()
         target.releaseSlot()
-        client?.upstreamFailed(error.errno == 110 ? .connectTimeout : .connectFailed(error))
+        exchange?.upstreamFailed(error.errno == 110 ? .connectTimeout : .connectFailed(error))
     }
 
     /// An exchange ended; keep the connection if it can serve another request.
@@ -195,20 +194,20 @@ final class UpstreamPool: @unchecked Sendable {
         if connection.holdsSlot { target.releaseSlot() }
     }
 
-    func cancelWaiter(_ client: ClientConnection) {
-        if let i = waiters.firstIndex(where: { $0 === client }) {
+    func cancelWaiter(_ exchange: Exchange) {
+        if let i = waiters.firstIndex(where: { $0 === exchange }) {
             waiters.remove(at: i)
             target.leaveQueue(loop: loop.index)
         }
     }
 
-    /// The oldest waiter still open. Closed clients left the shared queue when they
-    /// closed (`cancelWaiter`); the one returned must leave it too, unless its slot
+    /// The oldest waiter still active. Cancelled exchanges left the shared queue when
+    /// they ended (`cancelWaiter`); the one returned must leave it too, unless its slot
     /// was granted through `slotGranted` (the grant already took its entry).
-    private func nextWaiter() -> ClientConnection? {
+    private func nextWaiter() -> Exchange? {
         while !waiters.isEmpty {
             let waiter = waiters.removeFirst()
-            if !waiter.isClosed { return waiter }
+            if waiter.isActive { return waiter }
         }
         return nil
     }

@@ -21,7 +21,7 @@ enum PresentedCredential {
         var authorization: Range<Int>?
         var authorizationCount = 0
         var hasCookieField = false
-        for field in request.head.fields {
+        for field in request.fields {
             switch field.name.count {
             case 13 where HTTPBytes.equalsCaseInsensitive(bytes, field.name, "authorization"):
                 authorizationCount += 1
@@ -105,7 +105,7 @@ struct CookieJar {
         // are joined first.
         var first: String?
         var joined = [UInt8]()
-        for field in request.head.fields where field.name.count == 6
+        for field in request.fields where field.name.count == 6
             && HTTPBytes.equalsCaseInsensitive(request.bytes, field.name, "cookie") {
             let value = UnsafeRawBufferPointer(rebasing: request.bytes[field.value])
             if let first {

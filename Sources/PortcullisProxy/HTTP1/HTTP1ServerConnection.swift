@@ -1,0 +1,568 @@
+import PortcullisCore
+import PortcullisHTTP
+import PortcullisIO
+import PortcullisTLS
+
+/// One client connection speaking HTTP/1.x, pinned to its loop: it owns the stream
+/// (plain or TLS), the head parser, request body framing (Content-Length, strict chunked
+/// decoding), pipelining, `Expect: 100-continue`, the 101 tunnel, the response head
+/// written for the client and output corking. What a request *means* (route, auth,
+/// upstream, failures, logs) is its `Exchange`'s job; the connection is its responder.
+///
+/// Life of a request: the head is parsed straight out of the loop's read scratch (bytes
+/// are copied into `inbound` only when a head is incomplete or a pipelined request must
+/// wait); the target is normalized; the exchange decides and, when it forwards, the body
+/// is streamed to it (Content-Length bodies as they come, chunked bodies decoded); the
+/// response comes back through `sendResponseHead` / `sendResponseBody`.
+///
+/// Back-pressure: while the upstream cannot take more body bytes, reading from the
+/// client is paused; while the client cannot take more response bytes, the exchange
+/// pauses the upstream. Pipelined requests wait in `inbound` (reading paused) until the
+/// current response is complete.
+///
+/// Threading: everything here runs on `context.loop.queue`.
+final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked Sendable {
+    // @unchecked Sendable: confined to the loop queue (see type comment).
+
+    enum Phase {
+        /// Between requests (keep-alive idle), no byte of the next request yet.
+        case idle
+        /// Some bytes of a request head have arrived.
+        case head
+        /// The exchange is deciding (an authentication that waits for I/O); body bytes wait.
+        case deciding
+        /// Streaming the request body to the exchange.
+        case body
+        /// The request is complete; waiting for (or streaming) the response.
+        case awaitingResponse
+        /// After a 101 response: bytes pass through unchanged both ways.
+        case tunnel
+        /// Closed, or closing once `outbound` is flushed.
+        case closing
+    }
+
+    let context: ListenerContext
+    let socket: StreamSocket
+    let peer: SocketAddress
+    private var parser: RequestHeadParser
+    private var head = RequestHead()
+    private var inbound = ByteBuffer()
+    private var outbound = ByteBuffer()
+    private(set) var phase: Phase = .idle
+    var deadline: UInt64 = 0
+    private var closeAfterFlush = false
+    private(set) var isClosed = false
+    /// A TLS connection whose handshake is not complete yet.
+    private var awaitingHandshake = false
+
+    /// The one exchange of this connection, reused for every request.
+    private var exchange: Exchange!
+    private var bodyRemaining = 0
+    private var bodyChunked = false
+    private var chunkDecoder: ChunkedDecoder
+    private var keepAlive = true
+    private var isHTTP10 = false
+
+    init(context: ListenerContext, socket: StreamSocket, peer: SocketAddress) {
+        self.context = context
+        self.socket = socket
+        self.peer = peer
+        self.parser = RequestHeadParser(limits: context.configuration.limits)
+        self.chunkDecoder = ChunkedDecoder(limits: context.configuration.limits)
+        self.exchange = Exchange(context: context, responder: self, peer: peer)
+    }
+
+    var loop: EventLoop { context.loop }
+
+    func start() {
+        loop.watchDeadline(self)
+        if let tls = context.tls {
+            // Until the handshake completes only `handshake_timeout` applies: a flood of
+            // half-open handshakes is cut off early and never holds keep-alive time.
+            awaitingHandshake = true
+            setDeadline(tls.settings.handshakeTimeout)
+        } else {
+            setDeadline(context.configuration.timeouts.idle)
+        }
+        socket.startReading { [unowned self] in self.readable() }
+    }
+
+    private func handshakeCompleted() {
+        awaitingHandshake = false
+        if phase == .idle { setDeadline(context.configuration.timeouts.idle) }
+    }
+
+    private func setDeadline(_ seconds: Double) {
+        deadline = loop.lastNow &+ UInt64(seconds * 1_000_000_000)
+    }
+
+    // MARK: Reading from the client
+
+    private func readable() {
+        while !isClosed && !socket.isReadingPaused {
+            let result: IOResult
+            let fromScratch = inbound.isEmpty
+            if fromScratch {
+                result = socket.read(into: loop.readScratch)
+            } else {
+                let space = inbound.writableSpace(minimum: 4096)
+                result = socket.read(into: space)
+            }
+            if awaitingHandshake && socket.isHandshakeComplete { handshakeCompleted() }
+            switch result {
+            case .bytes(let n):
+                _ = loop.now()
+                if fromScratch {
+                    let bytes = UnsafeRawBufferPointer(rebasing: loop.readScratch[0..<n])
+                    let used = process(bytes)
+                    if used < n && !isClosed { inbound.append(UnsafeRawBufferPointer(rebasing: bytes[used...])) }
+                } else {
+                    inbound.commitWrite(n)
+                    let used = process(inbound.readable)
+                    inbound.consume(used)
+                }
+                if isClosed { return }
+                applyInboundBackPressure()
+                if n < loop.readScratch.count / 2 && fromScratch { return }  // socket very likely drained
+            case .wouldBlock:
+                return
+            case .endOfFile:
+                clientClosed()
+                return
+            case .failed:
+                if let tls = socket.security as? TLSSession, tls.sawPlaintextHTTP, !tls.isHandshakeComplete {
+                    answerPlaintextOnTLSPort()
+                    return
+                }
+                abort()
+                return
+            }
+        }
+    }
+
+    /// A plain HTTP request on a TLS listener: answered 400 in plain text (as nginx
+    /// does), since the client cannot read a TLS alert; then closed.
+    private func answerPlaintextOnTLSPort() {
+        var out = ByteBuffer()
+        LocalResponse.error(400, "plain HTTP request sent to an HTTPS port; use https://")
+            .encode(into: &out, headOnly: false, close: true)
+        _ = socket.rawWrite(out.readable)
+        socket.shutdownWrite()
+        abort()
+    }
+
+    /// Stops reading when bytes wait that cannot be processed now (a pipelined
+    /// request behind a pending response, or body bytes the upstream cannot take).
+    private func applyInboundBackPressure() {
+        if inbound.readableBytes > 0 && (phase == .awaitingResponse || phase == .body || phase == .deciding) {
+            if phase != .body || inbound.readableBytes >= 64 * 1024 {
+                socket.pauseReading()
+            }
+        } else {
+            inbound.releaseIfEmpty()
+        }
+    }
+
+    /// Processes what is buffered after something that blocked progress cleared.
+    private func resumeProcessing() {
+        guard !isClosed else { return }
+        if !inbound.isEmpty {
+            let used = process(inbound.readable)
+            if isClosed { return }
+            inbound.consume(used)
+        }
+        if phase != .awaitingResponse || inbound.isEmpty {
+            inbound.releaseIfEmpty()
+            if exchange.upstream?.canTakeMore ?? true { socket.resumeReading() }
+        }
+        if !socket.isReadingPaused { readable() }
+    }
+
+    /// Consumes as much of `bytes` as the current phase allows; returns the count used.
+    private func process(_ bytes: UnsafeRawBufferPointer) -> Int {
+        var offset = 0
+        while offset < bytes.count && !isClosed {
+            switch phase {
+            case .idle, .head:
+                if phase == .idle {
+                    phase = .head
+                    setDeadline(context.configuration.timeouts.header)
+                }
+                let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
+                switch parser.parse(rest, into: &head) {
+                case .incomplete:
+                    return offset
+                case .failure(let error):
+                    parser.reset()
+                    keepAlive = false
+                    exchange.reject(.error(error.status, error.reason))
+                    return bytes.count
+                case .complete:
+                    parser.reset()
+                    let headBytes = UnsafeRawBufferPointer(rebasing: rest[0..<head.headLength])
+                    offset += head.headLength
+                    beginRequest(headBytes)
+                }
+            case .body:
+                let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
+                let used = consumeBody(rest)
+                offset += used
+                if used == 0 { return offset }
+            case .awaitingResponse, .deciding:
+                return offset
+            case .tunnel:
+                guard exchange.tunnelSend(UnsafeRawBufferPointer(rebasing: bytes[offset...])) else { return offset }
+                return bytes.count
+            case .closing:
+                return bytes.count
+            }
+        }
+        return offset
+    }
+
+    // MARK: A new request
+
+    private func beginRequest(_ headBytes: UnsafeRawBufferPointer) {
+        exchange.begin(method: head.method, methodBytes: UnsafeRawBufferPointer(rebasing: headBytes[head.methodRange]))
+        isHTTP10 = head.version == .http10
+        keepAlive = head.keepAlive && !context.draining
+        phase = .deciding
+        // Target normalization: one spelling per path before routing.
+        let targetBytes = UnsafeRawBufferPointer(rebasing: headBytes[head.target])
+        let normalized: NormalizedTarget
+        switch TargetNormalizer.normalize(targetBytes, form: head.targetForm) {
+        case .success(let n): normalized = n
+        case .failure(let error):
+            exchange.reject(.error(error.status, error.reason))
+            return
+        }
+        if head.method == .connect || head.targetForm == .authority {
+            exchange.reject(.error(405, "CONNECT is not supported"))
+            return
+        }
+        if head.targetForm == .asterisk {
+            exchange.reject(.error(400, "asterisk-form target is not routable"))
+            return
+        }
+        let view = RequestView(http1: head, bytes: headBytes, path: normalized.path, query: normalized.query,
+                               peer: peer, loop: loop)
+        if context.redirectsToHTTPS {
+            redirectToHTTPS(view)
+            return
+        }
+        exchange.start(view)
+        if phase == .deciding && exchange.isAuthenticating {
+            setDeadline(context.configuration.timeouts.header)
+        }
+    }
+
+    /// `redirect_https`: 308 (method and body kept, RFC 9110 §15.4.9) to the same
+    /// host and normalized target over https, on the default port.
+    private func redirectToHTTPS(_ view: RequestView) {
+        guard let host = view.host(), !host.isEmpty,
+              host.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "@") }) else {
+            exchange.reject(.error(400, "a Host is required to redirect to https"))
+            return
+        }
+        let location = "https://\(host)\(view.path)\(view.query.map { "?\($0)" } ?? "")"
+        exchange.reject(LocalResponse.error(308, "use https", headers: [("location", location)]))
+    }
+
+    // MARK: Request body
+
+    func forwardingStarts(_ exchange: Exchange) {
+        if head.expectContinue && head.framing != .none && head.framing != .contentLength(0) {
+            // The gateway answers 100 itself (as nginx does) and strips Expect upstream.
+            sendToClient(UnsafeRawBufferPointer(start: Self.continueLine.utf8Start, count: Self.continueLine.utf8CodeUnitCount))
+        }
+        startBody()
+    }
+
+    func localBodyStarts(_ exchange: Exchange) { startBody() }
+
+    private static let continueLine: StaticString = "HTTP/1.1 100 Continue\r\n\r\n"
+
+    private func startBody() {
+        switch head.framing {
+        case .none, .contentLength(0), .untilClose:
+            bodyRemaining = 0
+            bodyChunked = false
+            phase = .awaitingResponse
+            exchange.requestBodyEnded()
+        case .contentLength(let n):
+            bodyRemaining = n
+            bodyChunked = false
+            phase = .body
+            setDeadline(context.configuration.timeouts.body)
+        case .chunked:
+            bodyChunked = true
+            chunkDecoder.reset()
+            phase = .body
+            setDeadline(context.configuration.timeouts.body)
+        }
+    }
+
+    func requestBodyCanContinue() {
+        if phase == .body || phase == .tunnel || phase == .deciding || phase == .awaitingResponse { resumeProcessing() }
+    }
+
+    /// Returns how many bytes were consumed (0 when the exchange cannot take more now).
+    private func consumeBody(_ bytes: UnsafeRawBufferPointer) -> Int {
+        let exchange = self.exchange!
+        guard exchange.canTakeRequestBody else { return 0 }
+        setDeadline(context.configuration.timeouts.body)
+        if !bodyChunked {
+            let n = min(bodyRemaining, bytes.count)
+            exchange.requestBody(UnsafeRawBufferPointer(rebasing: bytes[0..<n]))
+            bodyRemaining -= n
+            if bodyRemaining == 0 { bodyEnded() }
+            return n
+        }
+        var consumed = 0
+        let result = chunkDecoder.decode(bytes, consumed: &consumed) { exchange.requestBody($0) }
+        switch result {
+        case .needMore:
+            return consumed
+        case .done:
+            bodyEnded()
+            return consumed
+        case .failure(let error):
+            // Part of the body may have left: the exchange drops its upstream connection.
+            exchange.reject(.error(error.status, error.reason))
+            return bytes.count
+        }
+    }
+
+    private func bodyEnded() {
+        phase = .awaitingResponse
+        exchange.requestBodyEnded()
+    }
+
+    // MARK: The response
+
+    func sendResponseHead(_ bytes: UnsafeRawBufferPointer, _ response: ResponseHead, decodeChunked: Bool) {
+        if response.status == 101 {
+            phase = .tunnel
+            deadline = 0
+        }
+        // A body without framing for this client (until-close, or chunked decoded for an
+        // HTTP/1.0 client) ends with the connection, whatever the client asked for; so does
+        // a response that came before the whole request body was read.
+        if !keepAlive || context.draining || response.framing == .untilClose || decodeChunked
+            || (!exchange.requestComplete && response.status != 101) {
+            keepAlive = false
+        }
+        var out = ByteBuffer()
+        swap(&out, &loop.headScratch)
+        defer { out.clear(); swap(&out, &loop.headScratch) }
+        out.append("HTTP/1.1 ")
+        out.appendDecimal(response.status)
+        out.append(" ")
+        if response.reasonRange.isEmpty { out.append(HTTPStatusText.reason(response.status)) }
+        else { out.append(UnsafeRawBufferPointer(rebasing: bytes[response.reasonRange])) }
+        out.append("\r\n")
+        for field in response.fields {
+            let name = field.name
+            switch name.count {
+            case 10 where HTTPBytes.equalsCaseInsensitive(bytes, name, "connection"),
+                 10 where HTTPBytes.equalsCaseInsensitive(bytes, name, "keep-alive"),
+                 16 where HTTPBytes.equalsCaseInsensitive(bytes, name, "proxy-connection"),
+                 7 where HTTPBytes.equalsCaseInsensitive(bytes, name, "trailer"),
+                 2 where HTTPBytes.equalsCaseInsensitive(bytes, name, "te"):
+                continue
+            case 7 where HTTPBytes.equalsCaseInsensitive(bytes, name, "upgrade"):
+                if response.status != 101 { continue }
+            case 17 where HTTPBytes.equalsCaseInsensitive(bytes, name, "transfer-encoding"):
+                if decodeChunked { continue }
+            default:
+                break
+            }
+            out.append(UnsafeRawBufferPointer(rebasing: bytes[name]))
+            out.append(": ")
+            out.append(UnsafeRawBufferPointer(rebasing: bytes[field.value]))
+            out.append("\r\n")
+        }
+        if response.status == 101 { out.append("connection: upgrade\r\n") }
+        else if !keepAlive { out.append("connection: close\r\n") }
+        else if isHTTP10 { out.append("connection: keep-alive\r\n") }
+        out.append("\r\n")
+        sendToClient(out.readable)
+    }
+
+    func sendResponseBody(_ bytes: UnsafeRawBufferPointer) { sendToClient(bytes) }
+
+    func sendLocalResponse(_ response: LocalResponse, requestId: UnsafeRawBufferPointer) {
+        // A body that was not read cannot be told apart from a next request.
+        let bodyUnread = phase == .body || head.framing != .none && !exchange.requestComplete
+        if bodyUnread || response.status == 400 || response.status >= 413 && response.status < 500 {
+            keepAlive = false
+        }
+        phase = .awaitingResponse
+        var out = ByteBuffer()
+        swap(&out, &loop.headScratch)
+        defer { out.clear(); swap(&out, &loop.headScratch) }
+        var response = response
+        if !requestId.isEmpty {
+            response.headers.append(("x-request-id", String(decoding: requestId, as: UTF8.self)))
+        }
+        response.encode(into: &out, headOnly: exchange.method == .head, close: !keepAlive)
+        sendToClient(out.readable)
+    }
+
+    var decodesChunkedResponses: Bool { isHTTP10 }
+
+    func exchangeFinished() {
+        if !exchange.requestComplete {
+            // The upstream answered before the body was read: the rest of the body
+            // cannot be told apart from a next request, so the connection closes.
+            keepAlive = false
+        }
+        phase = .idle
+        if !keepAlive || context.draining {
+            closeAfterFlushing()
+            return
+        }
+        setDeadline(context.configuration.timeouts.idle)
+        if !inbound.isEmpty {
+            // Pipelined requests that waited for this response.
+            loop.execute { [self] in resumeProcessing() }
+        } else {
+            inbound.releaseIfEmpty()
+            socket.resumeReading()
+        }
+    }
+
+    func abortExchange() { abort() }
+
+    func tunnelEnded() { closeAfterFlushing() }
+
+    func waitsForConnection(until deadline: UInt64) { self.deadline = deadline }
+
+    // MARK: Writing to the client
+
+    private func sendToClient(_ bytes: UnsafeRawBufferPointer) {
+        guard !isClosed, bytes.count > 0 else { return }
+        if corked {
+            if loop.gatherScratch.readableBytes + bytes.count <= Self.corkLimit {
+                loop.gatherScratch.append(bytes)  // leaves with the rest of the pass in `uncorkOutput()`
+                return
+            }
+            uncorkOutput()  // a large piece: send what is held, then this one directly
+            if isClosed { return }
+        }
+        let wasQueued = !outbound.isEmpty
+        switch socket.send(bytes, pending: &outbound) {
+        case .written: return
+        case .failed: abort(); return
+        case .queued: if wasQueued { return }
+        }
+        // The client is slower than the upstream: stop reading the upstream.
+        exchange.pauseResponse()
+        socket.waitUntilWritable { [unowned self] in self.clientWritable() }
+    }
+
+    private func clientWritable() {
+        switch socket.flush(&outbound) {
+        case .pending: return
+        case .failed: abort(); return
+        case .drained: break
+        }
+        if closeAfterFlush { close(); return }
+        exchange.resumeResponse()
+    }
+
+    /// True while the client has unsent response bytes (the upstream should wait).
+    var isBackedUp: Bool { !outbound.isEmpty }
+
+    // MARK: Corking (one send per upstream read pass)
+
+    /// While set, `sendToClient` only gathers bytes in the loop's `gatherScratch`;
+    /// `uncorkOutput()` sends them with one system call. A response head and the
+    /// body that arrived with it then leave together (one `sendto` instead of two,
+    /// and one packet), and nothing is allocated for it.
+    private var corked = false
+    /// Pieces that would grow the held bytes past this go out directly (no copy of
+    /// large bodies); what was held is sent first, so order is kept.
+    private static let corkLimit = 16 * 1024
+
+    /// Starts gathering output (called by the upstream side before it processes a
+    /// read). One connection of a loop at a time: the pass that corks also uncorks.
+    func corkOutput() {
+        guard !corked, !isClosed else { return }
+        corked = true
+    }
+
+    /// Sends what was gathered since `corkOutput()`, like `sendToClient` would have.
+    func uncorkOutput() {
+        guard corked else { return }
+        corked = false
+        var gathered = ByteBuffer()
+        swap(&gathered, &loop.gatherScratch)
+        defer { gathered.clear(); swap(&gathered, &loop.gatherScratch) }
+        if gathered.isEmpty { return }
+        sendToClient(gathered.readable)
+        if closeAfterFlush && outbound.isEmpty { close() }
+    }
+
+    // MARK: Timeouts and closing
+
+    func deadlineExpired(now: UInt64) {
+        deadline = 0
+        if exchange.waitingForPool {
+            exchange.poolWaitExpired()
+            return
+        }
+        switch phase {
+        case .idle:
+            close()
+        case .head:
+            keepAlive = false
+            exchange.reject(.error(408, "request head not received in time"))
+        case .body:
+            exchange.reject(.error(408, "request body not received in time"))
+        case .deciding:
+            if exchange.isAuthenticating { exchange.authenticationTimedOut() } else { close() }
+        case .awaitingResponse:
+            if exchange.responseStarted { abort() } else { close() }
+        case .tunnel, .closing:
+            close()
+        }
+    }
+
+    private func clientClosed() {
+        // A half-closed client may still wait for a response to a complete request.
+        if phase == .awaitingResponse && exchange.requestComplete && !exchange.responseStarted
+            && exchange.upstream != nil && inbound.isEmpty {
+            keepAlive = false
+            socket.pauseReading()
+            return
+        }
+        abort()
+    }
+
+    private func closeAfterFlushing() {
+        phase = .closing
+        if outbound.isEmpty && !corked { close() } else { closeAfterFlush = true; deadline = loop.lastNow &+ 5_000_000_000 }
+    }
+
+    /// Closes at once, abandoning any exchange in flight.
+    func abort() {
+        exchange.cancel()
+        close()
+    }
+
+    private func close() {
+        guard !isClosed else { return }
+        exchange.cancel()
+        isClosed = true
+        phase = .closing
+        deadline = 0
+        loop.unwatchDeadline(self)
+        socket.close()
+        context.openConnections -= 1
+        inbound.clear()
+        inbound.releaseIfEmpty()
+        outbound.clear()
+        outbound.releaseIfEmpty()
+    }
+}
