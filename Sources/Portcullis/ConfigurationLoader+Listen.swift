@@ -1,4 +1,7 @@
+import Logging
+import PortcullisHTTP
 import PortcullisIO
+import PortcullisProxy
 import PortcullisTLS
 
 /// `listen[]`: an address, optionally TLS (`tls:`) or a redirect to https (`redirect_https:`).
@@ -67,5 +70,80 @@ extension ConfigurationLoader {
         if let n = try node.optional("handshake_timeout") { settings.handshakeTimeout = try positiveDuration(n) }
         try node.finish()
         return settings
+    }
+}
+
+/// `admin`: the admin listener (`off`, or `{address, token, metrics_public}`).
+extension ConfigurationLoader {
+    static func admin(_ node: ConfigNode?) throws(ConfigurationError) -> GatewayConfiguration.Admin? {
+        let defaultAddress = try! SocketAddress(parsing: "127.0.0.1:9901")
+        guard var node else { return .init(address: defaultAddress, token: nil) }
+        if case .scalar = node.node, try node.string() == "off" { return nil }
+        let address = try node.optional("address").map { n throws(ConfigurationError) in try socketAddress(n) } ?? defaultAddress
+        var token = try node.optional("token")?.string()
+        if token?.isEmpty == true { token = nil }
+        if let t = token, t.utf8.count < 16 {
+            throw node.error("must be at least 16 characters", key: "token")
+        }
+        let metricsPublic = try node.optional("metrics_public")?.bool() ?? false
+        try node.finish()
+        return .init(address: address, token: token, metricsPublic: metricsPublic)
+    }
+
+    /// `log_level`: trace … critical (default info).
+    static func logLevel(_ node: ConfigNode?) throws(ConfigurationError) -> Logger.Level {
+        guard let node else { return .info }
+        let text = try node.string()
+        guard let level = Logger.Level(rawValue: text) else {
+            throw node.error("expected one of trace, debug, info, notice, warning, error, critical; got '\(text)'")
+        }
+        return level
+    }
+
+    /// `access_log`: off, stdout (default), stderr or an absolute path.
+    static func accessLog(_ node: ConfigNode?) throws(ConfigurationError) -> GatewayConfiguration.AccessLogTarget {
+        guard let node else { return .stdout }
+        switch try node.string() {
+        case "off": return .off
+        case "stdout": return .stdout
+        case "stderr": return .stderr
+        case let path where path.hasPrefix("/"): return .file(path)
+        case let other: throw node.error("expected off, stdout, stderr or an absolute path; got '\(other)'")
+        }
+    }
+
+    /// `limits`: request line, head and body sizes.
+    static func limits(_ node: ConfigNode?) throws(ConfigurationError) -> HTTPLimits {
+        var limits = HTTPLimits.default
+        guard var node else { return limits }
+        if let n = try node.optional("max_request_line") { limits.maxRequestLineBytes = try positiveSize(n) }
+        if let n = try node.optional("max_header_bytes") { limits.maxHeaderBytes = try positiveSize(n) }
+        if let n = try node.optional("max_header_count") { limits.maxHeaderCount = try n.int(min: 1, max: 10_000) }
+        if let n = try node.optional("max_body_bytes") { limits.maxBodyBytes = try n.byteSize() }
+        try node.finish()
+        return limits
+    }
+
+    /// `timeouts`: the client side (header, idle, body) and the shutdown grace.
+    static func timeouts(_ node: ConfigNode?) throws(ConfigurationError) -> (ClientTimeouts, shutdownGrace: Double) {
+        var timeouts = ClientTimeouts()
+        var shutdownGrace = 10.0
+        guard var node else { return (timeouts, shutdownGrace) }
+        if let n = try node.optional("header") { timeouts.header = try positiveDuration(n) }
+        if let n = try node.optional("idle") { timeouts.idle = try positiveDuration(n) }
+        if let n = try node.optional("body") { timeouts.body = try positiveDuration(n) }
+        if let n = try node.optional("shutdown_grace") { shutdownGrace = try n.duration() }
+        try node.finish()
+        return (timeouts, shutdownGrace)
+    }
+
+    /// `trusted_proxies`: addresses or CIDR blocks whose X-Forwarded-* are believed.
+    static func trustedProxies(_ node: ConfigNode?) throws(ConfigurationError) -> [CIDR] {
+        guard let node else { return [] }
+        return try node.sequence().map { item throws(ConfigurationError) in
+            let text = try item.string()
+            guard let cidr = CIDR(text) else { throw item.error("'\(text)' is not an IP address or CIDR block") }
+            return cidr
+        }
     }
 }

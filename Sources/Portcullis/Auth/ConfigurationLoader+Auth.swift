@@ -196,3 +196,59 @@ extension ConfigurationLoader {
         return (providers, settings)
     }
 }
+
+/// `keys`, `token_cache` and `identity`.
+extension ConfigurationLoader {
+    /// `keys`: how fetched key sets are refreshed.
+    static func keyRefresh(_ node: ConfigNode?) throws(ConfigurationError) -> KeyRefreshSettings {
+        var keyRefresh = KeyRefreshSettings()
+        guard var node else { return keyRefresh }
+        if let n = try node.optional("fetch_timeout") { keyRefresh.fetchTimeout = try positiveDuration(n) }
+        if let n = try node.optional("min_ttl") { keyRefresh.minimumTTL = try positiveDuration(n) }
+        if let n = try node.optional("max_ttl") { keyRefresh.maximumTTL = try positiveDuration(n) }
+        if let n = try node.optional("min_refetch_interval") { keyRefresh.minimumRefetchInterval = try positiveDuration(n) }
+        if let n = try node.optional("serve_stale_for") { keyRefresh.serveStaleFor = try n.duration() }
+        if keyRefresh.minimumTTL > keyRefresh.maximumTTL {
+            throw node.error("min_ttl (\(keyRefresh.minimumTTL)s) exceeds max_ttl (\(keyRefresh.maximumTTL)s)", key: "min_ttl")
+        }
+        try node.finish()
+        return keyRefresh
+    }
+
+    /// `token_cache.max_entries`: the verified-token cache (Envoy's jwt_cache_config).
+    static func tokenCacheEntries(_ node: ConfigNode?) throws(ConfigurationError) -> Int {
+        guard var node else { return 16_384 }
+        var entries = 16_384
+        if let n = try node.optional("max_entries") { entries = try n.int(min: 0, max: 10_000_000) }
+        try node.finish()
+        return entries
+    }
+
+    /// What `identity` configures: the injected header names, the realm and claim headers.
+    struct IdentitySection {
+        var settings = IdentitySettings()
+        var userIdHeader = "X-User-Id"
+        var providerHeader = "X-Auth-Provider"
+        var claimHeaders: [(claim: String, header: String)] = []
+        var realm = "portcullis"
+    }
+
+    static func identity(_ node: ConfigNode?) throws(ConfigurationError) -> IdentitySection {
+        var identity = IdentitySection()
+        guard var node else { return identity }
+        if let n = try node.optional("user_id_header") { identity.userIdHeader = try headerName(n) }
+        if let n = try node.optional("provider_header") { identity.providerHeader = try headerName(n) }
+        if let n = try node.optional("realm") {
+            identity.realm = try n.string()
+            guard identity.realm.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != 0x22 && $0 != 0x5C }) else {
+                throw n.error("must be printable ASCII without quotes or backslashes")
+            }
+        }
+        if let n = try node.optional("claims") {
+            for (claim, value) in try n.entries() { identity.claimHeaders.append((claim, try headerName(value))) }
+        }
+        if let n = try node.optional("prefix_provider") { identity.settings.prefixProvider = try n.bool() }
+        try node.finish()
+        return identity
+    }
+}

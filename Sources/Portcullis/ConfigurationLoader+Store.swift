@@ -1,0 +1,52 @@
+import PortcullisRedis
+import PortcullisTLS
+
+/// `store` (embedded, or Redis by URL or Sentinel, with `tls`) and `revocation`
+/// (`max_staleness`, `on_unavailable`).
+extension ConfigurationLoader {
+    static func store(_ storeNode: ConfigNode?, revocation: ConfigNode?) throws(ConfigurationError) -> StoreSettings {
+        var store = StoreSettings()
+        if var node = storeNode {
+            if let n = try node.optional("redis") {
+                let url = try n.string()
+                do { _ = try RedisConfiguration(url: url) } catch {
+                    throw n.error("expected redis[s]://[user][:password]@host:port/db (\(error))")
+                }
+                store.redisURL = url
+            }
+            if var n = try node.optional("tls") {
+                // TLS to Redis (and the sentinels): implied by rediss://, needed here only to
+                // name a CA file or a server name, or for TLS with sentinel.
+                var tls = RedisConfiguration.TLS()
+                if let ca = try n.optional("ca_file") {
+                    let path = try ca.string()
+                    do { _ = try TLSClientContext(caFile: path) } catch { throw ca.error(error.description) }
+                    tls.caFile = path
+                }
+                tls.serverName = try n.optional("server_name")?.string()
+                try n.finish()
+                store.redisTLS = tls
+            }
+            if var n = try node.optional("sentinel") {
+                store.sentinelMaster = try n.required("master").string()
+                let addresses = try n.required("addresses")
+                store.sentinelAddresses = try addresses.sequence().map { item throws(ConfigurationError) in try socketAddress(item) }
+                if store.sentinelAddresses.isEmpty { throw addresses.error("needs at least one sentinel address") }
+                try n.finish()
+            }
+            try node.finish()
+        }
+        if var node = revocation {
+            if let n = try node.optional("max_staleness") { store.maxStaleness = try n.duration() }
+            if let n = try node.optional("on_unavailable") {
+                switch try n.string() {
+                case "deny": store.denyWhenUnavailable = true
+                case "allow": store.denyWhenUnavailable = false
+                case let other: throw n.error("expected deny or allow, got '\(other)'")
+                }
+            }
+            try node.finish()
+        }
+        return store
+    }
+}

@@ -1,0 +1,33 @@
+import PortcullisIO
+
+/// Answers requests locally (admin endpoints, demo apps). Called on the loop queue
+/// with the complete request body (bounded by the limits); must not block.
+public protocol LocalHandler: AnyObject, Sendable {
+    func handle(_ request: RequestView, body: UnsafeRawBufferPointer) -> LocalResponse
+    /// Handlers whose answer needs I/O (a Redis write) return nil and call
+    /// `reply.send` later. The default answers with `handle(_:body:)`.
+    func handle(_ request: RequestView, body: UnsafeRawBufferPointer, reply: LocalReply) -> LocalResponse?
+}
+
+extension LocalHandler {
+    public func handle(_ request: RequestView, body: UnsafeRawBufferPointer, reply: LocalReply) -> LocalResponse? {
+        handle(request, body: body)
+    }
+}
+
+/// Something a late local answer can be delivered to (the client connection).
+protocol LocalReplyTarget: AnyObject {
+    func sendLateLocalResponse(_ response: LocalResponse, generation: UInt64)
+}
+
+/// Delivers a local handler's late answer; may be called from any queue, once.
+public struct LocalReply: @unchecked Sendable {
+    // @unchecked Sendable: the target is only touched on `loop.queue` (`send` hops there).
+    weak var target: (any LocalReplyTarget)?
+    let generation: UInt64
+    let loop: EventLoop
+
+    public func send(_ response: LocalResponse) {
+        loop.execute { [self] in target?.sendLateLocalResponse(response, generation: generation) }
+    }
+}
