@@ -16,7 +16,7 @@ import PortcullisIO
 /// per request); `begin` starts one, `finish` or `cancel` ends it.
 ///
 /// Threading: confined to the loop queue.
-final class Exchange: AuthResumable, LocalReplyTarget, @unchecked Sendable {
+final class Exchange: @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
     let context: ListenerContext
@@ -54,7 +54,9 @@ final class Exchange: AuthResumable, LocalReplyTarget, @unchecked Sendable {
     private(set) var upgradeForwarded = false
     /// Set by a grant on a logout route; told the upstream's status.
     private var responseObserver: (any UpstreamResponseObserver)?
-    /// `loop.now()` when the request was handed to a pool (upstream latency).
+    /// When the request was handed to a pool (upstream latency): `loop.lastNow`, the time
+    /// of the read that completed the request, as the response side uses the time of the
+    /// read that brought its head (no clock call of its own on either side).
     private var forwardedAt: UInt64 = 0
 
     // The response.
@@ -82,12 +84,18 @@ final class Exchange: AuthResumable, LocalReplyTarget, @unchecked Sendable {
     /// Identifies the current wait, so a late answer for an earlier request is ignored.
     private var generation: UInt64 = 0
 
+    /// Late answers reach the exchange through this (see `ExchangeHandle`).
+    private let handle = ExchangeHandle()
+
     init(context: ListenerContext, responder: any ExchangeResponder, peer: SocketAddress) {
         self.context = context
         self.responder = responder
         self.peer = peer
         self.peerText = peer.host
+        handle.exchange = self
     }
+
+    deinit { handle.exchange = nil }
 
     // MARK: Starting
 
@@ -151,7 +159,7 @@ final class Exchange: AuthResumable, LocalReplyTarget, @unchecked Sendable {
         routeSlot = route.index + 1
 
         generation &+= 1
-        let resumption = AuthResumption(target: self, generation: generation, loop: loop)
+        let resumption = AuthResumption(handle: handle, generation: generation, loop: loop)
         let outcome = context.authenticator.authenticate(view, route: route, resumption: resumption)
         guard case .deferred = outcome else {
             apply(outcome, view, route: route)
@@ -209,7 +217,7 @@ final class Exchange: AuthResumable, LocalReplyTarget, @unchecked Sendable {
             into: &forwardedHead, view, path: RouteTable.forwardedPath(view.path, route: route), grant: grant,
             pool: pool, context: context, peerText: peerText, requestId: &requestId)
         self.pool = pool
-        if context.metrics != nil { forwardedAt = loop.now() }
+        if context.metrics != nil { forwardedAt = loop.lastNow }
         switch view.framing {
         case .none, .contentLength(0), .untilClose: break
         case .contentLength, .chunked: retryable = false  // the body is streamed once
@@ -279,7 +287,7 @@ final class Exchange: AuthResumable, LocalReplyTarget, @unchecked Sendable {
         } else {
             generation &+= 1
             response = handler.handle(view, body: localBody.readable,
-                                      reply: LocalReply(target: self, generation: generation, loop: loop))
+                                      reply: LocalReply(handle: handle, generation: generation, loop: loop))
         }
         localBody.clear()
         localBody.releaseIfEmpty()
@@ -393,7 +401,7 @@ final class Exchange: AuthResumable, LocalReplyTarget, @unchecked Sendable {
         responseStarted = true
         responseStatus = head.status
         if let metrics = context.metrics, let pool {
-            metrics.upstreamLatency[pool.index].recordNanoseconds(Int64(truncatingIfNeeded: loop.now() &- forwardedAt))
+            metrics.upstreamLatency[pool.index].recordNanoseconds(Int64(truncatingIfNeeded: loop.lastNow &- forwardedAt))
         }
         if let observer = responseObserver {
             responseObserver = nil

@@ -84,7 +84,9 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         } else {
             setDeadline(context.configuration.timeouts.idle)
         }
-        socket.startReading { [unowned self] in self.readable() }
+        // unowned(unsafe): the socket drops its handlers when it is closed, and the
+        // connection lives (held by the loop's deadline watch) until it closes it.
+        socket.startReading { [unowned(unsafe) self] in self.readable() }
     }
 
     private func handshakeCompleted() {
@@ -458,7 +460,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         }
         // The client is slower than the upstream: stop reading the upstream.
         exchange.pauseResponse()
-        socket.waitUntilWritable { [unowned self] in self.clientWritable() }
+        socket.waitUntilWritable { [unowned(unsafe) self] in self.clientWritable() }
     }
 
     private func clientWritable() {

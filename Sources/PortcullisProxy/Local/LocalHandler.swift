@@ -15,19 +15,14 @@ extension LocalHandler {
     }
 }
 
-/// Something a late local answer can be delivered to (the client connection).
-protocol LocalReplyTarget: AnyObject {
-    func sendLateLocalResponse(_ response: LocalResponse, generation: UInt64)
-}
-
 /// Delivers a local handler's late answer; may be called from any queue, once.
 public struct LocalReply: @unchecked Sendable {
-    // @unchecked Sendable: the target is only touched on `loop.queue` (`send` hops there).
-    weak var target: (any LocalReplyTarget)?
+    // @unchecked Sendable: the handle's target is only touched on `loop.queue` (`send` hops there).
+    let handle: ExchangeHandle
     let generation: UInt64
     let loop: EventLoop
 
     public func send(_ response: LocalResponse) {
-        loop.execute { [self] in target?.sendLateLocalResponse(response, generation: generation) }
+        loop.execute { [self] in handle.exchange?.sendLateLocalResponse(response, generation: generation) }
     }
 }

@@ -18,7 +18,8 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     enum State { case connecting, idle, active, closed }
     enum ResponsePhase { case head, length, chunked, untilClose, tunnel, done }
 
-    unowned let pool: UpstreamPool
+    /// Pools live as long as the server; connections never outlive them.
+    unowned(unsafe) let pool: UpstreamPool
     let socket: StreamSocket
     private(set) var state: State = .connecting
     var exchange: Exchange?
@@ -67,7 +68,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         loop.watchDeadline(self)
         if inProgress {
             deadline = loop.lastNow &+ pool.connectTimeoutNanoseconds
-            socket.waitUntilWritable { [unowned self] in self.connectFinished() }
+            socket.waitUntilWritable { [unowned(unsafe) self] in self.connectFinished() }
         } else {
             connected()
         }
@@ -95,7 +96,9 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         state = .active
         deadline = 0
         if socket.security == nil { reportReachable() }
-        socket.startReading { [unowned self] in self.readable() }
+        // unowned(unsafe): the socket drops its handlers when it is closed, and the
+        // connection lives (held by its pool or its exchange) until it closes it.
+        socket.startReading { [unowned(unsafe) self] in self.readable() }
         exchange?.upstreamConnected()
     }
 
@@ -131,7 +134,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         case .failed: failed(); return
         case .queued: if wasQueued { return }
         }
-        socket.waitUntilWritable { [unowned self] in self.writable() }
+        socket.waitUntilWritable { [unowned(unsafe) self] in self.writable() }
     }
 
     /// Re-frames one piece of a chunked request body.

@@ -30,7 +30,8 @@ final class UpstreamPool: @unchecked Sendable {
     let target: UpstreamTarget
     /// The upstream's position in the configuration.
     let index: Int
-    unowned let loop: EventLoop
+    /// Loops live as long as the process; unowned(unsafe) skips the runtime check per access.
+    unowned(unsafe) let loop: EventLoop
     let limits: HTTPLimits
     /// Limits for responses: the head limits of requests, but no body cap (bodies stream).
     let responseLimits: HTTPLimits
