@@ -1,14 +1,23 @@
 import CPortcullisSystem
 import Dispatch
+import Glibc
 
 /// How a loop learns that its sockets are ready.
 ///
 /// Each loop owns one epoll instance (`pollFD`). A `StreamSocket` is added to it
 /// once, edge-triggered for input and output, and stays until it is closed (closing
-/// the descriptor removes it). One `DispatchSourceRead` on `pollFD` wakes the loop's
-/// queue; its handler collects every ready socket with a non-blocking `epoll_wait`
-/// and runs their handlers in one pass. The loop is still a Dispatch queue woken by a
-/// Dispatch source, and timers, `execute` and the listeners stay plain Dispatch.
+/// the descriptor removes it). A thread of the loop's own blocks in `epoll_wait` on
+/// `pollFD` and runs every ready socket's handlers in one pass on the loop's queue with
+/// `queue.sync` (libdispatch runs a sync block on the calling thread when the serial
+/// queue is free, and waits for it otherwise), so everything stays confined to the
+/// queue; timers and `execute` blocks stay plain Dispatch.
+///
+/// Why not a `DispatchSourceRead` on `pollFD` (the second design): libdispatch's Linux
+/// manager thread waits in its own epoll, re-arms the one-shot source on every wake-up
+/// (an eventfd write, an `epoll_ctl`) and wakes a worker thread (a futex) to run the
+/// handler: two threads woken per wake-up. Under the TLS load row (wrk -c64) scheduler
+/// switches were 10% of the gateway's CPU, and under full handshakes 11%; the poller
+/// thread is woken alone, and runs the handlers itself.
 ///
 /// Why not one read and one write `DispatchSource` per socket (the first design):
 /// libdispatch's Linux backend registers those `EPOLLONESHOT`, so every event costs
@@ -37,11 +46,27 @@ extension EventLoop {
     /// up to 8: 0.18, 0.12, 4.6, 31 µs (req/s within noise in the harness itself).
     static let passesPerWakeUp = 8
 
+    /// Starts the loop's poller thread (see the type comment): it blocks in `epoll_wait`
+    /// on `pollFD` and runs what is ready on the loop's queue with `queue.sync`, which
+    /// libdispatch executes on the calling thread when the queue is free. The thread and
+    /// the loop live as long as the process.
     func startPolling() {
-        let source = DispatchSource.makeReadSource(fileDescriptor: pollFD, queue: queue)
-        source.setEventHandler { [unowned self] in self.pollReadySockets() }
-        pollSource = source
-        source.resume()
+        let loop = Unmanaged.passRetained(self).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(&thread, nil, { raw in
+            Unmanaged<EventLoop>.fromOpaque(raw!).takeUnretainedValue().pollForever()
+        }, loop)
+        precondition(rc == 0, "cannot start the poller thread of loop: \(rc)")
+        pthread_detach(thread)
+    }
+
+    private func pollForever() -> Never {
+        while true {
+            let n = System.poll(pollFD, tokens: eventTokens, ready: eventReady, max: Self.eventBatch,
+                                timeoutMilliseconds: -1)
+            if n == 0 { continue }
+            queue.sync { self.pollReadySockets(alreadyCollected: n) }
+        }
     }
 
     /// Adds `socket` to the loop's poller. On `queue` only.
@@ -87,16 +112,17 @@ extension EventLoop {
         }
     }
 
-    private func pollReadySockets() {
+    /// Runs the handlers of the `alreadyCollected` events the poller thread waited for,
+    /// then polls again (without waiting) while a pass finds work: events that arrived
+    /// meanwhile are picked up here rather than through another wake-up. Bounded: what is
+    /// left wakes the poller thread at once, after other work queued on the loop (timers,
+    /// `execute` blocks) had its turn.
+    private func pollReadySockets(alreadyCollected: Int) {
         polling = true
         defer { polling = false }
-        // Poll again while a pass finds work: events that arrived during the previous
-        // pass are picked up here rather than through another wake-up of the source
-        // (a re-arm, a wake of libdispatch's manager thread and of a worker: context
-        // switches). Bounded: whatever is left keeps `pollFD` readable and the source
-        // fires again, after other work queued on the loop (timers, accepts) had its turn.
-        for _ in 0..<Self.passesPerWakeUp {
-            let n = System.poll(pollFD, tokens: eventTokens, ready: eventReady, max: Self.eventBatch)
+        var n = alreadyCollected
+        for pass in 0..<Self.passesPerWakeUp {
+            if pass > 0 { n = System.poll(pollFD, tokens: eventTokens, ready: eventReady, max: Self.eventBatch) }
             if n == 0 { return }
             for i in 0..<n {
                 let token = eventTokens[i]

@@ -41,8 +41,6 @@ public final class EventLoop: @unchecked Sendable {
     // Readiness of this loop's stream sockets (see EventLoop+Readiness.swift). All only on `queue`.
     /// This loop's own epoll instance; every `StreamSocket` of the loop is registered once, edge-triggered.
     let pollFD: Int32
-    /// The one Dispatch source of the loop's sockets: readable when `pollFD` has events.
-    var pollSource: DispatchSourceRead?
     /// Registered sockets by slot; a socket's token is its slot and a generation.
     var registered: [StreamSocket?] = []
     var freeSlots: [Int] = []
@@ -67,7 +65,6 @@ public final class EventLoop: @unchecked Sendable {
     }
 
     deinit {
-        pollSource?.cancel()
         readScratch.deallocate()
         eventTokens.deallocate()
         eventReady.deallocate()

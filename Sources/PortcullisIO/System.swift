@@ -64,11 +64,12 @@ public enum System {
         portcullis_epoll_add(poller, fd, token) == 0 ? nil : IOError("epoll_ctl", errno: Glibc.errno)
     }
 
-    /// Collects ready sockets without blocking; returns how many slots were filled.
+    /// Collects ready sockets, waiting up to `timeoutMilliseconds` (-1: until one is
+    /// ready, 0: not at all); returns how many slots were filled.
     static func poll(_ poller: Int32, tokens: UnsafeMutablePointer<UInt64>,
-                     ready: UnsafeMutablePointer<UInt32>, max: Int) -> Int {
+                     ready: UnsafeMutablePointer<UInt32>, max: Int, timeoutMilliseconds: Int32 = 0) -> Int {
         let n = tokens.withMemoryRebound(to: UInt64.self, capacity: max) { t in
-            portcullis_epoll_wait(poller, t, ready, Int32(max), 0)
+            portcullis_epoll_wait(poller, t, ready, Int32(max), timeoutMilliseconds)
         }
         return n > 0 ? Int(n) : 0
     }

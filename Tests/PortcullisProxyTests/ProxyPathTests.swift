@@ -158,12 +158,12 @@ struct ProxyPathTests {
     @Test func aSlowClientStopsTheGatewayReadingTheResponse() throws {
         let upstream = try ScriptedUpstream()
         let gateway = try Gateway(upstream: upstream.port)
+        let size = 64 << 20  // made before the request: the response timeout runs from it
+        let body = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 12) }
         let client = try gateway.connect()
         client.send("GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
         let app = try upstream.accept()
         _ = app.readMessage()
-        let size = 64 << 20
-        let body = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 12) }
         app.send("HTTP/1.1 200 OK\r\ncontent-length: \(size)\r\n\r\n")
         let sent = app.sendUntilStalled(body)
         #expect(sent < 40 << 20, "the gateway took \(sent >> 20) MiB while the client read nothing")

@@ -501,8 +501,8 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         var gathered = ByteBuffer()
         swap(&gathered, &loop.gatherScratch)
         defer { gathered.clear(); swap(&gathered, &loop.gatherScratch) }
-        if gathered.isEmpty { return }
-        sendToClient(gathered.readable)
+        if !gathered.isEmpty { sendToClient(gathered.readable) }
+        // A close asked for while corked (the end of a tunnel) happens once nothing is held.
         if closeAfterFlush && outbound.isEmpty { close() }
     }
 
