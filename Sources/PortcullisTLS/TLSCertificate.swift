@@ -61,7 +61,7 @@ public final class TLSCertificate: @unchecked Sendable {
             }
         }
         guard X509_check_private_key(leaf, key) == 1 else {
-            _ = TLSError.drainQueue()
+            TLSError.discardQueue()
             throw TLSFileError(file: keyFile, reason: "the private key does not match the certificate in \(certificateFile)")
         }
         if names.isEmpty {
@@ -90,7 +90,7 @@ public final class TLSCertificate: @unchecked Sendable {
 
     private static func readCertificates(_ path: String) throws(TLSFileError) -> [OpaquePointer] {
         guard let bio = BIO_new_file(path, "r") else {
-            _ = TLSError.drainQueue()
+            TLSError.discardQueue()
             throw TLSFileError(file: path, reason: "cannot read the file (\(String(cString: strerror(errno))))")
         }
         defer { BIO_free(bio) }
@@ -110,7 +110,7 @@ public final class TLSCertificate: @unchecked Sendable {
 
     private static func readKey(_ path: String) throws(TLSFileError) -> OpaquePointer {
         guard let bio = BIO_new_file(path, "r") else {
-            _ = TLSError.drainQueue()
+            TLSError.discardQueue()
             throw TLSFileError(file: path, reason: "cannot read the file (\(String(cString: strerror(errno))))")
         }
         defer { BIO_free(bio) }

@@ -20,6 +20,7 @@ public struct TLSError: Error, CustomStringConvertible, Sendable, Equatable {
     }
 
     static func drainQueue() -> String {
+        guard ERR_peek_error() != 0 else { return "unknown error" }
         var parts: [String] = []
         var buffer = [CChar](repeating: 0, count: 256)
         while case let code = ERR_get_error(), code != 0 {
@@ -29,6 +30,12 @@ public struct TLSError: Error, CustomStringConvertible, Sendable, Equatable {
             parts.append(text.split(separator: ":", omittingEmptySubsequences: false).last.map(String.init) ?? text)
         }
         return parts.isEmpty ? "unknown error" : parts.joined(separator: "; ")
+    }
+
+    /// Empties the thread's error queue when its text is not needed (a peer that closed
+    /// without close_notify: every such connection would otherwise build strings).
+    static func discardQueue() {
+        if ERR_peek_error() != 0 { ERR_clear_error() }
     }
 }
 

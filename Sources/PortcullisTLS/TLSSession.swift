@@ -55,7 +55,7 @@ public final class TLSSession: StreamSecurity {
     /// Secures an accepted socket as the server side of `context`.
     @discardableResult
     public static func secureServer(_ socket: StreamSocket, context: TLSServerContext) -> TLSSession? {
-        guard let ssl = context.makeSSL() else { _ = TLSError.drainQueue(); return nil }
+        guard let ssl = context.makeSSL() else { TLSError.discardQueue(); return nil }
         let session = TLSSession(ssl: ssl, socket: socket, context: context)
         socket.secure(with: session)
         return session
@@ -195,7 +195,7 @@ public final class TLSSession: StreamSecurity {
         case SSL_ERROR_ZERO_RETURN:
             return .closed
         case SSL_ERROR_SYSCALL where socketErrno == 0:
-            _ = TLSError.drainQueue()
+            TLSError.discardQueue()
             if socketEnded { return .closed }
             lastFailure = TLSError(handshakeDone ? operation : "handshake", reason: "connection closed")
             return .failed
@@ -203,10 +203,10 @@ public final class TLSSession: StreamSecurity {
             let verify = SSL_get_verify_result(ssl)
             if verify != X509_V_OK && !portcullisIsServer(ssl) {
                 let text = X509_verify_cert_error_string(verify).map { String(cString: $0) } ?? "code \(verify)"
-                _ = TLSError.drainQueue()
+                TLSError.discardQueue()
                 lastFailure = TLSError("certificate verification failed", reason: text)
             } else if socketErrno != 0 {
-                _ = TLSError.drainQueue()
+                TLSError.discardQueue()
                 lastFailure = TLSError(operation, reason: IOError("socket", errno: socketErrno).description)
             } else {
                 lastFailure = .drain(handshakeDone ? operation : "handshake")
