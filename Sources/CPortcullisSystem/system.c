@@ -26,6 +26,20 @@ int portcullis_epoll_add(int epfd, int fd, unsigned long long token) {
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+int portcullis_epoll_add_listener(int epfd, int fd, unsigned long long token) {
+    struct epoll_event ev;
+    ev.events = EPOLLIN;
+    ev.data.u64 = token;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+int portcullis_epoll_listen(int epfd, int fd, unsigned long long token, int on) {
+    struct epoll_event ev;
+    ev.events = on ? EPOLLIN : 0;
+    ev.data.u64 = token;
+    return epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev);
+}
+
 int portcullis_epoll_wait(int epfd, unsigned long long *tokens, unsigned int *ready, int max, int timeout_ms) {
     struct epoll_event events[256];
     if (max > 256) max = 256;

@@ -82,7 +82,10 @@ extension EventLoop {
         }
         generation &+= 1
         let token = UInt64(generation) << 32 | UInt64(slot)
-        if let error = System.register(socket.fd, with: pollFD, token: token) {
+        let error = socket.isListener
+            ? System.registerListener(socket.fd, with: pollFD, token: token)
+            : System.register(socket.fd, with: pollFD, token: token)
+        if let error {
             freeSlots.append(slot)
             return error
         }

@@ -59,6 +59,28 @@ public final class StreamSocket: @unchecked Sendable {
     public init(fd: Int32, loop: EventLoop) {
         self.fd = fd
         self.loop = loop
+        self.isListener = false
+    }
+
+    /// A listening descriptor: registered level-triggered for input only, so the poller
+    /// reports it on every wait while connections are queued and its handler can accept
+    /// one per report, never calling `accept` just to learn that the queue is empty.
+    public init(listening fd: Int32, loop: EventLoop) {
+        self.fd = fd
+        self.loop = loop
+        self.isListener = true
+    }
+
+    /// Registered level-triggered for input only (see `init(listening:loop:)`).
+    let isListener: Bool
+
+    /// Stops or restarts the poller's reports for a listener (a listener that cannot
+    /// accept for lack of descriptors would otherwise be reported on every wait).
+    @discardableResult
+    public func setListening(_ on: Bool) -> IOError? {
+        precondition(isListener)
+        guard isRegistered, !isClosed else { return nil }
+        return System.setListening(fd, with: loop.pollFD, token: token, on)
     }
 
     deinit {
@@ -241,8 +263,8 @@ public final class StreamSocket: @unchecked Sendable {
         }
     }
 
-    /// The descriptor has nothing more to read (a listener's `accept` said `EAGAIN`):
-    /// the read handler waits for the next edge.
+    /// The descriptor has nothing more to read: the read handler waits for the next
+    /// report from the poller.
     public func markReadDrained() { readReady = false }
 
     /// Runs the handlers again at the end of this pass (a bounded handler that left work).

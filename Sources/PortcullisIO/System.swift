@@ -64,6 +64,16 @@ public enum System {
         portcullis_epoll_add(poller, fd, token) == 0 ? nil : IOError("epoll_ctl", errno: Glibc.errno)
     }
 
+    /// Registers a listening `fd` once with `poller`, level-triggered for input only.
+    static func registerListener(_ fd: Int32, with poller: Int32, token: UInt64) -> IOError? {
+        portcullis_epoll_add_listener(poller, fd, token) == 0 ? nil : IOError("epoll_ctl", errno: Glibc.errno)
+    }
+
+    /// Turns a registered listener's reports on or off.
+    static func setListening(_ fd: Int32, with poller: Int32, token: UInt64, _ on: Bool) -> IOError? {
+        portcullis_epoll_listen(poller, fd, token, on ? 1 : 0) == 0 ? nil : IOError("epoll_ctl", errno: Glibc.errno)
+    }
+
     /// Collects ready sockets, waiting up to `timeoutMilliseconds` (-1: until one is
     /// ready, 0: not at all); returns how many slots were filled.
     static func poll(_ poller: Int32, tokens: UnsafeMutablePointer<UInt64>,
@@ -101,7 +111,17 @@ public enum System {
     }
 
     /// Accepts one connection, non-blocking and close-on-exec. nil when none is pending.
-    public static func accept(_ fd: Int32) -> (fd: Int32, peer: SocketAddress)? {
+    /// What one `accept` found.
+    public enum Accepted {
+        case connection(fd: Int32, peer: SocketAddress)
+        /// No connection is queued (EAGAIN).
+        case none
+        /// The process or system is out of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
+        /// ENOMEM): the connection stays queued in the kernel.
+        case failed(IOError)
+    }
+
+    public static func accept(_ fd: Int32) -> Accepted {
         var storage = sockaddr_storage()
         var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
         while true {
@@ -110,10 +130,11 @@ public enum System {
                     portcullis_accept_nonblocking(fd, $0, &len)
                 }
             }
-            if client >= 0 { return (client, SocketAddress(storage: storage)) }
+            if client >= 0 { return .connection(fd: client, peer: SocketAddress(storage: storage)) }
             let e = Glibc.errno
-            if e == EINTR || e == ECONNABORTED { continue }
-            return nil  // EAGAIN, or EMFILE/ENFILE: retried on the next readable event.
+            if e == EINTR || e == ECONNABORTED || e == EPROTO { continue }
+            if e == EAGAIN || e == EWOULDBLOCK { return .none }
+            return .failed(IOError("accept", errno: e))
         }
     }
 }

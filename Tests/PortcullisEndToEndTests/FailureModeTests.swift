@@ -43,6 +43,48 @@ struct FailureModeTests {
         #expect(slow.readResponses(1).first?.status == 200)
     }
 
+    /// Out of descriptors, a listener stops asking the poller (no spinning), logs once,
+    /// and takes the connections that waited in the kernel's queue as soon as descriptors
+    /// free up, without needing a new connection to arrive first.
+    @Test func outOfDescriptorsBacksOffAndAcceptsQueuedConnectionsLater() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """, workers: 1)
+        let pid = g.process.processIdentifier
+        #expect(E2E.curl(["\(g.url)/warm"]).status == 200)  // the pooled upstream connection exists
+        usleep(100_000)
+        let open = (try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd")).count
+        let (rc, _, err) = E2E.run("/usr/bin/prlimit", ["--pid", "\(pid)", "--nofile=\(open + 2):\(open + 2)"])
+        try #require(rc == 0, "prlimit: \(err)")
+
+        let first = try RawConnection(port: g.port)
+        let second = try RawConnection(port: g.port)
+        first.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        second.send("GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(first.readResponses(1).first?.status == 200)
+        #expect(second.readResponses(1).first?.status == 200)
+        // No descriptor is left for a third: it waits in the kernel's accept queue.
+        let queued = try RawConnection(port: g.port, timeout: 10)
+        queued.send("GET /c HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(g.waitForLog("cannot accept connections", timeout: 5))
+        // The listener does not spin while it cannot accept.
+        let before = E2E.cpuTicks(pid)
+        usleep(1_000_000)
+        let spent = E2E.cpuTicks(pid) - before
+        #expect(spent < 30, "the gateway used \(spent) of 100 CPU ticks in a second while out of descriptors")
+
+        first.close()
+        // Served without any new connection arriving.
+        #expect(queued.readResponses(1).first?.status == 200)
+        #expect(g.waitForLog("accepting connections again", timeout: 5))
+        #expect(g.log.components(separatedBy: "cannot accept connections").count - 1 == 1, "\(g.log)")
+        second.close()
+    }
+
     @Test func gracefulShutdownFinishesInFlightRequests() throws {
         let upstream = try EchoUpstream()
         let g = try GatewayProcess("""

@@ -48,6 +48,16 @@ enum E2E {
 
     /// Signals a child and polls until Foundation has seen it exit. (Foundation's
     /// `waitUntilExit` can hang on Linux when many children come and go.)
+    /// User plus system CPU time of `pid` so far, in clock ticks (`/proc/PID/stat`).
+    static func cpuTicks(_ pid: Int32) -> Int {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // After the command: state is field 3; utime and stime are fields 14 and 15.
+        guard fields.count > 13 else { return 0 }
+        return (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+    }
+
     static func stop(_ process: Process, signal: Int32, timeout: Double = 10) {
         if process.isRunning { kill(process.processIdentifier, signal) }
         waitForExit(process, timeout: timeout)

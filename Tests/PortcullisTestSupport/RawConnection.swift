@@ -207,8 +207,14 @@ public final class RawConnection: @unchecked Sendable {
         }
     }
 
-    public func close() { Glibc.close(fd) }
-    deinit { Glibc.close(fd) }
+    /// Closes once: a second close could hit a descriptor number another test reopened.
+    public func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        Glibc.close(fd)
+    }
+    private var isClosed = false
+    deinit { close() }
 }
 
 public struct HTTPResponse {

@@ -25,6 +25,11 @@ int portcullis_epoll_create(void);
 /// Registers `fd` once, edge-triggered, for input and output (EPOLLIN | EPOLLOUT |
 /// EPOLLRDHUP | EPOLLET) with `token` as its user data. 0 or -1 with errno.
 int portcullis_epoll_add(int epfd, int fd, unsigned long long token);
+/// Registers a listening `fd` level-triggered for input only (EPOLLIN): the poller reports
+/// it again on every wait while connections are queued. 0 or -1 with errno.
+int portcullis_epoll_add_listener(int epfd, int fd, unsigned long long token);
+/// Turns a listener's reports on (EPOLLIN) or off (no events) with EPOLL_CTL_MOD.
+int portcullis_epoll_listen(int epfd, int fd, unsigned long long token, int on);
 /// epoll_wait into up to `max` (<= 256) parallel slots of tokens and readiness bits.
 /// Retries EINTR; returns the count, or -1 with errno.
 int portcullis_epoll_wait(int epfd, unsigned long long *tokens, unsigned int *ready, int max, int timeout_ms);

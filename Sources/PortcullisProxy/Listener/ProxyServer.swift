@@ -96,8 +96,19 @@ public final class ProxyServer: @unchecked Sendable {
     public func start() {
         for target in targets { target.startResolving() }
         for (listener, context) in zip(listeners, contexts) {
+            let logger = self.logger
+            let address = listener.address.description
             listener.loop.execute {
-                listener.start { socket, peer in context.accept(socket, peer: peer) }
+                listener.start({ socket, peer in context.accept(socket, peer: peer) }, onFailure: { error in
+                    if let error {
+                        logger.error("cannot accept connections; new connections wait in the kernel's queue", metadata: [
+                            "listen": "\(address)", "loop": "\(listener.loop.index)", "reason": "\(error)",
+                            "retry_ms": "\(Listener.backOffMilliseconds)"])
+                    } else {
+                        logger.notice("accepting connections again", metadata: [
+                            "listen": "\(address)", "loop": "\(listener.loop.index)"])
+                    }
+                })
             }
         }
     }
