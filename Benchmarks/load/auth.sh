@@ -5,6 +5,8 @@
 #   HAProxy 2.6 jwt_verify, one token repeated / N distinct — its documented setup:
 #       alg allow-list first, then jwt_verify, then an exp check
 #   Portcullis (RS256 + revocation check), one token / N distinct
+#   Portcullis (RS256 + revocation check) with identity.assertion on (an ES256 JWS signed
+#       for the upstream, reused per credential for half its lifetime), one token / N distinct
 #   Portcullis with its verified-token cache off (token_cache.max_entries: 0), N distinct:
 #       every request pays the RS256 verification, as every HAProxy request does
 # Tokens come from `portcullis mint` with a throwaway RSA key; every row sends
@@ -22,7 +24,7 @@ usage: Benchmarks/load/auth.sh [options]
   --duration S      seconds per wrk run (default $DURATION or 10)
   --connections C   wrk connections (default 64)
   --distinct N      distinct tokens for the "distinct" rows (default 10000)
-  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN,portcullisCold (default all)
+  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold (default all)
   --target URL      measure only this URL with --tokens FILE (no local servers)
   --tokens FILE     header lines to rotate through (with --target)
   --keep DIR        keep configs, tokens and raw wrk outputs
@@ -31,7 +33,7 @@ USAGE
 }
 
 ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-10}"; CONNECTIONS="${CONNECTIONS:-64}"; WARMUP="${WARMUP:-2}"
-DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,portcullisCold"; TARGET=""; TOKENS=""; KEEP=""; BASELINE_BIN=""
+DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold"; TARGET=""; TOKENS=""; KEEP=""; BASELINE_BIN=""
 INVOCATION="$0 $*"
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -107,6 +109,11 @@ else
 token_cache: {max_entries: 0}" "" portcullis-cold required
         COLD_PORT="$PORTCULLIS_PORT"; COLD_PID="$PORTCULLIS_PID"
     fi
+    if wants assert1 || wants assertN; then
+        start_portcullis "$PROVIDERS
+identity: {assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}" "" portcullis-assert required
+        ASSERT_PORT="$PORTCULLIS_PORT"; ASSERT_PID="$PORTCULLIS_PID"
+    fi
     if [[ -n "$BASELINE_BIN" ]]; then
         start_portcullis "$PROVIDERS" "$BASELINE_BIN" baseline required
         BASE_PORT="$PORTCULLIS_PORT"; BASE_PID="$PORTCULLIS_PID"
@@ -139,6 +146,8 @@ token_cache: {max_entries: 0}" "" portcullis-cold required
     wants haproxyN && add_row haproxyN "HAProxy jwt_verify, $DISTINCT tokens" "http://127.0.0.1:$HAPROXY_PORT/" "$HAPROXY_PID" "$WORKDIR/many.lua"
     wants portcullis1 && add_row portcullis1 "Portcullis RS256, 1 token" "http://127.0.0.1:$CACHED_PORT/" "$CACHED_PID" "$WORKDIR/one.lua"
     wants portcullisN && add_row portcullisN "Portcullis RS256, $DISTINCT tokens" "http://127.0.0.1:$CACHED_PORT/" "$CACHED_PID" "$WORKDIR/many.lua"
+    wants assert1 && add_row assert1 "Portcullis RS256 + assertion, 1 token" "http://127.0.0.1:$ASSERT_PORT/" "$ASSERT_PID" "$WORKDIR/one.lua"
+    wants assertN && add_row assertN "Portcullis RS256 + assertion, $DISTINCT tokens" "http://127.0.0.1:$ASSERT_PORT/" "$ASSERT_PID" "$WORKDIR/many.lua"
     if [[ -n "$BASELINE_BIN" ]]; then
         add_row base1 "Portcullis baseline, 1 token" "http://127.0.0.1:$BASE_PORT/" "$BASE_PID" "$WORKDIR/one.lua"
         add_row baseN "Portcullis baseline, $DISTINCT tokens" "http://127.0.0.1:$BASE_PORT/" "$BASE_PID" "$WORKDIR/many.lua"

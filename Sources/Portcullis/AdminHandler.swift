@@ -24,6 +24,8 @@ public struct AdminActions: Sendable {
     public var metrics: (@Sendable (@escaping @Sendable (String) -> Void) -> Void)?
     /// nil when ready, else why not (for `/readyz`).
     public var notReadyReason: (@Sendable () -> String?)?
+    /// The identity assertion's JWKS (`GET /.well-known/portcullis/jwks.json`, no token needed).
+    public var published: (any PublishedDocument)?
     public init() {}
 }
 
@@ -79,6 +81,8 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
             return .json(200, "{\"status\":\"ready\"}\n")
         case "/metrics" where metricsPublic && method == "GET":
             return metrics(reply)
+        case let path where actions.published != nil && path == actions.published!.path:
+            return actions.published!.answer(method: request.methodBytes)
         default:
             break
         }

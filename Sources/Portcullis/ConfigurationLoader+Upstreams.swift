@@ -1,8 +1,9 @@
 import PortcullisProxy
 import PortcullisTLS
 
-/// `upstreams`: name → `{url, ca_file, host_header, resolve_interval, max_connections,
-/// max_pending, connect_timeout, response_timeout, idle_timeout}`.
+/// `upstreams`: name → `{url, ca_file, client_certificate, client_private_key, host_header,
+/// request_headers, resolve_interval, max_connections, max_pending, connect_timeout,
+/// response_timeout, idle_timeout}`.
 extension ConfigurationLoader {
     static func upstreams(_ upstreamsNode: ConfigNode) throws(ConfigurationError) -> [UpstreamConfiguration] {
         var upstreams: [UpstreamConfiguration] = []
@@ -29,6 +30,35 @@ extension ConfigurationLoader {
             do { _ = try TLSClientContext(caFile: path) } catch { throw n.error(error.description) }
             upstream.caFile = path
         }
+        let certificateNode = try node.optional("client_certificate")
+        let keyNode = try node.optional("client_private_key")
+        if certificateNode != nil || keyNode != nil {
+            guard let certificateNode, let keyNode else {
+                throw node.error("client_certificate and client_private_key go together", key: certificateNode == nil ? "client_certificate" : "client_private_key")
+            }
+            guard url.secure else { throw certificateNode.error("client certificates apply to https:// upstreams only") }
+            let certificate = try certificateNode.string()
+            let key = try keyNode.string()
+            do { _ = try TLSCertificate(certificateFile: certificate, keyFile: key, requireNames: false) } catch {
+                throw (error.file == key ? keyNode : certificateNode).error(error.description)
+            }
+            upstream.clientCertificate = certificate
+            upstream.clientPrivateKey = key
+        }
+        if let n = try node.optional("request_headers") {
+            for (headerName, valueNode) in try n.entries() {
+                try checkRequestHeaderName(headerName, valueNode)
+                let value = try valueNode.secret()
+                guard value.utf8.allSatisfy({ ($0 >= 0x20 && $0 != 0x7F) || $0 == 0x09 }) else {
+                    throw valueNode.error("the value holds a control character (CR, LF, NUL …)")
+                }
+                let folded = foldedHeaderName(headerName)
+                if upstream.requestHeaders.contains(where: { foldedHeaderName($0.name) == folded }) {
+                    throw valueNode.error("set twice (names compare without case, with '-', '_' and '.' alike)")
+                }
+                upstream.requestHeaders.append(UpstreamSecretHeader(name: headerName, value: value))
+            }
+        }
         if let n = try node.optional("host_header") {
             let text = try n.string()
             guard let mode = HostHeaderMode(rawValue: text) else { throw n.error("expected client or upstream, got '\(text)'") }
@@ -42,5 +72,27 @@ extension ConfigurationLoader {
         if let n = try node.optional("idle_timeout") { upstream.idleTimeout = try positiveDuration(n) }
         try node.finish()
         return upstream
+    }
+
+    /// Header names the gateway writes itself or that frame and route the request.
+    static let reservedRequestHeaders: Set<String> = [
+        "host", "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection",
+        "te", "trailer", "upgrade", "expect", "http2-settings", "forwarded", "x-forwarded-for",
+        "x-forwarded-proto", "x-forwarded-host", "x-request-id", "authorization", "cookie",
+    ]
+
+    static func checkRequestHeaderName(_ name: String, _ node: ConfigNode) throws(ConfigurationError) {
+        let tokenPunctuation = Set("!#$%&'*+-.^_`|~")
+        guard !name.isEmpty, name.allSatisfy({ ($0.isASCII && ($0.isLetter || $0.isNumber)) || tokenPunctuation.contains($0) }) else {
+            throw node.error("not a valid header name")
+        }
+        if reservedRequestHeaders.contains(foldedHeaderName(name)) {
+            throw node.error("\(name) is written by the gateway itself (or frames the request) and cannot be set here")
+        }
+    }
+
+    /// Lower case with '_' and '.' as '-': how identity and secret header names are compared.
+    static func foldedHeaderName(_ name: String) -> String {
+        String(name.lowercased().map { $0 == "_" || $0 == "." ? "-" : $0 })
     }
 }

@@ -96,6 +96,16 @@ public enum ConfigurationLoader {
         proxy.providerHeader = identity.providerHeader
         proxy.claimHeaders = identity.claimHeaders
         proxy.realm = identity.realm
+        proxy.assertionHeader = identity.settings.assertion?.header
+        // A secret header may not share a name (in any spelling) with an injected identity header.
+        let injected = Set(([identity.userIdHeader, identity.providerHeader] + identity.claimHeaders.map(\.header)
+            + (proxy.assertionHeader.map { [$0] } ?? [])).map(Self.foldedHeaderName))
+        for upstream in upstreams {
+            for header in upstream.requestHeaders where injected.contains(Self.foldedHeaderName(header.name)) {
+                throw ConfigurationError(file: file, key: "upstreams.\(upstream.name).request_headers.\(header.name)", line: nil,
+                                         reason: "the gateway injects this header itself (identity)")
+            }
+        }
         return GatewayConfiguration(file: file, listen: listen, admin: admin, workers: workers,
                                     logLevel: logLevel, accessLog: accessLog, shutdownGrace: shutdownGrace,
                                     proxy: proxy, providers: providers, routeAuth: routeAuth, identity: identity.settings,

@@ -32,6 +32,8 @@ public enum Gateway {
         public var admin: AdminHandler?
         /// The TLS listeners' certificate holders, reloaded on SIGHUP.
         public var tlsEndpoints: [TLSServerEndpoint]
+        /// `identity.assertion`'s keys, re-read on SIGHUP.
+        public var assertionKeys: AssertionKeys?
     }
 
     public static func start(_ configuration: GatewayConfiguration, localApps: [LocalApp] = [],
@@ -73,6 +75,19 @@ public enum Gateway {
             }
             return nil
         }
+        var assertionKeys: AssertionKeys?
+        if let settings = configuration.identity.assertion {
+            do { assertionKeys = try AssertionKeys(settings: settings) } catch {
+                throw StartupError(description: "\(configuration.file): identity.assertion: \(error)")
+            }
+            if settings.algorithm != .hs256, settings.signingKeys.isEmpty, configuration.store.usesRedis {
+                let client = RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
+                                         loop: EventLoop(index: -4))
+                client.start()
+                SharedAssertionKey.install(keys: assertionKeys!, client: client, logger: logger)
+            }
+            actions.published = AssertionJWKS(keys: assertionKeys!)
+        }
         let authenticator: any RequestAuthenticator
         if configuration.providers.isEmpty {
             authenticator = NoProvidersAuthenticator(realm: configuration.proxy.realm)
@@ -88,7 +103,7 @@ public enum Gateway {
             }
             metrics?.attach(verifier: verifier, keys: keys?.manager)
             authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration, revocations: revocations,
-                                              keys: keys, counters: metrics?.auth, logger: logger)
+                                              keys: keys, counters: metrics?.auth, logger: logger, assertionKeys: assertionKeys)
         }
         let server: ProxyServer
         do {
@@ -98,6 +113,7 @@ public enum Gateway {
             throw StartupError(description: "\(configuration.file): upstreams: \(error)")
         }
         metrics?.attach(proxy: server)
+        server.published = actions.published
         func bind(_ address: SocketAddress, _ mode: ListenerMode, _ what: String, tls: TLSServerEndpoint? = nil,
                   redirect: Bool = false) throws {
             do {
@@ -144,7 +160,7 @@ public enum Gateway {
             "routes": "\(configuration.proxy.routes.count)",
             "upstreams": "\(configuration.proxy.upstreams.count)",
         ])
-        return Running(server: server, admin: admin, tlsEndpoints: tlsEndpoints)
+        return Running(server: server, admin: admin, tlsEndpoints: tlsEndpoints, assertionKeys: assertionKeys)
     }
 
     /// SIGHUP: reload every TLS listener's certificates from their files. A listener
@@ -158,6 +174,33 @@ public enum Gateway {
             } catch {
                 logger.error("certificate reload refused; the previous certificates stay in use", metadata: [
                     "file": "\(error.file)", "reason": "\(error.reason)"])
+            }
+        }
+    }
+
+    /// SIGHUP: re-read `identity.assertion.signing_keys`; a bad file keeps the old keys.
+    static func reloadAssertionKeys(_ keys: AssertionKeys, logger: Logger) {
+        do {
+            if try keys.reload() {
+                logger.info("identity assertion keys reloaded", metadata: ["kids": "\(keys.keyIDs.joined(separator: ","))"])
+            }
+        } catch {
+            logger.error("identity assertion key reload refused; the previous keys stay in use", metadata: [
+                "file": "\(error.file)", "reason": "\(error.reason)"])
+        }
+    }
+
+    /// SIGHUP: reload every upstream's client certificate. An upstream whose files fail
+    /// keeps its old certificate; the log names the file.
+    static func reloadClientCertificates(_ targets: [UpstreamTarget], logger: Logger) {
+        for target in targets {
+            do {
+                if let file = try target.reloadClientCertificate() {
+                    logger.info("client certificate reloaded", metadata: ["upstream": "\(target.configuration.name)", "certificate": "\(file)"])
+                }
+            } catch {
+                logger.error("client certificate reload refused; the previous certificate stays in use", metadata: [
+                    "upstream": "\(target.configuration.name)", "file": "\(error.file)", "reason": "\(error.reason)"])
             }
         }
     }
@@ -185,9 +228,13 @@ public enum Gateway {
         var sources: [DispatchSourceSignal] = []
         let reload = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         let endpoints = running.tlsEndpoints
+        let targets = server.targets
+        let assertionKeys = running.assertionKeys
         reload.setEventHandler {
             logger.info("SIGHUP: reloading certificates", metadata: ["listeners": "\(endpoints.count)"])
             reloadCertificates(endpoints, logger: logger)
+            reloadClientCertificates(targets, logger: logger)
+            if let assertionKeys { reloadAssertionKeys(assertionKeys, logger: logger) }
         }
         reload.resume()
         sources.append(reload)

@@ -16,14 +16,15 @@ public enum HTTPBytes {
         }
     }
 
-    /// Name comparison for identity-header stripping: ASCII case-insensitive and treating '_' and '-'
-    /// as the same byte, so `X_User_Id`, `x-user-id` and `X-USER_ID` all match `x-user-id`
-    /// (frameworks such as CGI/WSGI/Rack map both spellings to one variable).
+    /// Name comparison for identity-header stripping: ASCII case-insensitive and treating '-', '_'
+    /// and '.' as the same byte, so `X_User_Id`, `X.User.Id`, `x_user.id` and `X-USER_ID` all
+    /// match `x-user-id` (CGI/WSGI/Rack/PHP map '-' to '_', and some stacks fold '.' too: a 2026
+    /// Traefik advisory was a `.`-spelled identity header passing its filter).
     public static func equalsIdentityName(
         _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ lowercaseASCII: [UInt8]
     ) -> Bool {
         guard range.count == lowercaseASCII.count else { return false }
-        @inline(__always) func fold(_ b: UInt8) -> UInt8 { b == 0x5F ? 0x2D : ByteClass.lower(b) }
+        @inline(__always) func fold(_ b: UInt8) -> UInt8 { b == 0x5F || b == 0x2E ? 0x2D : ByteClass.lower(b) }
         var k = 0
         for i in range {
             if fold(bytes[i]) != fold(lowercaseASCII[k]) { return false }

@@ -25,7 +25,9 @@ public final class TLSCertificate: @unchecked Sendable {
     public let keyDescription: String
 
     /// Loads and checks the pair; `now` decides expiry (seconds since the epoch).
-    public init(certificateFile: String, keyFile: String, now: Double? = nil) throws(TLSFileError) {
+    /// `requireNames`: a server certificate needs subjectAltName DNS names (SNI selects
+    /// by them); a client certificate (mutual TLS to an upstream) does not.
+    public init(certificateFile: String, keyFile: String, now: Double? = nil, requireNames: Bool = true) throws(TLSFileError) {
         self.certificateFile = certificateFile
         self.keyFile = keyFile
         ERR_clear_error()
@@ -64,7 +66,7 @@ public final class TLSCertificate: @unchecked Sendable {
             TLSError.discardQueue()
             throw TLSFileError(file: keyFile, reason: "the private key does not match the certificate in \(certificateFile)")
         }
-        if names.isEmpty {
+        if names.isEmpty && requireNames {
             throw TLSFileError(file: certificateFile, reason: "the certificate has no DNS names in subjectAltName (SNI selects certificates by them)")
         }
     }

@@ -63,6 +63,10 @@ struct CheckConfig: ParsableCommand {
                 print("listen[\(index)] \(listen.address): \(files.certificate): \(certificate.keyDescription), names \(certificate.names.joined(separator: " ")), expires \(TLSCertificate.format(certificate.notAfter))")
             }
         }
+        // Warnings do not change the exit status: the file is valid.
+        for upstream in configuration.openUpstreams {
+            print("warning: upstreams.\(upstream.name) (\(upstream.url.origin)) is reachable without the gateway: a caller can send it any X-User-Id directly. Lock it with request_headers, client_certificate or identity.assertion; see \(GatewayConfiguration.lockingDoc)")
+        }
     }
 }
 

@@ -124,7 +124,7 @@ final class GatewayProcess {
     /// `listen` replaces the default plain listener (`- {address: "127.0.0.1:PORT"}`);
     /// it may use `PORT` for the gateway port chosen here.
     init(_ body: String, workers: Int = 2, adminToken: String? = nil, metricsPublic: Bool = false,
-         listen: String? = nil) throws {
+         listen: String? = nil, environment: [String: String] = [:]) throws {
         port = Loopback.freePort()
         adminPort = Loopback.freePort()
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("portcullis-e2e-\(UUID().uuidString)")
@@ -143,6 +143,9 @@ final class GatewayProcess {
         FileManager.default.createFile(atPath: logPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: E2E.binary)
         process.arguments = ["run", "--config", configPath]
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        }
         let log = FileHandle(forWritingAtPath: logPath)!
         process.standardOutput = log
         process.standardError = log

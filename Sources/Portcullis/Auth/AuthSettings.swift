@@ -67,5 +67,7 @@ public struct RouteAuthSettings: Sendable {
 public struct IdentitySettings: Sendable {
     /// Prefix the user id with the provider name (`google:1175…`).
     public var prefixProvider = false
+    /// `identity.assertion`: a signed JWS for upstreams on every authenticated request (nil: none).
+    public var assertion: AssertionSettings?
     public init() {}
 }

@@ -248,6 +248,7 @@ extension ConfigurationLoader {
             for (claim, value) in try n.entries() { identity.claimHeaders.append((claim, try headerName(value))) }
         }
         if let n = try node.optional("prefix_provider") { identity.settings.prefixProvider = try n.bool() }
+        if let n = try node.optional("assertion") { identity.settings.assertion = try assertion(n) }
         try node.finish()
         return identity
     }

@@ -62,13 +62,19 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     /// Decisions and revocation checks for `/metrics` (nil: not counted).
     let counters: AuthCounters?
     let logger: Logger
+    /// Signs `identity.assertion` for upstreams (nil: none is sent).
+    let assertions: AssertionIssuer?
     /// The answer to a protected request without a credential (built once).
     let challengeResponse: LocalResponse
 
     public init(verifier: CredentialVerifier, configuration: GatewayConfiguration,
                 revocations: (any RevocationChecking)?, keys: (any KeyRefetching)?,
-                counters: AuthCounters?, logger: Logger) {
+                counters: AuthCounters?, logger: Logger, assertionKeys: AssertionKeys? = nil) {
         self.verifier = verifier
+        assertions = assertionKeys.map {
+            AssertionIssuer(keys: $0, audiences: configuration.proxy.upstreams.map(\.url.origin),
+                            claims: configuration.proxy.claimHeaders.map(\.claim), logger: logger)
+        }
         self.realm = configuration.proxy.realm
         self.userIdHeader = configuration.proxy.userIdHeader
         self.providerHeader = configuration.proxy.providerHeader
@@ -124,20 +130,22 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                     let now = WallClock.nowSeconds()
                     let retried = verifier.verifyBearer(copy, providers: policy.allowed, now: now)
                     resumption.resume(decide(retried, policy: policy, cookies: nil, request: nil,
-                                             loopIndex: resumption.loop.index, now: now))
+                                             loopIndex: resumption.loop.index, now: now, upstream: route.upstreamIndex))
                 }
                 if started { return .deferred }
             }
-            return decide(result, policy: policy, cookies: nil, request: request, loopIndex: request.loop.index, now: now)
+            return decide(result, policy: policy, cookies: nil, request: request, loopIndex: request.loop.index, now: now,
+                          upstream: route.upstreamIndex)
         case .cookies(let jar):
             let result = verifier.verifySessionCookies(jar.pairs, providers: policy.allowed, now: now)
-            return decide(result, policy: policy, cookies: jar, request: request, loopIndex: request.loop.index, now: now)
+            return decide(result, policy: policy, cookies: jar, request: request, loopIndex: request.loop.index, now: now,
+                          upstream: route.upstreamIndex)
         }
     }
 
     /// `request` is nil when deciding after a deferral (the head is no longer readable).
     private func decide(_ result: VerificationResult, policy: RoutePolicy, cookies: CookieJar?, request: RequestView?,
-                        loopIndex: Int, now: Double) -> AuthOutcome {
+                        loopIndex: Int, now: Double, upstream: Int) -> AuthOutcome {
         let identity: VerifiedIdentity
         switch result {
         case .failed(let failure):
@@ -169,6 +177,9 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         var headers: [(name: String, value: String)] = [(userIdHeader, userID), (providerHeader, identity.provider)]
         for (claim, header) in claimHeaders {
             if let value = identity.claim(claim) { headers.append((header, value)) }
+        }
+        if let assertions, let token = assertions.assertion(for: identity, userID: userID, upstream: upstream, now: now) {
+            headers.append((assertions.header, token))
         }
         var grant = AuthGrant(headers: headers)
         grant.dropAuthorization = !policy.forwardAuthorization

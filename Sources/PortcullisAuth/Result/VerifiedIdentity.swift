@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Who a verified credential says the caller is.
 ///
 /// A value type with copy-on-write storage: the fields live in one class
@@ -101,6 +103,11 @@ public struct VerifiedIdentity: Sendable, Equatable {
                           credentialHash: credentialHash, source: source)
     }
 
+    /// Values derived from this exact verified credential (the gateway's signed assertion
+    /// per upstream), shared by every copy served from the verified-token cache, so they
+    /// are made once per credential and cache lifetime. A changed identity starts empty.
+    public var memo: IdentityMemo { storage.memo }
+
     /// The storage, copied first if another identity shares it.
     private mutating func uniqueStorage() -> Storage {
         if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
@@ -129,6 +136,8 @@ extension VerifiedIdentity {
         var listClaims: [String: [String]]
         var credentialHash: String?
         var source: Source
+        /// Not copied by `copy()`: a modified identity derives its values anew.
+        let memo = IdentityMemo()
 
         init(provider: String, subject: String, issuer: String?, expiresAt: Double, issuedAt: Double?,
              tokenID: String?, sessionID: String?, claims: [IdentityClaim], listClaims: [String: [String]],
@@ -157,6 +166,36 @@ extension VerifiedIdentity {
                 && expiresAt == other.expiresAt && issuedAt == other.issuedAt && tokenID == other.tokenID
                 && sessionID == other.sessionID && IdentityClaim.sameClaims(claims, other.claims) && listClaims == other.listClaims
                 && credentialHash == other.credentialHash && source == other.source
+        }
+    }
+}
+
+/// A few values memoized for one verified identity, by slot (the gateway uses the
+/// upstream's index), each good until a time. Any thread: a `Mutex` inline in the
+/// object (no allocation until something is stored).
+public final class IdentityMemo: Sendable {
+    private struct Entry {
+        let slot: Int
+        let value: String
+        let until: Double
+    }
+    private let entries = Mutex<[Entry]>([])
+    /// Distinct slots kept; the oldest stored is replaced beyond it.
+    static let capacity = 8
+
+    /// The value stored for `slot` while `now` is before its `until`.
+    public func value(slot: Int, now: Double) -> String? {
+        entries.withLock { list in
+            for entry in list where entry.slot == slot { return entry.until > now ? entry.value : nil }
+            return nil
+        }
+    }
+
+    public func store(_ value: String, slot: Int, until: Double) {
+        entries.withLock { list in
+            list.removeAll { $0.slot == slot }
+            if list.count >= Self.capacity { list.removeFirst() }
+            list.append(Entry(slot: slot, value: value, until: until))
         }
     }
 }

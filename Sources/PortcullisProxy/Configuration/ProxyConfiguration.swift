@@ -59,6 +59,14 @@ public struct UpstreamConfiguration: Sendable {
     public var hostHeader: HostHeaderMode = .client
     /// A host name is resolved again this often (and after a connect failure).
     public var resolveInterval: Double = 30
+    /// Set on every request to this upstream (a platform's secret header: Vercel's
+    /// protection bypass, Cloudflare Access service tokens). Values are secrets: never
+    /// logged or shown; the client's copies of these names are removed on every route.
+    public var requestHeaders: [UpstreamSecretHeader] = []
+    /// A client certificate (PEM chain) and its key for an `https://` upstream that
+    /// checks client certificates (mutual TLS); reloaded on SIGHUP.
+    public var clientCertificate: String?
+    public var clientPrivateKey: String?
     public init(name: String, url: UpstreamURL, maxConnections: Int = 256, maxPending: Int = 1024,
                 connectTimeout: Double = 2, responseTimeout: Double = 30, idleTimeout: Double = 60) {
         self.name = name
@@ -76,6 +84,17 @@ public struct UpstreamConfiguration: Sendable {
         self.init(name: name, url: UpstreamURL(address: address), maxConnections: maxConnections, maxPending: maxPending,
                   connectTimeout: connectTimeout, responseTimeout: responseTimeout, idleTimeout: idleTimeout)
     }
+}
+
+/// One `request_headers` entry. `description` never shows the value.
+public struct UpstreamSecretHeader: Sendable, CustomStringConvertible {
+    public var name: String
+    public var value: String
+    public init(name: String, value: String) {
+        self.name = name
+        self.value = value
+    }
+    public var description: String { "\(name): <secret>" }
 }
 
 /// Client-side timeouts, in seconds.
@@ -138,6 +157,8 @@ public struct ProxyConfiguration: Sendable {
     public var claimHeaders: [(claim: String, header: String)] = []
     /// The header naming the provider that verified the credential.
     public var providerHeader: String = "X-Auth-Provider"
+    /// The header carrying the signed identity assertion (nil: none is sent).
+    public var assertionHeader: String?
     /// `realm` of WWW-Authenticate challenges.
     public var realm: String = "portcullis"
     public init(routes: [RouteConfiguration], upstreams: [UpstreamConfiguration]) {
@@ -145,8 +166,10 @@ public struct ProxyConfiguration: Sendable {
         self.upstreams = upstreams
     }
 
-    /// Every header name the gateway may inject: stripped from every client request.
+    /// Every header name the gateway may inject, and every upstream's secret header
+    /// names: stripped from every client request, under any spelling.
     public var identityHeaderNames: [String] {
-        [userIdHeader, providerHeader] + claimHeaders.map(\.header)
+        [userIdHeader, providerHeader] + claimHeaders.map(\.header) + (assertionHeader.map { [$0] } ?? [])
+            + upstreams.flatMap { $0.requestHeaders.map(\.name) }
     }
 }

@@ -150,6 +150,10 @@ final class Exchange: @unchecked Sendable {
             responder.localBodyStarts(self)
             return
         }
+        if view.path.utf8.count == context.publishedPathLength, let published = context.published, view.path == published.path {
+            reject(published.answer(method: view.methodBytes))
+            return
+        }
         let host = context.routes.hasHostRoutes ? view.host() : nil
         guard let route = context.routes.match(path: view.path, host: host) else {
             reject(.error(404, "no route for this path"))

@@ -5,7 +5,8 @@ import PortcullisHTTP
 /// client protocol: the request line with the normalized (and prefix-stripped) path, the
 /// client's fields minus hop-by-hop, framing and identity fields (see `HeaderPolicy`),
 /// exactly one `Host`, the body's framing, a WebSocket upgrade when one was asked for,
-/// `X-Forwarded-*` and `X-Request-Id`, then the grant's identity headers.
+/// `X-Forwarded-*` and `X-Request-Id`, the upstream's `request_headers`, then the grant's
+/// identity headers.
 enum ForwardedHead {
     /// Writes the head into `buffer` (cleared first) and the request id into `requestId`.
     /// Returns true when a WebSocket upgrade was forwarded.
@@ -128,6 +129,9 @@ enum ForwardedHead {
         }
         buffer.append(requestId.readable)
         buffer.append("\r\n")
+        if !pool.fixedHeaderLines.isEmpty {
+            pool.fixedHeaderLines.withUnsafeBytes { buffer.append($0) }
+        }
         if let grant {
             if let cookie = grant.replacementCookie, !cookie.isEmpty {
                 buffer.append("cookie: ")

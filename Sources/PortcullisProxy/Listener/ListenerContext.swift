@@ -33,6 +33,10 @@ public final class ListenerContext: @unchecked Sendable {
     let tls: TLSServerEndpoint?
     /// `redirect_https`: every request is answered 308 to the same target over https.
     let redirectsToHTTPS: Bool
+    /// Served at its path before routing (gateway listeners only).
+    let published: (any PublishedDocument)?
+    /// `published`'s path length, checked first so other requests pay one comparison.
+    let publishedPathLength: Int
     /// Open client connections on this loop for this listener.
     public internal(set) var openConnections = 0
     /// Requests in flight (for graceful shutdown).
@@ -44,7 +48,10 @@ public final class ListenerContext: @unchecked Sendable {
 
     init(loop: EventLoop, mode: ListenerMode, configuration: ProxyConfiguration, routes: RouteTable,
          pools: [UpstreamPool], authenticator: any RequestAuthenticator, accessLog: AccessLog?,
-         metrics: ProxyMetrics? = nil, tls: TLSServerEndpoint? = nil, redirectsToHTTPS: Bool = false) {
+         metrics: ProxyMetrics? = nil, tls: TLSServerEndpoint? = nil, redirectsToHTTPS: Bool = false,
+         published: (any PublishedDocument)? = nil) {
+        self.published = published
+        self.publishedPathLength = published?.path.utf8.count ?? -1
         self.loop = loop
         self.mode = mode
         self.configuration = configuration

@@ -65,6 +65,9 @@ public final class ProxyServer: @unchecked Sendable {
         }
     }
 
+    /// Served by every gateway listener added after it is set (see `PublishedDocument`).
+    public var published: (any PublishedDocument)?
+
     /// Binds `address` once per loop (SO_REUSEPORT). Returns the bound port.
     @discardableResult
     public func addListener(address: SocketAddress, mode: ListenerMode, tls: TLSServerEndpoint? = nil,
@@ -86,7 +89,7 @@ public final class ProxyServer: @unchecked Sendable {
                                           pools: pools[loop.index], authenticator: authenticator,
                                           accessLog: isGateway ? accessLogs[loop.index] : nil,
                                           metrics: isGateway ? metrics : nil, tls: tls,
-                                          redirectsToHTTPS: redirectsToHTTPS)
+                                          redirectsToHTTPS: redirectsToHTTPS, published: isGateway ? published : nil)
             listeners.append(listener)
             contexts.append(context)
         }

@@ -8,21 +8,29 @@ import PortcullisHTTP
 ///   field named in Connection, except the fields listed in `protectedFromConnection`;
 /// - framing fields the gateway re-emits: Content-Length, Expect;
 /// - every identity header the gateway may inject (user id, claim headers,
-///   X-Auth-Provider), compared case-insensitively with `_` and `-` as the same
-///   byte, since frameworks (CGI/WSGI/Rack/PHP) fold both to one name;
+///   X-Auth-Provider, the identity assertion) and every upstream's `request_headers`
+///   name, compared case-insensitively with `-`, `_` and `.` as the same byte, since
+///   frameworks (CGI/WSGI/Rack/PHP) fold `-` and `_` to one name and some stacks fold
+///   `.` too. Removed, not refused: a client (or a proxy before us) that sends one gets
+///   its request through without it, as nginx's `underscores_in_headers off` drops them.
+///   Request trailers never reach an upstream (the chunked decoder discards them), so
+///   no identity can arrive there either;
 /// - X-Forwarded-For/-Proto/-Host, Forwarded and X-Request-Id, unless the peer is
 ///   a trusted proxy (then their values are kept and extended).
 public struct HeaderPolicy: Sendable {
-    /// Lower-cased identity header names (with '-').
+    /// Lower-cased identity header names (with '-' for '_' and '.').
     let identityNames: [[UInt8]]
     let userIdHeader: String
     let providerHeader: String
     let claimHeaders: [(claim: String, header: String)]
 
     public init(configuration: ProxyConfiguration) {
-        identityNames = configuration.identityHeaderNames.map {
-            Array($0.lowercased().utf8).map { $0 == UInt8(ascii: "_") ? UInt8(ascii: "-") : $0 }
+        var names: [[UInt8]] = []
+        for name in configuration.identityHeaderNames {
+            let folded = Array(name.lowercased().utf8).map { $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") ? UInt8(ascii: "-") : $0 }
+            if !names.contains(folded) { names.append(folded) }
         }
+        identityNames = names
         userIdHeader = configuration.userIdHeader
         providerHeader = configuration.providerHeader
         claimHeaders = configuration.claimHeaders

@@ -339,7 +339,13 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         self.exchange = nil
         let beforeResponse = phase == .head && !receivedResponseBytes
         // A TLS failure (verification, handshake) says why; it is logged once per change.
-        let tlsFailure = (socket.security as? TLSSession).flatMap { $0.isHandshakeComplete ? nil : $0.lastFailure }
+        // So does an alert on a fresh connection before any response: a TLS 1.3 server
+        // refuses a missing or unknown client certificate only after the client finished
+        // its handshake (`certificate required`), when the request is already sent.
+        let tlsFailure = (socket.security as? TLSSession).flatMap { session -> TLSError? in
+            if !session.isHandshakeComplete || (beforeResponse && !reused) { return session.lastFailure }
+            return nil
+        }
         close()
         if let tlsFailure {
             pool.target.reportFailure("TLS with \(pool.configuration.url.host): \(tlsFailure)")

@@ -26,6 +26,8 @@ final class UpstreamPool: @unchecked Sendable {
     /// and for HTTP/1.0 requests without one (read per request, so never rebuilt).
     let authority: String
     let sendsUpstreamHost: Bool
+    /// The upstream's `request_headers` as head lines (`name: value\r\n`), made once.
+    let fixedHeaderLines: [UInt8]
     /// Addresses, TLS context and reachability, shared with the other loops' pools.
     let target: UpstreamTarget
     /// The upstream's position in the configuration.
@@ -49,6 +51,7 @@ final class UpstreamPool: @unchecked Sendable {
         self.configuration = configuration
         authority = configuration.url.authority
         sendsUpstreamHost = configuration.hostHeader == .upstream
+        fixedHeaderLines = Array(configuration.requestHeaders.map { "\($0.name): \($0.value)\r\n" }.joined().utf8)
         self.index = index
         self.loop = loop
         self.limits = limits

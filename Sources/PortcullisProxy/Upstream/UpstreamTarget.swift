@@ -21,9 +21,12 @@ import PortcullisTLS
 ///
 /// Threading: any thread; mutable state under `lock`.
 public final class UpstreamTarget: @unchecked Sendable {
-    // @unchecked Sendable: mutable members only under `lock`; `tls` is immutable.
+    // @unchecked Sendable: mutable members only under `lock`.
     public let configuration: UpstreamConfiguration
-    public let tls: TLSClientContext?
+    /// The TLS context new connections use; replaced whole when SIGHUP reloads the
+    /// client certificate (connections already open keep theirs).
+    public var tls: TLSClientContext? { lock.withLock { tlsContext } }
+    private var tlsContext: TLSClientContext?
     private let lock = Lock()
     private var addresses: [SocketAddress]
     private var resolutionError: ResolutionError?
@@ -37,11 +40,29 @@ public final class UpstreamTarget: @unchecked Sendable {
     public init(configuration: UpstreamConfiguration, logger: Logger?) throws(TLSFileError) {
         self.configuration = configuration
         self.logger = logger
-        tls = configuration.url.secure ? try TLSClientContext(caFile: configuration.caFile) : nil
+        tlsContext = configuration.url.secure ? try Self.makeTLSContext(configuration) : nil
         addresses = configuration.url.literal.map { [$0] } ?? []
     }
 
     deinit { timer?.cancel() }
+
+    private static func makeTLSContext(_ configuration: UpstreamConfiguration) throws(TLSFileError) -> TLSClientContext {
+        var certificate: TLSCertificate?
+        if let file = configuration.clientCertificate, let key = configuration.clientPrivateKey {
+            certificate = try TLSCertificate(certificateFile: file, keyFile: key, requireNames: false)
+        }
+        return try TLSClientContext(caFile: configuration.caFile, certificate: certificate)
+    }
+
+    /// SIGHUP: loads the client certificate (and trusted roots) again. New connections
+    /// use the new ones; on failure the old context stays and the error names the file.
+    /// Nothing to do (nil) for an upstream without a client certificate.
+    public func reloadClientCertificate() throws(TLSFileError) -> String? {
+        guard configuration.url.secure, let file = configuration.clientCertificate else { return nil }
+        let context = try Self.makeTLSContext(configuration)
+        lock.withLock { tlsContext = context }
+        return file
+    }
 
     /// Resolves a host name now (blocking: call before the loops serve) and then on
     /// a timer. Failure is not fatal: requests get 502 until a resolution succeeds.

@@ -1,0 +1,127 @@
+import Foundation
+import PortcullisAuth
+import PortcullisCore
+
+/// The keys identity assertions are signed with, and the JWKS that publishes them.
+///
+/// - `signing_keys: [a.pem, b.pem]`: `a` signs, both are published. To rotate, add the
+///   new key second (published, not yet signing), let apps refresh their JWKS, then put
+///   it first; `SIGHUP` re-reads the files (a bad file keeps the old keys, logged).
+/// - no `signing_keys`: a key pair is generated at start; with `store.redis` every
+///   instance uses the one stored in Redis (see `SharedAssertionKey`), so any instance's
+///   JWKS verifies any instance's assertions.
+/// - HS256: the shared `secret`; the JWKS is empty (a secret is never published).
+///
+/// `kid` is the key's RFC 7638 thumbprint, so every instance names a key alike.
+///
+/// Threading: any thread; the key list is replaced whole under `lock`.
+public final class AssertionKeys: @unchecked Sendable {
+    // @unchecked Sendable: `state` only under `lock`.
+    public struct Key: Sendable {
+        public let signing: SigningKey
+        public let kid: String
+    }
+
+    public struct LoadError: Error, CustomStringConvertible, Sendable {
+        public var file: String
+        public var reason: String
+        public var description: String { "\(file): \(reason)" }
+    }
+
+    private struct State {
+        var keys: [Key]
+        var jwks: [UInt8]
+        /// Bumped on every change, so assertions memoized under older keys are not reused.
+        var generation: Int
+    }
+
+    let settings: AssertionSettings
+    private let lock = Lock()
+    private var state: State
+
+    public init(settings: AssertionSettings) throws(LoadError) {
+        self.settings = settings
+        let keys: [Key]
+        if settings.algorithm == .hs256 {
+            let key = SigningKey(hmacSecret: Array((settings.secret ?? "").utf8), algorithm: .hs256)
+            keys = [Key(signing: key, kid: key.thumbprint)]
+        } else if settings.signingKeys.isEmpty {
+            let key: SigningKey
+            do { key = try SigningKey.generate(settings.algorithm) } catch {
+                throw LoadError(file: "identity.assertion", reason: "cannot generate a \(settings.algorithm.rawValue) key: \(error)")
+            }
+            keys = [Key(signing: key, kid: key.thumbprint)]
+        } else {
+            keys = try Self.loadFiles(settings)
+        }
+        state = State(keys: keys, jwks: Self.jwks(keys), generation: 1)
+    }
+
+    /// The key that signs now, and the generation of the key list.
+    var current: (key: Key, generation: Int) { lock.withLock { (state.keys[0], state.generation) } }
+
+    /// `{"keys": [...]}`: every published key.
+    public var jwks: [UInt8] { lock.withLock { state.jwks } }
+
+    public var keyIDs: [String] { lock.withLock { state.keys.map(\.kid) } }
+
+    /// SIGHUP: read the key files again. Returns false when there are none to read.
+    @discardableResult
+    public func reload() throws(LoadError) -> Bool {
+        guard settings.algorithm != .hs256, !settings.signingKeys.isEmpty else { return false }
+        let keys = try Self.loadFiles(settings)
+        install(keys)
+        return true
+    }
+
+    /// Signs with `key` from now on (the key every instance shares through Redis); the
+    /// keys used so far stay published, so assertions already sent still verify.
+    func adopt(_ key: SigningKey) {
+        let kid = key.thumbprint
+        lock.withLock {
+            guard state.keys[0].kid != kid else { return }
+            let keys = [Key(signing: key, kid: kid)] + state.keys.filter { $0.kid != kid }
+            state = State(keys: keys, jwks: Self.jwks(keys), generation: state.generation + 1)
+        }
+    }
+
+    private func install(_ keys: [Key]) {
+        lock.withLock { state = State(keys: keys, jwks: Self.jwks(keys), generation: state.generation + 1) }
+    }
+
+    private static func loadFiles(_ settings: AssertionSettings) throws(LoadError) -> [Key] {
+        var keys: [Key] = []
+        for path in settings.signingKeys {
+            let key = try loadKey(path, algorithm: settings.algorithm)
+            let kid = key.thumbprint
+            if keys.contains(where: { $0.kid == kid }) { throw LoadError(file: path, reason: "the same key is listed twice") }
+            keys.append(Key(signing: key, kid: kid))
+        }
+        return keys
+    }
+
+    /// A PEM private key of the type `algorithm` needs (RS256: RSA ≥ 2048 bits, ES256:
+    /// P-256, EdDSA: Ed25519).
+    static func loadKey(_ path: String, algorithm: JWSAlgorithm) throws(LoadError) -> SigningKey {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw LoadError(file: path, reason: FileManager.default.fileExists(atPath: path) ? "cannot read the file (permission denied)" : "no such file")
+        }
+        let key: SigningKey
+        do { key = try SigningKey(privateKeyPEM: String(decoding: data, as: UTF8.self)) } catch {
+            throw LoadError(file: path, reason: "\(error)")
+        }
+        guard key.algorithm == algorithm else {
+            throw LoadError(file: path, reason: "a \(key.algorithm.rawValue) key cannot sign \(algorithm.rawValue) assertions")
+        }
+        if algorithm == .rs256, let bits = key.rsaBits, bits < 2048 {
+            throw LoadError(file: path, reason: "RSA keys need at least 2048 bits (this one has \(bits))")
+        }
+        guard key.publicJWK(keyID: "check") != nil else { throw LoadError(file: path, reason: "cannot export the public key") }
+        return key
+    }
+
+    private static func jwks(_ keys: [Key]) -> [UInt8] {
+        let list = keys.compactMap { $0.signing.publicJWK(keyID: $0.kid) }
+        return Array((JSONValue.object([("keys", .array(list))]).serialized + "\n").utf8)
+    }
+}

@@ -1,0 +1,97 @@
+internal import COpenSSL
+
+extension SigningKey {
+    /// The public half as a JWK (RFC 7517) with `kid`, `alg` and `use: sig`: members in
+    /// RFC 7638 order first. nil for HMAC keys (a secret is never published).
+    public func publicJWK(keyID: String) -> JSONValue? {
+        guard let members = thumbprintMembers() else { return nil }
+        return .object(members.map { ($0.0, JSONValue.string($0.1)) }
+            + [("kid", .string(keyID)), ("alg", .string(algorithm.rawValue)), ("use", .string("sig"))])
+    }
+
+    /// The RFC 7638 JWK thumbprint (base64url SHA-256 of the required members in
+    /// lexicographic order): a `kid` that every instance derives alike from the key.
+    /// For an HMAC key, a base64url SHA-256 over a label and the secret, cut to 16 bytes
+    /// (names the key without publishing anything usable).
+    public var thumbprint: String {
+        if case .hmac(let secret) = material {
+            return Base64URL.encode(Self.sha256(Array("portcullis assertion kid\u{0}".utf8) + secret).prefix(16))
+        }
+        let members = thumbprintMembers() ?? []
+        let canonical = JSONValue.object(members.map { ($0.0, JSONValue.string($0.1)) }).serialized
+        return Base64URL.encode(Self.sha256(Array(canonical.utf8)))
+    }
+
+    /// The private key as PKCS #8 PEM (sharing a generated key through Redis); nil for HMAC.
+    public var privateKeyPEM: String? {
+        guard case .privateKey(let key) = material, let bio = BIO_new(BIO_s_mem()) else { return nil }
+        defer { BIO_free(bio) }
+        guard PEM_write_bio_PrivateKey(bio, key.pointer, nil, nil, 0, nil, nil) == 1 else { OpenSSLError.clearQueue(); return nil }
+        let length = Int(BIO_ctrl_pending(bio))
+        var buffer = [UInt8](repeating: 0, count: length)
+        guard BIO_read(bio, &buffer, Int32(length)) == Int32(length) else { return nil }
+        return String(decoding: buffer, as: UTF8.self)
+    }
+
+    /// Required JWK members, sorted by name (RFC 7638 §3.2).
+    private func thumbprintMembers() -> [(String, String)]? {
+        guard case .privateKey(let key) = material else { return nil }
+        if algorithm.isRSA {
+            guard let n = Self.bigNumber(key.pointer, "n", size: nil), let e = Self.bigNumber(key.pointer, "e", size: nil) else { return nil }
+            return [("e", Base64URL.encode(e)), ("kty", "RSA"), ("n", Base64URL.encode(n))]
+        }
+        if let curve = algorithm.curve {
+            let size = curve.coordinateSize
+            guard let x = Self.bigNumber(key.pointer, "qx", size: size), let y = Self.bigNumber(key.pointer, "qy", size: size) else { return nil }
+            return [("crv", curve.jwkName), ("kty", "EC"), ("x", Base64URL.encode(x)), ("y", Base64URL.encode(y))]
+        }
+        if algorithm == .edDSA {
+            var out = [UInt8](repeating: 0, count: 32)
+            var length = 0
+            guard EVP_PKEY_get_octet_string_param(key.pointer, "pub", &out, 32, &length) == 1, length == 32 else {
+                OpenSSLError.clearQueue()
+                return nil
+            }
+            return [("crv", "Ed25519"), ("kty", "OKP"), ("x", Base64URL.encode(out))]
+        }
+        return nil
+    }
+
+    private static func bigNumber(_ key: OpaquePointer, _ name: String, size: Int?) -> [UInt8]? {
+        var bn: OpaquePointer?
+        guard EVP_PKEY_get_bn_param(key, name, &bn) == 1, let bn else { OpenSSLError.clearQueue(); return nil }
+        defer { BN_free(bn) }
+        let length = size ?? Int((BN_num_bits(bn) + 7) / 8)
+        var out = [UInt8](repeating: 0, count: length)
+        guard BN_bn2binpad(bn, &out, Int32(length)) == Int32(length) else { return nil }
+        return out
+    }
+
+    private static func sha256(_ bytes: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        _ = SHA256(bytes, bytes.count, &out)
+        return out
+    }
+}
+
+/// Base64url without padding (RFC 7515 §2), for callers outside this module.
+public enum JWTText {
+    public static func base64URL(_ bytes: [UInt8]) -> String { Base64URL.encode(bytes) }
+
+    /// `count` random bytes from OpenSSL's CSPRNG, base64url (a `jti`).
+    public static func randomID(bytes count: Int = 16) -> String {
+        var out = [UInt8](repeating: 0, count: count)
+        if RAND_bytes(&out, Int32(count)) != 1 {
+            for i in out.indices { out[i] = UInt8.random(in: 0...255) }
+        }
+        return Base64URL.encode(out)
+    }
+}
+
+extension SigningKey {
+    /// The modulus size of an RSA key (nil for other keys).
+    public var rsaBits: Int? {
+        guard case .privateKey(let key) = material, algorithm.isRSA else { return nil }
+        return key.bits
+    }
+}
