@@ -174,7 +174,10 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         }
         counters?.decided(loopIndex: loopIndex, provider: identity.provider, .verified)
 
-        var headers: [(name: String, value: String)] = [(userIdHeader, userID), (providerHeader, identity.provider)]
+        var headers: [(name: String, value: String)] = []
+        headers.reserveCapacity(3 + claimHeaders.count)  // one allocation, the assertion included
+        headers.append((userIdHeader, userID))
+        headers.append((providerHeader, identity.provider))
         for (claim, header) in claimHeaders {
             if let value = identity.claim(claim) { headers.append((header, value)) }
         }
