@@ -84,7 +84,9 @@ var package = Package(
         ]),
         // Real redis-server / sentinel processes for the tests that need them.
         .target(name: "PortcullisTestSupport", path: "Tests/PortcullisTestSupport"),
-        .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis", "PortcullisTestSupport"]),
+        // Fixtures are scripts the tests run from the source tree, not bundled resources.
+        .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis", "PortcullisTestSupport"],
+                    exclude: ["Fixtures"]),
         .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisStoreTests", dependencies: ["PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisKeysTests", dependencies: ["PortcullisKeys", "PortcullisAuth", "PortcullisIO", "PortcullisTestSupport"],

@@ -97,6 +97,13 @@ public enum ConfigurationLoader {
         proxy.claimHeaders = identity.claimHeaders
         proxy.realm = identity.realm
         proxy.assertionHeader = identity.settings.assertion?.header
+        if let header = proxy.assertionHeader {
+            let others = [identity.userIdHeader, identity.providerHeader] + identity.claimHeaders.map(\.header)
+            if others.contains(where: { Self.foldedHeaderName($0) == Self.foldedHeaderName(header) }) {
+                throw ConfigurationError(file: file, key: "identity.assertion.header", line: nil,
+                                         reason: "\(header) is already an identity header; the assertion needs its own")
+            }
+        }
         // A secret header may not share a name (in any spelling) with an injected identity header.
         let injected = Set(([identity.userIdHeader, identity.providerHeader] + identity.claimHeaders.map(\.header)
             + (proxy.assertionHeader.map { [$0] } ?? [])).map(Self.foldedHeaderName))

@@ -154,6 +154,15 @@ import Testing
         let (status2, out2, _) = E2E.run(E2E.binary, ["check-config", config])
         #expect(status2 == 0)
         #expect(!out2.contains("warning:"), "\(out2)")
+
+        // The assertion header cannot be an identity header under another spelling.
+        try (try String(contentsOfFile: config, encoding: .utf8).replacingOccurrences(
+            of: "identity: {assertion: {issuer: \"https://api.example.test\"}}",
+            with: "identity: {assertion: {issuer: \"https://api.example.test\", header: X_User.Id}}"))
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let (status3, _, err3) = E2E.run(E2E.binary, ["check-config", config])
+        #expect(status3 != 0)
+        #expect(err3.contains("identity.assertion.header"), "\(err3)")
     }
 
     // MARK: Client certificates
