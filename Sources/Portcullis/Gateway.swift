@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Logging
 import PortcullisAuth
+import PortcullisCore
 import PortcullisStore
 import PortcullisIO
 import PortcullisProxy
@@ -219,41 +220,48 @@ public enum Gateway {
     /// Runs until SIGTERM or SIGINT, then drains (up to `shutdown_grace`) and exits.
     public static func runForever(_ configuration: GatewayConfiguration, localApps: [LocalApp] = [],
                                   logger: Logger) throws -> Never {
-        let running = try start(configuration, localApps: localApps, logger: logger)
-        let server = running.server
-        let admin = running.admin
+        // Signal sources exist before the listeners do: a SIGHUP, SIGTERM or SIGINT that
+        // arrives while the gateway starts (once `signal(_, SIG_IGN)` is set, the kernel
+        // discards ignored signals until a source is active) is kept and acted on as soon
+        // as the gateway runs, never lost.
         signal(SIGTERM, SIG_IGN)
         signal(SIGINT, SIG_IGN)
         signal(SIGHUP, SIG_IGN)
+        let state = SignalState()
         var sources: [DispatchSourceSignal] = []
         let reload = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        reload.setEventHandler { state.reload() }
+        reload.resume()
+        sources.append(reload)
+        for sig in [SIGTERM, SIGINT] {
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .main)
+            source.setEventHandler { state.stop(sig) }
+            source.resume()
+            sources.append(source)
+        }
+
+        let running = try start(configuration, localApps: localApps, logger: logger)
+        let server = running.server
+        let admin = running.admin
         let endpoints = running.tlsEndpoints
         let targets = server.targets
         let assertionKeys = running.assertionKeys
-        reload.setEventHandler {
+        let once = ShutdownOnce()
+        state.install(reload: {
             logger.info("SIGHUP: reloading certificates", metadata: ["listeners": "\(endpoints.count)"])
             reloadCertificates(endpoints, logger: logger)
             reloadClientCertificates(targets, logger: logger)
             if let assertionKeys { reloadAssertionKeys(assertionKeys, logger: logger) }
-        }
-        reload.resume()
-        sources.append(reload)
-        let once = ShutdownOnce()
-        for sig in [SIGTERM, SIGINT] {
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .main)
-            source.setEventHandler {
-                guard once.begin() else { return }
-                logger.info("shutting down", metadata: ["signal": "\(sig == SIGTERM ? "SIGTERM" : "SIGINT")",
-                                                        "grace_seconds": "\(configuration.shutdownGrace)"])
-                admin?.draining = true
-                server.shutdown(gracePeriod: configuration.shutdownGrace) {
-                    logger.info("stopped")
-                    exit(0)
-                }
+        }, stop: { sig in
+            guard once.begin() else { return }
+            logger.info("shutting down", metadata: ["signal": "\(sig == SIGTERM ? "SIGTERM" : "SIGINT")",
+                                                    "grace_seconds": "\(configuration.shutdownGrace)"])
+            admin?.draining = true
+            server.shutdown(gracePeriod: configuration.shutdownGrace) {
+                logger.info("stopped")
+                exit(0)
             }
-            source.resume()
-            sources.append(source)
-        }
+        })
         withExtendedLifetime(sources) { dispatchMain() }
     }
 }
@@ -266,5 +274,43 @@ final class ShutdownOnce: @unchecked Sendable {
         if started { return false }
         started = true
         return true
+    }
+}
+
+/// Signals received before the gateway finished starting wait here and are acted on
+/// once the handlers are installed; afterwards they are handled at once.
+final class SignalState: @unchecked Sendable {
+    // @unchecked Sendable: every member only under `lock`.
+    private let lock = Lock()
+    private var reloadHandler: (@Sendable () -> Void)?
+    private var stopHandler: (@Sendable (Int32) -> Void)?
+    private var pendingReload = false
+    private var pendingStop: Int32?
+
+    func reload() {
+        let handler = lock.withLock { () -> (@Sendable () -> Void)? in
+            if reloadHandler == nil { pendingReload = true }
+            return reloadHandler
+        }
+        handler?()
+    }
+
+    func stop(_ signal: Int32) {
+        let handler = lock.withLock { () -> (@Sendable (Int32) -> Void)? in
+            if stopHandler == nil, pendingStop == nil { pendingStop = signal }
+            return stopHandler
+        }
+        handler?(signal)
+    }
+
+    func install(reload: @escaping @Sendable () -> Void, stop: @escaping @Sendable (Int32) -> Void) {
+        let (runReload, runStop) = lock.withLock { () -> (Bool, Int32?) in
+            reloadHandler = reload
+            stopHandler = stop
+            defer { pendingReload = false; pendingStop = nil }
+            return (pendingReload, pendingStop)
+        }
+        if runReload { DispatchQueue.global().async { reload() } }
+        if let runStop { DispatchQueue.main.async { stop(runStop) } }
     }
 }
