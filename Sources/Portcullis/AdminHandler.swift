@@ -69,6 +69,9 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
     }
 
     private func handle(_ request: RequestView, body: UnsafeRawBufferPointer, reply: LocalReply?) -> LocalResponse? {
+        if let published = actions.published, request.path == published.path {
+            return published.answer(method: request.methodBytes)
+        }
         let method = String(decoding: request.methodBytes, as: UTF8.self)
         switch request.path {
         case "/healthz":
@@ -81,8 +84,6 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
             return .json(200, "{\"status\":\"ready\"}\n")
         case "/metrics" where metricsPublic && method == "GET":
             return metrics(reply)
-        case let path where actions.published != nil && path == actions.published!.path:
-            return actions.published!.answer(method: request.methodBytes)
         default:
             break
         }

@@ -1,3 +1,4 @@
+import PortcullisHTTP
 import PortcullisProxy
 import PortcullisTLS
 
@@ -52,8 +53,8 @@ extension ConfigurationLoader {
                 guard value.utf8.allSatisfy({ ($0 >= 0x20 && $0 != 0x7F) || $0 == 0x09 }) else {
                     throw valueNode.error("the value holds a control character (CR, LF, NUL …)")
                 }
-                let folded = foldedHeaderName(headerName)
-                if upstream.requestHeaders.contains(where: { foldedHeaderName($0.name) == folded }) {
+                let folded = HTTPBytes.identityName(headerName)
+                if upstream.requestHeaders.contains(where: { HTTPBytes.identityName($0.name) == folded }) {
                     throw valueNode.error("set twice (names compare without case, with '-', '_' and '.' alike)")
                 }
                 upstream.requestHeaders.append(UpstreamSecretHeader(name: headerName, value: value))
@@ -82,17 +83,9 @@ extension ConfigurationLoader {
     ]
 
     static func checkRequestHeaderName(_ name: String, _ node: ConfigNode) throws(ConfigurationError) {
-        let tokenPunctuation = Set("!#$%&'*+-.^_`|~")
-        guard !name.isEmpty, name.allSatisfy({ ($0.isASCII && ($0.isLetter || $0.isNumber)) || tokenPunctuation.contains($0) }) else {
-            throw node.error("not a valid header name")
-        }
-        if reservedRequestHeaders.contains(foldedHeaderName(name)) {
+        guard isHeaderName(name) else { throw node.error("not a valid header name") }
+        if reservedRequestHeaders.contains(HTTPBytes.identityName(name)) {
             throw node.error("\(name) is written by the gateway itself (or frames the request) and cannot be set here")
         }
-    }
-
-    /// Lower case with '_' and '.' as '-': how identity and secret header names are compared.
-    static func foldedHeaderName(_ name: String) -> String {
-        String(name.lowercased().map { $0 == "_" || $0 == "." ? "-" : $0 })
     }
 }

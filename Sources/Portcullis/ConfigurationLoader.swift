@@ -97,18 +97,15 @@ public enum ConfigurationLoader {
         proxy.claimHeaders = identity.claimHeaders
         proxy.realm = identity.realm
         proxy.assertionHeader = identity.settings.assertion?.header
-        if let header = proxy.assertionHeader {
-            let others = [identity.userIdHeader, identity.providerHeader] + identity.claimHeaders.map(\.header)
-            if others.contains(where: { Self.foldedHeaderName($0) == Self.foldedHeaderName(header) }) {
-                throw ConfigurationError(file: file, key: "identity.assertion.header", line: nil,
-                                         reason: "\(header) is already an identity header; the assertion needs its own")
-            }
+        // Injected headers and secret headers may not share a name in any spelling.
+        var injected = Set(([identity.userIdHeader, identity.providerHeader] + identity.claimHeaders.map(\.header))
+            .map(HTTPBytes.identityName))
+        if let header = proxy.assertionHeader, !injected.insert(HTTPBytes.identityName(header)).inserted {
+            throw ConfigurationError(file: file, key: "identity.assertion.header", line: nil,
+                                     reason: "\(header) is already an identity header; the assertion needs its own")
         }
-        // A secret header may not share a name (in any spelling) with an injected identity header.
-        let injected = Set(([identity.userIdHeader, identity.providerHeader] + identity.claimHeaders.map(\.header)
-            + (proxy.assertionHeader.map { [$0] } ?? [])).map(Self.foldedHeaderName))
         for upstream in upstreams {
-            for header in upstream.requestHeaders where injected.contains(Self.foldedHeaderName(header.name)) {
+            for header in upstream.requestHeaders where injected.contains(HTTPBytes.identityName(header.name)) {
                 throw ConfigurationError(file: file, key: "upstreams.\(upstream.name).request_headers.\(header.name)", line: nil,
                                          reason: "the gateway injects this header itself (identity)")
             }
@@ -128,11 +125,14 @@ public enum ConfigurationLoader {
 
     static func headerName(_ node: ConfigNode) throws(ConfigurationError) -> String {
         let name = try node.string()
-        let tchar = Set("!#$%&'*+-.^_`|~".utf8)
-        guard !name.isEmpty, name.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) || tchar.contains($0) }) else {
-            throw node.error("'\(name)' is not a valid header name")
-        }
+        guard isHeaderName(name) else { throw node.error("'\(name)' is not a valid header name") }
         return name
+    }
+
+    /// A field name is a token (RFC 9110 §5.1).
+    static func isHeaderName(_ name: String) -> Bool {
+        let tchar = Set("!#$%&'*+-.^_`|~".utf8)
+        return !name.isEmpty && name.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) || tchar.contains($0) }
     }
 
     static func positiveDuration(_ node: ConfigNode) throws(ConfigurationError) -> Double {

@@ -76,16 +76,24 @@ public enum Gateway {
             }
             return nil
         }
+        // One Redis client (on its own loop) for the secrets instances share at start and on
+        // timers: TLS ticket keys and the generated assertion key. Made when first needed.
+        var secretsClient: RedisClient?
+        func sharedSecretsClient() throws -> RedisClient {
+            if let secretsClient { return secretsClient }
+            let client = RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
+                                     loop: EventLoop(index: -3))
+            client.start()
+            secretsClient = client
+            return client
+        }
         var assertionKeys: AssertionKeys?
         if let settings = configuration.identity.assertion {
             do { assertionKeys = try AssertionKeys(settings: settings) } catch {
                 throw StartupError(description: "\(configuration.file): identity.assertion: \(error)")
             }
             if settings.algorithm != .hs256, settings.signingKeys.isEmpty, configuration.store.usesRedis {
-                let client = RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
-                                         loop: EventLoop(index: -4))
-                client.start()
-                SharedAssertionKey.install(keys: assertionKeys!, client: client, logger: logger)
+                SharedAssertionKey.install(keys: assertionKeys!, client: try sharedSecretsClient(), logger: logger)
             }
             actions.published = AssertionJWKS(keys: assertionKeys!)
         }
@@ -127,10 +135,7 @@ public enum Gateway {
         if configuration.listen.contains(where: { $0.tls != nil }) {
             if configuration.store.usesRedis {
                 // Ticket keys shared through Redis before the first context loads them.
-                let client = RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
-                                         loop: EventLoop(index: -3))
-                client.start()
-                SharedTicketKeys.install(client: client, rotation: TicketKeys.shared.rotationInterval)
+                SharedTicketKeys.install(client: try sharedSecretsClient(), rotation: TicketKeys.shared.rotationInterval)
             } else {
                 TicketKeys.shared.startRotation()
             }

@@ -15,28 +15,20 @@ extension GatewayConfiguration {
     public var openUpstreams: [UpstreamConfiguration] {
         guard identity.assertion == nil else { return [] }
         return proxy.upstreams.filter { upstream in
-            upstream.requestHeaders.isEmpty && upstream.clientCertificate == nil && !Self.isPrivateHost(upstream.url.host)
+            upstream.requestHeaders.isEmpty && upstream.clientCertificate == nil && !Self.isPrivate(upstream.url)
         }
     }
 
-    static func isPrivateHost(_ host: String) -> Bool {
-        let host = host.hasSuffix(".") ? String(host.dropLast()) : host
-        if host == "localhost" || host.hasSuffix(".localhost") || host.hasSuffix(".internal") { return true }
-        let v4 = host.split(separator: ".", omittingEmptySubsequences: false).compactMap { UInt8($0) }
-        if v4.count == 4 && host.split(separator: ".").count == 4 {
-            switch (v4[0], v4[1]) {
-            case (127, _), (10, _), (192, 168): return true
-            case (172, let b) where b >= 16 && b <= 31: return true
-            default: return false
-            }
+    /// Loopback, RFC 1918 and ULA networks (`CIDR`, as `trusted_proxies` uses).
+    static let privateNetworks = ["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "::1/128", "fc00::/7"]
+        .compactMap(CIDR.init)
+
+    static func isPrivate(_ url: UpstreamURL) -> Bool {
+        if let address = url.literal {
+            let bytes = address.addressBytes
+            return privateNetworks.contains { $0.contains(bytes) }
         }
-        if host.contains(":") {
-            let lower = host.lowercased()
-            if lower == "::1" { return true }
-            // fc00::/7: the first 16-bit group starts with fc or fd (and has four digits).
-            let first = lower.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-            if first.count == 4, first.hasPrefix("fc") || first.hasPrefix("fd") { return true }
-        }
-        return false
+        let host = url.host.hasSuffix(".") ? String(url.host.dropLast()) : url.host
+        return host == "localhost" || host.hasSuffix(".localhost") || host.hasSuffix(".internal")
     }
 }

@@ -20,6 +20,12 @@ public enum HTTPBytes {
     /// and '.' as the same byte, so `X_User_Id`, `X.User.Id`, `x_user.id` and `X-USER_ID` all
     /// match `x-user-id` (CGI/WSGI/Rack/PHP map '-' to '_', and some stacks fold '.' too: a 2026
     /// Traefik advisory was a `.`-spelled identity header passing its filter).
+    /// `name` as `equalsIdentityName` compares it: lower case, with '_' and '.' as '-'.
+    /// For configuration checks and the precomputed lists the comparison runs against.
+    public static func identityName(_ name: String) -> String {
+        String(decoding: name.utf8.map { $0 == 0x5F || $0 == 0x2E ? 0x2D : ByteClass.lower($0) }, as: UTF8.self)
+    }
+
     public static func equalsIdentityName(
         _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ lowercaseASCII: [UInt8]
     ) -> Bool {

@@ -66,12 +66,15 @@ public final class Listener: @unchecked Sendable {
         let socket = StreamSocket(listening: fd, loop: loop)
         let loop = self.loop
         let fd = self.fd
-        socket.startReading { [unowned socket, weak self] in
+        // Whether accepting is failing (for want of descriptors or memory): only this
+        // handler reads and writes it, so it lives in the closure, not on `self`.
+        var failing = false
+        socket.startReading { [unowned socket] in
             socket.markReadDrained()
             switch System.accept(fd) {
             case .connection(let client, let peer):
-                if let self, self.failing {
-                    self.failing = false
+                if failing {
+                    failing = false
                     onFailure?(nil)
                 }
                 System.setOption(client, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
@@ -79,26 +82,18 @@ public final class Listener: @unchecked Sendable {
             case .none:
                 break
             case .failed(let error):
-                guard let self else { return }
-                if !self.failing {
-                    self.failing = true
+                if !failing {
+                    failing = true
                     onFailure?(error)
                 }
-                self.backOff()
+                // Stop the reports rather than spin; `setListening` does nothing once closed.
+                guard socket.setListening(false) == nil else { return }
+                loop.queue.asyncAfter(deadline: .now() + .milliseconds(Self.backOffMilliseconds)) { [weak socket] in
+                    socket?.setListening(true)
+                }
             }
         }
         self.socket = socket
-    }
-
-    /// Accepting failed for want of descriptors or memory.
-    private var failing = false
-
-    private func backOff() {
-        guard let socket, socket.setListening(false) == nil else { return }
-        loop.queue.asyncAfter(deadline: .now() + .milliseconds(Self.backOffMilliseconds)) { [weak self] in
-            guard let self, !self.closed, let socket = self.socket else { return }
-            socket.setListening(true)
-        }
     }
 
     /// Stops accepting and closes the listening socket. On the loop's queue.

@@ -267,9 +267,6 @@ public final class StreamSocket: @unchecked Sendable {
     /// report from the poller.
     public func markReadDrained() { readReady = false }
 
-    /// Runs the handlers again at the end of this pass (a bounded handler that left work).
-    public func runAgainSoon() { schedule() }
-
     /// The record layer's handshake is complete (always true for a plain socket).
     public var isHandshakeComplete: Bool { security?.isHandshakeComplete ?? true }
 

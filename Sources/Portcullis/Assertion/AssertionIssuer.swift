@@ -40,9 +40,10 @@ final class AssertionIssuer: Sendable {
 
     /// The assertion for `identity` (whose user id is `userID`) towards upstream `upstream`.
     func assertion(for identity: VerifiedIdentity, userID: String, upstream: Int, now: Double) -> String? {
+        // A hit costs an atomic load and the memo's lock; the key is read only to sign.
+        if let cached = identity.memo.value(slot: keys.generation << 20 | upstream, now: now) { return cached }
         let (key, generation) = keys.current
         let slot = generation << 20 | upstream
-        if let cached = identity.memo.value(slot: slot, now: now) { return cached }
         let issuedAt = Int64(now)
         var members: [(String, JSONValue)] = [
             ("iss", .string(issuer)),

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import PortcullisAuth
 import PortcullisCore
 
@@ -38,6 +39,9 @@ public final class AssertionKeys: @unchecked Sendable {
     let settings: AssertionSettings
     private let lock = Lock()
     private var state: State
+    /// `state.generation`, readable without the lock: the per-request memo lookup needs
+    /// only this; the key itself is read (under the lock) when a new assertion is signed.
+    private let currentGeneration = Atomic<Int>(1)
 
     public init(settings: AssertionSettings) throws(LoadError) {
         self.settings = settings
@@ -56,6 +60,9 @@ public final class AssertionKeys: @unchecked Sendable {
         }
         state = State(keys: keys, jwks: Self.jwks(keys), generation: 1)
     }
+
+    /// The generation of the key list (bumped on every change).
+    var generation: Int { currentGeneration.load(ordering: .acquiring) }
 
     /// The key that signs now, and the generation of the key list.
     var current: (key: Key, generation: Int) { lock.withLock { (state.keys[0], state.generation) } }
@@ -82,11 +89,15 @@ public final class AssertionKeys: @unchecked Sendable {
             guard state.keys[0].kid != kid else { return }
             let keys = [Key(signing: key, kid: kid)] + state.keys.filter { $0.kid != kid }
             state = State(keys: keys, jwks: Self.jwks(keys), generation: state.generation + 1)
+            currentGeneration.store(state.generation, ordering: .releasing)
         }
     }
 
     private func install(_ keys: [Key]) {
-        lock.withLock { state = State(keys: keys, jwks: Self.jwks(keys), generation: state.generation + 1) }
+        lock.withLock {
+            state = State(keys: keys, jwks: Self.jwks(keys), generation: state.generation + 1)
+            currentGeneration.store(state.generation, ordering: .releasing)
+        }
     }
 
     private static func loadFiles(_ settings: AssertionSettings) throws(LoadError) -> [Key] {

@@ -19,22 +19,18 @@ enum SharedAssertionKey {
         let candidate: SigningKey
         do { candidate = try SigningKey.generate(settings.algorithm) } catch { return .failure(SharedKeyError(reason: "\(error)")) }
         guard let pem = candidate.privateKeyPEM else { return .failure(SharedKeyError(reason: "cannot export the generated key")) }
-        let done = DispatchSemaphore(value: 0)
-        let box = Box()
         let name = name(settings)
-        client.pipeline([["SET", name, pem, "NX"], ["GET", name]], timeout: timeout) { replies in
-            if replies.count == 2 {
-                switch replies[1] {
-                case .success(let reply): box.text = reply.string; if box.text == nil { box.error = "no key stored" }
-                case .failure(let error): box.error = "\(error)"
-                }
-            } else {
-                box.error = "no reply"
-            }
-            done.signal()
+        guard let replies = client.pipelineAndWait([["SET", name, pem, "NX"], ["GET", name]], timeout: timeout), replies.count == 2 else {
+            return .failure(SharedKeyError(reason: "no reply within \(timeout) s"))
         }
-        guard done.wait(timeout: .now() + timeout + 0.5) == .success else { return .failure(SharedKeyError(reason: "timed out")) }
-        guard let text = box.text else { return .failure(SharedKeyError(reason: box.error ?? "no reply")) }
+        let text: String
+        switch replies[1] {
+        case .success(let reply):
+            guard let value = reply.string else { return .failure(SharedKeyError(reason: "no key stored")) }
+            text = value
+        case .failure(let error):
+            return .failure(SharedKeyError(reason: "\(error)"))
+        }
         do {
             let key = try SigningKey(privateKeyPEM: text)
             guard key.algorithm == settings.algorithm else {
@@ -67,10 +63,4 @@ enum SharedAssertionKey {
     }
 
     struct SharedKeyError: Error { var reason: String }
-
-    private final class Box: @unchecked Sendable {
-        // @unchecked Sendable: written before `done.signal()`, read after `wait()`.
-        var text: String?
-        var error: String?
-    }
 }

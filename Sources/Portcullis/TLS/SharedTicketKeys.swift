@@ -21,13 +21,9 @@ enum SharedTicketKeys {
     static func key(for epoch: Int64, client: RedisClient, rotation: Double, timeout: Double) -> [UInt8]? {
         let name = "portcullis:tls:ticket-key:\(epoch)"
         let candidate = hex(TicketKeys.randomKey())
-        let done = DispatchSemaphore(value: 0)
-        let result = ResultBox()
-        client.pipeline([["SET", name, candidate, "NX", "EX", "\(Int(rotation * 3) + 60)"], ["GET", name]], timeout: timeout) { replies in
-            if replies.count == 2, case .success(let reply) = replies[1], let text = reply.string { result.value = text }
-            done.signal()
-        }
-        guard done.wait(timeout: .now() + timeout + 0.5) == .success, let text = result.value else { return nil }
+        let replies = client.pipelineAndWait([["SET", name, candidate, "NX", "EX", "\(Int(rotation * 3) + 60)"], ["GET", name]],
+                                             timeout: timeout)
+        guard let replies, replies.count == 2, case .success(let reply) = replies[1], let text = reply.string else { return nil }
         return unhex(text)
     }
 
@@ -52,11 +48,5 @@ enum SharedTicketKeys {
             i += 2
         }
         return out
-    }
-
-    /// Written by the reply handler (on the client's loop), read after the semaphore.
-    private final class ResultBox: @unchecked Sendable {
-        // @unchecked Sendable: written once before `done.signal()`, read after `wait()`.
-        var value: String?
     }
 }

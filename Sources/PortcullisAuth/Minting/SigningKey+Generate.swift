@@ -24,9 +24,19 @@ extension SigningKey {
 
     /// The public half as a `BEGIN PUBLIC KEY` PEM block (nil for HMAC).
     public var publicKeyPEM: String? {
+        pem { bio, key in PEM_write_bio_PUBKEY(bio, key) }
+    }
+
+    /// The private key as PKCS #8 PEM (sharing a generated key through Redis); nil for HMAC.
+    public var privateKeyPEM: String? {
+        pem { bio, key in PEM_write_bio_PrivateKey(bio, key, nil, nil, 0, nil, nil) }
+    }
+
+    /// What `write` puts into a memory BIO for the private key, as text (nil for HMAC or on failure).
+    private func pem(_ write: (OpaquePointer, OpaquePointer) -> Int32) -> String? {
         guard case .privateKey(let key) = material, let bio = BIO_new(BIO_s_mem()) else { return nil }
         defer { BIO_free(bio) }
-        guard PEM_write_bio_PUBKEY(bio, key.pointer) == 1 else { OpenSSLError.clearQueue(); return nil }
+        guard write(bio, key.pointer) == 1 else { OpenSSLError.clearQueue(); return nil }
         let length = Int(BIO_ctrl_pending(bio))
         var buffer = [UInt8](repeating: 0, count: length)
         guard BIO_read(bio, &buffer, Int32(length)) == Int32(length) else { return nil }

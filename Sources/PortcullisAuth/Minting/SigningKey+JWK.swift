@@ -22,17 +22,6 @@ extension SigningKey {
         return Base64URL.encode(Self.sha256(Array(canonical.utf8)))
     }
 
-    /// The private key as PKCS #8 PEM (sharing a generated key through Redis); nil for HMAC.
-    public var privateKeyPEM: String? {
-        guard case .privateKey(let key) = material, let bio = BIO_new(BIO_s_mem()) else { return nil }
-        defer { BIO_free(bio) }
-        guard PEM_write_bio_PrivateKey(bio, key.pointer, nil, nil, 0, nil, nil) == 1 else { OpenSSLError.clearQueue(); return nil }
-        let length = Int(BIO_ctrl_pending(bio))
-        var buffer = [UInt8](repeating: 0, count: length)
-        guard BIO_read(bio, &buffer, Int32(length)) == Int32(length) else { return nil }
-        return String(decoding: buffer, as: UTF8.self)
-    }
-
     /// Required JWK members, sorted by name (RFC 7638 §3.2).
     private func thumbprintMembers() -> [(String, String)]? {
         guard case .privateKey(let key) = material else { return nil }
@@ -67,10 +56,13 @@ extension SigningKey {
         return out
     }
 
+    /// SHA-256 through the digest context the verifier uses (cold path: key load).
     private static func sha256(_ bytes: [UInt8]) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: 32)
-        _ = SHA256(bytes, bytes.count, &out)
-        return out
+        var out = [UInt8](repeating: 0, count: 64)
+        let length = bytes.withUnsafeBytes { input in
+            out.withUnsafeMutableBufferPointer { DigestContext()?.digest(.sha256, input, into: $0.baseAddress!) }
+        }
+        return Array(out.prefix(length ?? 0))
     }
 }
 

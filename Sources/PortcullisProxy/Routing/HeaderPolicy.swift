@@ -27,7 +27,7 @@ public struct HeaderPolicy: Sendable {
     public init(configuration: ProxyConfiguration) {
         var names: [[UInt8]] = []
         for name in configuration.identityHeaderNames {
-            let folded = Array(name.lowercased().utf8).map { $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") ? UInt8(ascii: "-") : $0 }
+            let folded = Array(HTTPBytes.identityName(name).utf8)
             if !names.contains(folded) { names.append(folded) }
         }
         identityNames = names
