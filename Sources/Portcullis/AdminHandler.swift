@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import PortcullisHTTP
 import PortcullisProxy
+import PortcullisCore
 
 /// A revocation asked for through the admin API or `portcullis revoke`.
 public enum AdminRevocation: Sendable, Equatable {

@@ -1,5 +1,6 @@
 import PortcullisHTTP
 import PortcullisProxy
+import PortcullisCore
 
 /// A demo upstream app: answers every request with what it received (method,
 /// target, headers, body size) as JSON, so a user sees exactly what an unchanged

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PortcullisProxy
+import PortcullisCore
 
 /// A swift-log handler writing one JSON object per line to standard error:
 /// `{"time":…,"level":…,"label":…,"message":…,<metadata>}`. Callers never log

@@ -5,6 +5,7 @@ import PortcullisIO
 import PortcullisKeys
 import PortcullisProxy
 import PortcullisRedis
+import PortcullisCore
 
 /// Fetched key sets for the authenticator: unknown-`kid` refetches through
 /// `KeyManager`, which parks nothing itself; the authenticator parks the

@@ -5,6 +5,7 @@ import PortcullisIO
 import PortcullisProxy
 import PortcullisRedis
 import PortcullisStore
+import PortcullisCore
 
 /// The revocation check and logout revocation over a `RevocationStore`
 /// (embedded by default, Redis when `store.redis` or `store.sentinel` is set).

@@ -1,3 +1,5 @@
+import PortcullisCore
+
 /// A JSON value built in Swift: claims for `TokenMinter`, and values read back
 /// from a verified token when a caller asks for the full claim set.
 public enum JSONValue: Sendable, Equatable {
@@ -59,21 +61,7 @@ public enum JSONValue: Sendable, Equatable {
     }
 
     private static func writeString(_ value: String, to out: inout String) {
-        out += "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        out += "\""
+        out += JSONText.quoted(value)
     }
 }
 

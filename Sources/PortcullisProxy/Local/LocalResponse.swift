@@ -47,30 +47,6 @@ public struct LocalResponse: Sendable {
     }
 }
 
-/// Minimal JSON string quoting for bodies the gateway writes.
-public enum JSONText {
-    public static func quoted(_ s: String) -> String {
-        var out = "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
-    }
-}
-
 public enum HTTPStatusText {
     public static func reason(_ status: Int) -> String {
         switch status {
