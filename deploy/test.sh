@@ -12,4 +12,15 @@ if [ "${PORTCULLIS_SKIP_FUZZ:-0}" != "1" ]; then
   if [ -f Tests/Fuzz/run-auth-fuzz.sh ]; then bash Tests/Fuzz/run-auth-fuzz.sh "${FUZZ_SECONDS:-20}"; fi
 fi
 # Serial: Foundation.Process on Linux crashes when suites spawn children concurrently.
-swift test --skip-build --no-parallel
+# On failure the failing tests and their recorded issues are repeated at the end, so a
+# CI log cut to its tail still names them.
+log="$(mktemp /tmp/portcullis-test.XXXXXX)"
+set +e
+swift test --skip-build --no-parallel 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+if [ "$status" -ne 0 ]; then
+  echo "=== failing tests (from $log) ==="
+  grep -E "✘|recorded an issue|error:|Fatal error|Exited with signal|Test .* failed" "$log" | head -60 || true
+fi
+exit "$status"
