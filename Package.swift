@@ -50,7 +50,7 @@ var package = Package(
         ], exclude: ["REDIS-SCHEMA.md"]),
         // Routing, upstream pools, forwarding, header hygiene.
         .target(name: "PortcullisProxy", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisTLS",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisTLS", "CNGHTTP2",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
         ]),

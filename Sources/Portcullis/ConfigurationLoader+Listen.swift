@@ -13,9 +13,12 @@ import PortcullisTLS
 ///       certificates:                 # first = default (no SNI, unknown SNI)
 ///         - {certificate: /etc/portcullis/api.pem, private_key: /etc/portcullis/api.key}
 ///       min_version: "1.2"            # "1.2" | "1.3"
-///       alpn: [http/1.1]
+///       alpn: [h2, http/1.1]          # the default; [http/1.1] turns HTTP/2 off
 ///       handshake_timeout: 10s
+///     http2: {max_concurrent_streams: 100, max_header_list_size: 16384, initial_window_size: 65535,
+///             send_timeout: 10s, idle_timeout: 30s}
 ///   - {address: "0.0.0.0:80", redirect_https: true}
+///   - {address: "127.0.0.1:8081", h2c: true}   # HTTP/1.1, and HTTP/2 with prior knowledge
 /// ```
 /// Every certificate is loaded and checked here (pair, validity, chain order,
 /// subjectAltName names), so `check-config` and start-up fail naming the file.
@@ -29,6 +32,23 @@ extension ConfigurationLoader {
         if listen.redirectHTTPS && listen.tls != nil {
             throw item.error("a TLS listener cannot also redirect to https (redirect_https belongs on the plain listener)",
                              key: "redirect_https")
+        }
+        if let node = try item.optional("h2c") {
+            listen.h2c = try node.bool()
+            if listen.h2c && listen.tls != nil {
+                throw node.error("h2c is HTTP/2 without TLS; a TLS listener offers HTTP/2 with 'h2' in tls.alpn")
+            }
+            if listen.h2c && listen.redirectHTTPS {
+                throw node.error("a listener that redirects to https answers every request with 308; h2c has no use there")
+            }
+        }
+        if let node = try item.optional("http2") {
+            listen.http2 = try http2Settings(node)
+            if !listen.offersHTTP2 {
+                throw node.error(listen.tls == nil
+                    ? "HTTP/2 settings on a plain listener need h2c: true"
+                    : "HTTP/2 settings on a TLS listener whose tls.alpn does not list h2")
+            }
         }
         try item.finish()
         return listen
@@ -61,13 +81,30 @@ extension ConfigurationLoader {
         }
         if let n = try node.optional("alpn") {
             let protocols = try n.stringList()
-            for name in protocols where name != "http/1.1" {
-                throw n.error("unsupported protocol '\(name)' (supported: http/1.1)")
+            for name in protocols where name != "http/1.1" && name != "h2" {
+                throw n.error("unsupported protocol '\(name)' (supported: h2, http/1.1)")
             }
+            if Set(protocols).count != protocols.count { throw n.error("lists a protocol twice") }
             if protocols.isEmpty { throw n.error("needs at least one protocol") }
             settings.alpn = protocols
         }
         if let n = try node.optional("handshake_timeout") { settings.handshakeTimeout = try positiveDuration(n) }
+        try node.finish()
+        return settings
+    }
+}
+
+/// `listen[].http2`: the HTTP/2 settings (see `HTTP2Settings` for each one's meaning).
+extension ConfigurationLoader {
+    static func http2Settings(_ node: ConfigNode) throws(ConfigurationError) -> HTTP2Settings {
+        var node = node
+        var settings = HTTP2Settings()
+        if let n = try node.optional("max_concurrent_streams") { settings.maxConcurrentStreams = try n.int(min: 1, max: 10_000) }
+        if let n = try node.optional("max_header_list_size") { settings.maxHeaderListSize = try n.int(min: 1024, max: 1 << 24) }
+        // RFC 9113 §6.5.2: at most 2^31-1; below 1 KiB a request body would crawl.
+        if let n = try node.optional("initial_window_size") { settings.initialWindowSize = try n.int(min: 1024, max: Int(Int32.max)) }
+        if let n = try node.optional("send_timeout") { settings.sendTimeout = try positiveDuration(n) }
+        if let n = try node.optional("idle_timeout") { settings.idleTimeout = try positiveDuration(n) }
         try node.finish()
         return settings
     }

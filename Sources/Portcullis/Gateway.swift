@@ -124,9 +124,10 @@ public enum Gateway {
         metrics?.attach(proxy: server)
         server.published = actions.published
         func bind(_ address: SocketAddress, _ mode: ListenerMode, _ what: String, tls: TLSServerEndpoint? = nil,
-                  redirect: Bool = false) throws {
+                  redirect: Bool = false, http2: HTTP2Settings? = nil, h2c: Bool = false) throws {
             do {
-                try server.addListener(address: address, mode: mode, tls: tls, redirectsToHTTPS: redirect)
+                try server.addListener(address: address, mode: mode, tls: tls, redirectsToHTTPS: redirect,
+                                       http2: http2, h2c: h2c)
             } catch {
                 throw StartupError(description: "cannot listen on \(address) (\(what)): \(error)")
             }
@@ -149,7 +150,8 @@ public enum Gateway {
                 }
                 tlsEndpoints.append(endpoint!)
             }
-            try bind(listen.address, .gateway, "listen", tls: endpoint, redirect: listen.redirectHTTPS)
+            try bind(listen.address, .gateway, "listen", tls: endpoint, redirect: listen.redirectHTTPS,
+                     http2: listen.offersHTTP2 ? listen.http2 : nil, h2c: listen.h2c)
         }
         var admin: AdminHandler?
         if let adminConfiguration = configuration.admin {

@@ -14,6 +14,12 @@ public struct GatewayConfiguration: Sendable {
         public var tls: TLSServerSettings?
         /// `redirect_https: true`: answer every request with 308 to https://<host><target>.
         public var redirectHTTPS = false
+        /// `h2c: true`: a plain listener also takes HTTP/2 with prior knowledge.
+        public var h2c = false
+        /// `http2:` settings, for h2 (ALPN) and h2c alike.
+        public var http2 = HTTP2Settings()
+        /// HTTP/2 is offered: `h2` in `tls.alpn`, or `h2c` on a plain listener.
+        public var offersHTTP2: Bool { tls.map { $0.alpn.contains("h2") } ?? h2c }
         public init(address: SocketAddress, tls: TLSServerSettings? = nil, redirectHTTPS: Bool = false) {
             self.address = address
             self.tls = tls

@@ -1,5 +1,15 @@
 /// Helpers for reading header fields in place, on raw bytes, ASCII case-insensitively.
 public enum HTTPBytes {
+    /// Whether `bytes` are exactly `literal` (HTTP/2 field names arrive lower-cased).
+    @inline(__always)
+    public static func equals(_ bytes: UnsafeRawBufferPointer, _ literal: StaticString) -> Bool {
+        literal.withUTF8Buffer { q in
+            guard bytes.count == q.count else { return false }
+            for i in 0..<q.count where bytes[i] != q[i] { return false }
+            return true
+        }
+    }
+
     /// Whether `bytes[range]` equals `lowercaseASCII` ignoring ASCII case. `lowercaseASCII` must be lower case.
     public static func equalsCaseInsensitive(
         _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ lowercaseASCII: StaticString

@@ -4,7 +4,7 @@ public enum HTTPMethod: Sendable, Equatable {
     case get, head, post, put, delete, options, patch, trace, connect, other
 
     /// Recognises a method token already validated as a `token`.
-    static func recognise(_ p: UnsafeRawBufferPointer, _ r: Range<Int>) -> HTTPMethod {
+    public static func recognise(_ p: UnsafeRawBufferPointer, _ r: Range<Int>) -> HTTPMethod {
         @inline(__always) func eq(_ s: StaticString) -> Bool {
             guard s.utf8CodeUnitCount == r.count else { return false }
             let q = s.utf8Start

@@ -124,6 +124,12 @@ public final class StreamSocket: @unchecked Sendable {
         if readReady && !readPaused { schedule() }
     }
 
+    /// Drops the read handler (another owner takes the socket over and starts reading).
+    public func stopReading() {
+        readHandler = nil
+        readPaused = false
+    }
+
     public var isReadingPaused: Bool { readPaused }
 
     public func pauseReading() {

@@ -24,8 +24,9 @@ public struct TLSServerSettings: Sendable, Equatable {
     /// The first is the default (no SNI, or a name no certificate covers).
     public var certificates: [CertificateFiles]
     public var minimumVersion: TLSVersion = .v1_2
-    /// ALPN protocols in our order of preference ("http/1.1"; "h2" once HTTP/2 lands).
-    public var alpn: [String] = ["http/1.1"]
+    /// ALPN protocols in our order of preference: HTTP/2 first, as browsers and
+    /// URLSession prefer it (HAProxy's and h2o's default too).
+    public var alpn: [String] = ["h2", "http/1.1"]
     /// A client that has not finished its handshake by then is cut off.
     public var handshakeTimeout: Double = 10
     public init(certificates: [CertificateFiles]) { self.certificates = certificates }

@@ -33,6 +33,8 @@ final class Exchange: @unchecked Sendable {
 
     // The request.
     private(set) var method: HTTPMethod = .get
+    /// The protocol the request came on (logs and metrics); kept for an unparsed answer.
+    private(set) var transport: RequestProtocol
     private var bodyFraming: BodyFraming = .none
     /// The whole request body was read (or there was none).
     private(set) var requestComplete = false
@@ -87,7 +89,8 @@ final class Exchange: @unchecked Sendable {
     /// Late answers reach the exchange through this (see `ExchangeHandle`).
     private let handle = ExchangeHandle()
 
-    init(context: ListenerContext, responder: any ExchangeResponder, peer: SocketAddress) {
+    init(context: ListenerContext, responder: any ExchangeResponder, peer: SocketAddress, transport: RequestProtocol) {
+        self.transport = transport
         self.context = context
         self.responder = responder
         self.peer = peer
@@ -100,9 +103,10 @@ final class Exchange: @unchecked Sendable {
     // MARK: Starting
 
     /// Opens the exchange for a request whose head arrived (`methodBytes` for the log).
-    func begin(method: HTTPMethod, methodBytes: UnsafeRawBufferPointer) {
+    func begin(method: HTTPMethod, methodBytes: UnsafeRawBufferPointer, transport: RequestProtocol) {
         open()
         self.method = method
+        self.transport = transport
         if context.accessLog != nil { logMethod = String(decoding: methodBytes, as: UTF8.self) }
         switch method {
         case .get, .head, .options, .put, .delete, .trace: retryable = true
@@ -476,12 +480,12 @@ final class Exchange: @unchecked Sendable {
         guard isActive else { return }
         isActive = false
         context.activeRequests -= 1
-        context.metrics?.countRequest(loopIndex: loop.index, routeSlot: routeSlot, status: responseStatus)
+        context.metrics?.countRequest(loopIndex: loop.index, routeSlot: routeSlot, status: responseStatus, transport: transport)
         if let log = context.accessLog {
             log.record(AccessRecord(
                 time: wallStart, requestId: requestId.readable, method: logMethod, path: logPath,
                 status: responseStatus, upstream: routeUpstreamName, bytes: responseBytes,
-                durationNanoseconds: loop.now() &- startedAt, client: peerText))
+                durationNanoseconds: loop.now() &- startedAt, client: peerText, transport: transport))
         }
         pool = nil
         if notify { responder.exchangeFinished() }

@@ -2,8 +2,18 @@ import PortcullisHTTP
 import PortcullisIO
 
 /// The wire protocol a request arrived on (logs, metrics, `X-Forwarded-Proto` stays the scheme).
-public enum RequestProtocol: Sendable {
+public enum RequestProtocol: Sendable, CaseIterable {
     case http10, http11, h2, h2c
+
+    /// Index in per-protocol counters.
+    var slot: Int {
+        switch self {
+        case .http10: return 0
+        case .http11: return 1
+        case .h2: return 2
+        case .h2c: return 3
+        }
+    }
 
     public var name: StaticString {
         switch self {

@@ -62,6 +62,9 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     private var chunkDecoder: ChunkedDecoder
     private var keepAlive = true
     private var isHTTP10 = false
+    /// An h2c listener's connection until its first bytes show whether they are the
+    /// HTTP/2 client preface (then it is handed to an `HTTP2ServerConnection`).
+    private var mayBeH2C = false
 
     init(context: ListenerContext, socket: StreamSocket, peer: SocketAddress) {
         self.context = context
@@ -69,7 +72,8 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         self.peer = peer
         self.parser = RequestHeadParser(limits: context.configuration.limits)
         self.chunkDecoder = ChunkedDecoder(limits: context.configuration.limits)
-        self.exchange = Exchange(context: context, responder: self, peer: peer)
+        self.exchange = Exchange(context: context, responder: self, peer: peer, transport: .http11)
+        self.mayBeH2C = context.h2c
     }
 
     var loop: EventLoop { context.loop }
@@ -110,8 +114,39 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
                 let space = inbound.writableSpace(minimum: 4096)
                 result = socket.read(into: space)
             }
-            if awaitingHandshake && socket.isHandshakeComplete { handshakeCompleted() }
+            if awaitingHandshake && socket.isHandshakeComplete {
+                handshakeCompleted()
+                if context.http2 != nil, (socket.security as? TLSSession)?.negotiatedProtocol == "h2" {
+                    switch result {
+                    case .bytes(let n):
+                        _ = loop.now()
+                        switchToHTTP2(UnsafeRawBufferPointer(rebasing: loop.readScratch[0..<n]), transport: .h2)
+                        return
+                    case .wouldBlock:
+                        switchToHTTP2(UnsafeRawBufferPointer(start: nil, count: 0), transport: .h2)
+                        return
+                    case .endOfFile, .failed:
+                        break
+                    }
+                }
+            }
             switch result {
+            case .bytes(let n) where mayBeH2C:
+                _ = loop.now()
+                if fromScratch { inbound.append(UnsafeRawBufferPointer(rebasing: loop.readScratch[0..<n])) } else { inbound.commitWrite(n) }
+                switch HTTP2Preface.check(inbound.readable) {
+                case .preface:
+                    switchToHTTP2(inbound.readable, transport: .h2c)
+                    return
+                case .incomplete:
+                    continue
+                case .other:
+                    mayBeH2C = false
+                }
+                let used = process(inbound.readable)
+                if isClosed { return }
+                inbound.consume(used)
+                applyInboundBackPressure()
             case .bytes(let n):
                 _ = loop.now()
                 if fromScratch {
@@ -139,6 +174,25 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
                 abort()
                 return
             }
+        }
+    }
+
+    /// Hands the socket to an HTTP/2 connection (ALPN `h2`, or the h2c preface on an h2c
+    /// listener); `bytes` were read from it already and start the HTTP/2 stream.
+    private func switchToHTTP2(_ bytes: UnsafeRawBufferPointer, transport: RequestProtocol) {
+        guard let settings = context.http2 else { return }
+        withExtendedLifetime(self) {
+            isClosed = true
+            phase = .closing
+            deadline = 0
+            loop.unwatchDeadline(self)
+            exchange.cancel()
+            socket.stopReading()
+            let connection = HTTP2ServerConnection(context: context, socket: socket, peer: peer,
+                                                   settings: settings, transport: transport)
+            connection.start(initialBytes: bytes)
+            inbound.clear()
+            inbound.releaseIfEmpty()
         }
     }
 
@@ -225,7 +279,8 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     // MARK: A new request
 
     private func beginRequest(_ headBytes: UnsafeRawBufferPointer) {
-        exchange.begin(method: head.method, methodBytes: UnsafeRawBufferPointer(rebasing: headBytes[head.methodRange]))
+        exchange.begin(method: head.method, methodBytes: UnsafeRawBufferPointer(rebasing: headBytes[head.methodRange]),
+                       transport: head.version == .http10 ? .http10 : .http11)
         isHTTP10 = head.version == .http10
         keepAlive = head.keepAlive && !context.draining
         phase = .deciding

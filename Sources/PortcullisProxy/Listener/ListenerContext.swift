@@ -1,3 +1,4 @@
+import Logging
 import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
@@ -33,6 +34,15 @@ public final class ListenerContext: @unchecked Sendable {
     let tls: TLSServerEndpoint?
     /// `redirect_https`: every request is answered 308 to the same target over https.
     let redirectsToHTTPS: Bool
+    /// HTTP/2 on this listener (nil: HTTP/1.x only): after ALPN `h2` on TLS, or with
+    /// prior knowledge on a plain listener when `h2c` is set.
+    let http2: HTTP2Settings?
+    /// A plain listener that also takes HTTP/2 with prior knowledge (the client preface).
+    let h2c: Bool
+    /// Warnings about clients (HTTP/2 abuse); nil in tests that do not care.
+    let logger: Logger?
+    /// Open HTTP/2 connections, told to send GOAWAY when the server drains.
+    var http2Connections: [ObjectIdentifier: HTTP2ServerConnection] = [:]
     /// Served at its path before routing (gateway listeners only).
     let published: (any PublishedDocument)?
     /// `published`'s path length, checked first so other requests pay one comparison.
@@ -49,8 +59,12 @@ public final class ListenerContext: @unchecked Sendable {
     init(loop: EventLoop, mode: ListenerMode, configuration: ProxyConfiguration, routes: RouteTable,
          pools: [UpstreamPool], authenticator: any RequestAuthenticator, accessLog: AccessLog?,
          metrics: ProxyMetrics? = nil, tls: TLSServerEndpoint? = nil, redirectsToHTTPS: Bool = false,
-         published: (any PublishedDocument)? = nil) {
+         published: (any PublishedDocument)? = nil, http2: HTTP2Settings? = nil, h2c: Bool = false,
+         logger: Logger? = nil) {
         self.published = published
+        self.http2 = http2
+        self.h2c = http2 != nil && h2c && tls == nil
+        self.logger = logger
         self.publishedPathLength = published?.path.utf8.count ?? -1
         self.loop = loop
         self.mode = mode
@@ -68,6 +82,12 @@ public final class ListenerContext: @unchecked Sendable {
         var random = SystemRandomNumberGenerator()
         let prefix = String(random.next() as UInt64, radix: 16)
         requestIdPrefix = String(repeating: "0", count: 16 - prefix.count) + prefix
+    }
+
+    /// Shutdown began: responses stop keeping connections alive, HTTP/2 connections get GOAWAY.
+    func beginDraining() {
+        draining = true
+        for connection in Array(http2Connections.values) { connection.drain() }
     }
 
     func isTrusted(_ peer: SocketAddress) -> Bool {

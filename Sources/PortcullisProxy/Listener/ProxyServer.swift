@@ -70,8 +70,11 @@ public final class ProxyServer: @unchecked Sendable {
 
     /// Binds `address` once per loop (SO_REUSEPORT). Returns the bound port.
     @discardableResult
+    /// `http2`: HTTP/2 settings when the listener offers it (ALPN `h2` on TLS; with `h2c`,
+    /// prior knowledge on a plain listener).
     public func addListener(address: SocketAddress, mode: ListenerMode, tls: TLSServerEndpoint? = nil,
-                            redirectsToHTTPS: Bool = false) throws(IOError) -> UInt16 {
+                            redirectsToHTTPS: Bool = false, http2: HTTP2Settings? = nil,
+                            h2c: Bool = false) throws(IOError) -> UInt16 {
         var port: UInt16 = 0
         var bound = address
         for loop in group.loops {
@@ -89,7 +92,8 @@ public final class ProxyServer: @unchecked Sendable {
                                           pools: pools[loop.index], authenticator: authenticator,
                                           accessLog: isGateway ? accessLogs[loop.index] : nil,
                                           metrics: isGateway ? metrics : nil, tls: tls,
-                                          redirectsToHTTPS: redirectsToHTTPS, published: isGateway ? published : nil)
+                                          redirectsToHTTPS: redirectsToHTTPS, published: isGateway ? published : nil,
+                                          http2: isGateway ? http2 : nil, h2c: h2c, logger: logger)
             listeners.append(listener)
             contexts.append(context)
         }
@@ -125,9 +129,15 @@ public final class ProxyServer: @unchecked Sendable {
         let metrics = self.metrics
         let routeLabels = metrics?.routeLabels ?? []
         let upstreams = configuration.upstreams
-        @Sendable func visit(_ index: Int, _ requests: [Int], _ usage: [UpstreamPoolUsage]) {
+        @Sendable func visit(_ index: Int, _ requests: [Int], _ usage: [UpstreamPoolUsage], _ protocols: [Int], _ abuse: [Int]) {
             guard index < loops.count else {
                 var snapshot = ProxySnapshot(pools: usage)
+                for (slot, name) in RequestProtocol.allCases.enumerated() where slot < protocols.count {
+                    snapshot.protocols.append(("\(name.name)", protocols[slot]))
+                }
+                for kind in HTTP2Abuse.allCases where kind.rawValue < abuse.count {
+                    snapshot.http2Abuse.append((kind.name, abuse[kind.rawValue]))
+                }
                 for (slot, count) in requests.enumerated() where count != 0 {
                     let route = slot / ProxyMetrics.statusSlots
                     snapshot.requests.append((route == 0 ? nil : routeLabels[route - 1],
@@ -138,9 +148,18 @@ public final class ProxyServer: @unchecked Sendable {
             }
             loops[index].execute {
                 var requests = requests
-                if let counts = metrics?.loops[index].requests {
+                var protocols = protocols
+                var abuse = abuse
+                if let loop = metrics?.loops[index] {
+                    let counts = loop.requests
                     if requests.isEmpty { requests = counts } else {
                         for i in counts.indices { requests[i] &+= counts[i] }
+                    }
+                    if protocols.isEmpty { protocols = loop.protocols } else {
+                        for i in loop.protocols.indices { protocols[i] &+= loop.protocols[i] }
+                    }
+                    if abuse.isEmpty { abuse = loop.http2Abuse } else {
+                        for i in loop.http2Abuse.indices { abuse[i] &+= loop.http2Abuse[i] }
                     }
                 }
                 var usage = usage
@@ -151,10 +170,10 @@ public final class ProxyServer: @unchecked Sendable {
                     usage[pool.index].maxConnections = pool.configuration.maxConnections  // a total, not per loop
                     usage[pool.index].exhausted += pool.exhaustedCount
                 }
-                visit(index + 1, requests, usage)
+                visit(index + 1, requests, usage, protocols, abuse)
             }
         }
-        visit(0, [], upstreams.map { UpstreamPoolUsage(upstream: $0.name) })
+        visit(0, [], upstreams.map { UpstreamPoolUsage(upstream: $0.name) }, [], [])
     }
 
     /// Stops accepting, waits for in-flight requests (up to `gracePeriod` seconds),
@@ -164,7 +183,7 @@ public final class ProxyServer: @unchecked Sendable {
         for (listener, context) in pairs {
             listener.loop.execute {
                 listener.stop()
-                context.draining = true
+                context.beginDraining()
             }
         }
         let deadline = DispatchTime.now() + gracePeriod

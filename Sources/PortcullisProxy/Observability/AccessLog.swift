@@ -17,6 +17,7 @@ struct AccessRecord {
     var bytes: Int
     var durationNanoseconds: UInt64
     var client: String
+    var transport: RequestProtocol
 }
 
 /// A per-loop JSON-lines access log. Lines are gathered in a buffer and written
@@ -49,7 +50,9 @@ public final class AccessLog: @unchecked Sendable {
         buffer.append(r.client)
         buffer.append("\",\"method\":")
         buffer.append(JSONText.quoted(r.method))
-        buffer.append(",\"path\":")
+        buffer.append(",\"protocol\":\"")
+        buffer.append(r.transport.name)
+        buffer.append("\",\"path\":")
         buffer.append(JSONText.quoted(r.path))
         buffer.append(",\"status\":")
         buffer.appendDecimal(r.status)

@@ -20,6 +20,10 @@ public final class ProxyMetrics: Sendable {
     final class LoopCounts: @unchecked Sendable {
         // @unchecked Sendable: written and read only on its loop's queue.
         var requests: [Int]
+        /// Requests by the protocol they came on (`RequestProtocol.slot`).
+        var protocols = [Int](repeating: 0, count: RequestProtocol.allCases.count)
+        /// HTTP/2 connections ended for abuse, by `HTTP2Abuse.rawValue`.
+        var http2Abuse = [Int](repeating: 0, count: HTTP2Abuse.allCases.count)
         init(routeSlots: Int) { requests = [Int](repeating: 0, count: routeSlots * ProxyMetrics.statusSlots) }
     }
 
@@ -42,9 +46,16 @@ public final class ProxyMetrics: Sendable {
 
     /// Counts one finished request. On `loopIndex`'s queue.
     @inline(__always)
-    func countRequest(loopIndex: Int, routeSlot: Int, status: Int) {
+    func countRequest(loopIndex: Int, routeSlot: Int, status: Int, transport: RequestProtocol) {
         guard status >= 100, status < 600 else { return }
-        loops[loopIndex].requests[routeSlot &* Self.statusSlots &+ status &- 100] &+= 1
+        let counts = loops[loopIndex]
+        counts.requests[routeSlot &* Self.statusSlots &+ status &- 100] &+= 1
+        counts.protocols[transport.slot] &+= 1
+    }
+
+    /// Counts an HTTP/2 connection ended for `abuse`. On `loopIndex`'s queue.
+    func countHTTP2Abuse(_ abuse: HTTP2Abuse, loopIndex: Int) {
+        loops[loopIndex].http2Abuse[abuse.rawValue] &+= 1
     }
 }
 
@@ -54,6 +65,10 @@ public struct ProxySnapshot: Sendable {
     public var requests: [(route: String?, status: Int, count: Int)] = []
     /// Per upstream (configuration order), summed over the loops.
     public var pools: [UpstreamPoolUsage] = []
+    /// Requests since start by protocol name (`http/1.0`, `http/1.1`, `h2`, `h2c`).
+    public var protocols: [(name: String, count: Int)] = []
+    /// HTTP/2 connections ended with ENHANCE_YOUR_CALM since start, by `HTTP2Abuse.name`.
+    public var http2Abuse: [(kind: String, count: Int)] = []
 }
 
 /// One upstream's connections now, summed over the loops' pools.

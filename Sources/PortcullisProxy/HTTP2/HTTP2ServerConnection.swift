@@ -1,0 +1,376 @@
+import CNGHTTP2
+import Logging
+import PortcullisCore
+import PortcullisHTTP
+import PortcullisIO
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One client connection speaking HTTP/2 (RFC 9113), over TLS after ALPN `h2` or as h2c
+/// with prior knowledge, on nghttp2's `mem_recv` / `mem_send` API: nghttp2 frames, keeps
+/// HPACK state and flow-control windows and checks the RFC 9113 §8.2 message rules; this
+/// class moves bytes between it and the stream (plain or TLS), and turns each request
+/// stream into an `HTTP2Stream`, whose `Exchange` routes, authenticates and forwards it
+/// exactly as an HTTP/1.1 request.
+///
+/// Reading: each read goes to `nghttp2_session_mem_recv` straight from the loop's read
+/// scratch. Writing: after every pass (a read, an upstream read pass, a late answer) the
+/// frames nghttp2 has ready are gathered and written with one system call; while the
+/// socket takes no more, nothing more is pulled from nghttp2 and reading pauses, so
+/// responses stay in their streams and the upstreams are paused through `isBackedUp`.
+///
+/// Request bodies: automatic WINDOW_UPDATEs are off; a stream's bytes are acknowledged
+/// (`nghttp2_session_consume`) only as its upstream takes them, so a client can send at
+/// most `initial_window_size` ahead of the upstream per stream.
+///
+/// Threading: everything here runs on `context.loop.queue`.
+final class HTTP2ServerConnection: DeadlineTarget, @unchecked Sendable {
+    // @unchecked Sendable: confined to the loop queue (see type comment).
+
+    let context: ListenerContext
+    let socket: StreamSocket
+    let peer: SocketAddress
+    let settings: HTTP2Settings
+    let transport: RequestProtocol
+    /// nghttp2's session; owned here, deleted in `close()`.
+    private(set) var session: OpaquePointer?
+    private var streams: [Int32: HTTP2Stream] = [:]
+    /// Finished streams kept for reuse (their buffers and exchange), a few per connection.
+    private var spareStreams: [HTTP2Stream] = []
+    private var outbound = ByteBuffer()
+    private(set) var isClosed = false
+    /// GOAWAY was queued: no new streams; the connection closes when the last one ends.
+    private var goingAway = false
+    /// Fatal for the connection: only what nghttp2 still has queued (the GOAWAY) is sent.
+    private var terminating = false
+    private var reportedAbuse = false
+    private var flood: HTTP2FloodGuard
+    /// An upstream read pass is in progress (see `cork()`): output leaves at its end.
+    private var corked = false
+    private var inReceive = false
+    /// Inside `nghttp2_session_mem_send` (its callbacks must not send).
+    private var inSend = false
+    private var lastActivity: UInt64
+    /// When output started waiting for the socket (0: nothing waits).
+    private var sendBlockedSince: UInt64 = 0
+    var deadline: UInt64 = 0
+
+    init(context: ListenerContext, socket: StreamSocket, peer: SocketAddress, settings: HTTP2Settings, transport: RequestProtocol) {
+        self.context = context
+        self.socket = socket
+        self.peer = peer
+        self.settings = settings
+        self.transport = transport
+        self.flood = HTTP2FloodGuard(now: context.loop.lastNow)
+        self.lastActivity = context.loop.lastNow
+    }
+
+    var loop: EventLoop { context.loop }
+
+    // MARK: Starting
+
+    /// Takes over the socket (after ALPN `h2`, or an h2c preface) with the bytes already
+    /// read from it, which start with the client preface.
+    func start(initialBytes: UnsafeRawBufferPointer) {
+        guard makeSession() else {
+            context.openConnections -= 1
+            socket.close()
+            return
+        }
+        context.http2Connections[ObjectIdentifier(self)] = self
+        loop.watchDeadline(self)
+        updateDeadline()
+        if context.draining { drain() }
+        if !initialBytes.isEmpty { receive(initialBytes) }
+        flush()
+        if isClosed { return }
+        // unowned(unsafe): the socket drops its handlers when closed; the connection is
+        // held by the loop's deadline watch and the context's registry until then.
+        socket.startReading { [unowned(unsafe) self] in self.readable() }
+    }
+
+    private func makeSession() -> Bool {
+        var callbacks: OpaquePointer?
+        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else { return false }
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        HTTP2Callbacks.install(callbacks)
+        var option: OpaquePointer?
+        guard nghttp2_option_new(&option) == 0, let option else { return false }
+        defer { nghttp2_option_del(option) }
+        nghttp2_option_set_no_auto_window_update(option, 1)
+        // Our own budgets (HTTP2FloodGuard) act first; nghttp2's stay as a backstop.
+        nghttp2_option_set_max_outbound_ack(option, 1000)
+        nghttp2_option_set_max_settings(option, 32)
+        nghttp2_option_set_max_continuations(option, 8)
+        var created: OpaquePointer?
+        let user = Unmanaged.passUnretained(self).toOpaque()
+        guard nghttp2_session_server_new2(&created, callbacks, user, option) == 0, let created else { return false }
+        session = created
+        var entries = [
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
+                                   value: UInt32(settings.maxConcurrentStreams)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue),
+                                   value: UInt32(settings.initialWindowSize)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue),
+                                   value: UInt32(settings.maxHeaderListSize)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
+        ]
+        guard nghttp2_submit_settings(created, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0 else { return false }
+        // The connection window covers every stream's window, so one stream whose upstream
+        // is slow cannot hold back the others.
+        let connectionWindow = min(Int(Int32.max), max(65535, settings.maxConcurrentStreams * settings.initialWindowSize))
+        _ = nghttp2_session_set_local_window_size(created, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, Int32(connectionWindow))
+        return true
+    }
+
+    // MARK: Reading
+
+    private func readable() {
+        while !isClosed && !socket.isReadingPaused && !terminating {
+            let result = socket.read(into: loop.readScratch)
+            switch result {
+            case .bytes(let n):
+                _ = loop.now()
+                receive(UnsafeRawBufferPointer(rebasing: loop.readScratch[0..<n]))
+                if isClosed { return }
+                if n < loop.readScratch.count / 2 {
+                    flush()
+                    return
+                }
+            case .wouldBlock:
+                flush()
+                return
+            case .endOfFile, .failed:
+                close()
+                return
+            }
+        }
+        flush()
+    }
+
+    private func receive(_ bytes: UnsafeRawBufferPointer) {
+        guard let session, !terminating else { return }
+        lastActivity = loop.lastNow
+        inReceive = true
+        let used = nghttp2_session_mem_recv(session, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+        inReceive = false
+        if used < 0 { fatal(Int32(truncatingIfNeeded: used)) }
+    }
+
+    /// nghttp2 refused to go on (a fatal error): the connection ends with GOAWAY when it can.
+    private func fatal(_ code: Int32) {
+        switch code {
+        case NGHTTP2_ERR_FLOODED.rawValue:
+            abused(.outboundFlood)
+        case NGHTTP2_ERR_TOO_MANY_CONTINUATIONS.rawValue:
+            abused(.continuationFlood)
+        case NGHTTP2_ERR_BAD_CLIENT_MAGIC.rawValue:
+            // Not HTTP/2 at all (an HTTP/1 request on an h2-only path): nothing to say in h2.
+            close()
+        default:
+            terminate(NGHTTP2_INTERNAL_ERROR.rawValue)
+        }
+    }
+
+    // MARK: Writing
+
+    /// Output leaves at the end of the current upstream read pass (see `ExchangeResponder.corkOutput`).
+    func cork() { corked = true }
+    func uncork() {
+        guard corked else { return }
+        corked = false
+        flush()
+    }
+
+    /// Something was queued with nghttp2 outside a read: send it unless a pass that
+    /// sends at its end is running.
+    func outputQueued() {
+        if corked || inReceive || inSend { return }
+        flush()
+    }
+
+    /// Pulls every frame nghttp2 has ready and writes them with one system call per 64 KiB.
+    func flush() {
+        guard !isClosed, !inSend, !inReceive, let session else { return }
+        if !outbound.isEmpty { return }  // the socket is full: `writable()` continues
+        var gathered = ByteBuffer()
+        swap(&gathered, &loop.gatherScratch)
+        defer { gathered.clear(); swap(&gathered, &loop.gatherScratch) }
+        while true {
+            var data: UnsafePointer<UInt8>?
+            inSend = true
+            let n = nghttp2_session_mem_send(session, &data)
+            inSend = false
+            if n < 0 {
+                close()
+                return
+            }
+            if n > 0, let data { gathered.append(UnsafeRawBufferPointer(start: data, count: n)) }
+            if n == 0 || gathered.readableBytes >= 64 * 1024 {
+                if !gathered.isEmpty {
+                    switch socket.send(gathered.readable, pending: &outbound) {
+                    case .written: break
+                    case .failed: close(); return
+                    case .queued:
+                        sendBlockedSince = loop.lastNow
+                        socket.pauseReading()  // nothing new is taken in while nothing goes out
+                        socket.waitUntilWritable { [unowned(unsafe) self] in self.writable() }
+                        updateDeadline()
+                        return
+                    }
+                    gathered.clear()
+                }
+                if n == 0 { break }
+            }
+        }
+        if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 {
+            close()
+            return
+        }
+        if terminating { close(); return }
+        updateDeadline()
+    }
+
+    private func writable() {
+        switch socket.flush(&outbound) {
+        case .pending: return
+        case .failed: close(); return
+        case .drained: break
+        }
+        sendBlockedSince = 0
+        if terminating { close(); return }
+        socket.resumeReading()
+        flush()
+    }
+
+    // MARK: Streams (called from HTTP2Callbacks)
+
+    func beginStream(_ id: Int32) -> HTTP2Stream? {
+        if goingAway { return nil }
+        let stream = spareStreams.popLast() ?? HTTP2Stream(connection: self)
+        stream.open(id: id)
+        streams[id] = stream
+        return stream
+    }
+
+    @inline(__always)
+    func stream(_ id: Int32) -> HTTP2Stream? { streams[id] }
+
+    func streamClosed(_ id: Int32, errorCode: UInt32) {
+        guard let stream = streams.removeValue(forKey: id) else { return }
+        stream.closed(errorCode: errorCode)
+        if spareStreams.count < 4 { spareStreams.append(stream) }
+        if streams.isEmpty {
+            lastActivity = loop.lastNow
+            updateDeadline()
+        }
+    }
+
+    /// A budgeted event happened; false when its budget is overspent (the connection ends).
+    @inline(__always)
+    func allow(_ abuse: HTTP2Abuse) -> Bool {
+        if flood.allow(abuse, now: loop.lastNow) { return true }
+        abused(abuse)
+        return false
+    }
+
+    /// The client attacks: GOAWAY ENHANCE_YOUR_CALM, logged once, counted, then closed.
+    func abused(_ abuse: HTTP2Abuse) {
+        if !reportedAbuse {
+            reportedAbuse = true
+            context.metrics?.countHTTP2Abuse(abuse, loopIndex: loop.index)
+            context.logger?.warning("HTTP/2 client ended with GOAWAY ENHANCE_YOUR_CALM", metadata: [
+                "client": "\(peer.host)", "reason": "\(abuse.name)", "protocol": "\(transport.name)"])
+        }
+        terminate(NGHTTP2_ENHANCE_YOUR_CALM.rawValue)
+    }
+
+    /// Queues GOAWAY with `code` and the last stream processed; every stream is dropped.
+    func terminate(_ code: UInt32) {
+        guard let session, !terminating else { return }
+        terminating = true
+        goingAway = true
+        nghttp2_session_terminate_session(session, code)
+        socket.pauseReading()
+        outputQueued()
+    }
+
+    /// Shutdown: GOAWAY (NO_ERROR) with the last stream id; streams in flight finish,
+    /// then the connection closes. Called on the loop when the server starts draining.
+    func drain() {
+        guard let session, !goingAway, !isClosed else { return }
+        goingAway = true
+        nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue),
+                              nghttp2_session_get_last_proc_stream_id(session), NGHTTP2_NO_ERROR.rawValue, nil, 0)
+        outputQueued()
+    }
+
+    // MARK: Timeouts and closing
+
+    private func updateDeadline() {
+        if sendBlockedSince != 0 {
+            deadline = sendBlockedSince &+ UInt64(settings.sendTimeout * 1e9)
+        } else if streams.isEmpty {
+            deadline = lastActivity &+ UInt64((goingAway ? 1 : settings.idleTimeout) * 1e9)
+        } else {
+            deadline = 0
+        }
+    }
+
+    func deadlineExpired(now: UInt64) {
+        deadline = 0
+        if sendBlockedSince != 0 {
+            // The client has taken nothing for `send_timeout`.
+            abusedOrClose(.stalledWindow)
+            return
+        }
+        if streams.isEmpty {
+            if goingAway || terminating { close(); return }
+            // Idle: GOAWAY with the last stream id, then close once it left.
+            drain()
+            deadline = now &+ 1_000_000_000
+        }
+    }
+
+    private func abusedOrClose(_ abuse: HTTP2Abuse) {
+        if terminating { close(); return }
+        abused(abuse)
+        deadline = loop.lastNow &+ 1_000_000_000
+    }
+
+    func close() {
+        guard !isClosed else { return }
+        isClosed = true
+        let open = Array(streams.values)
+        streams.removeAll()
+        for stream in open { stream.closed(errorCode: NGHTTP2_CANCEL.rawValue) }
+        spareStreams.removeAll()
+        deadline = 0
+        loop.unwatchDeadline(self)
+        context.http2Connections.removeValue(forKey: ObjectIdentifier(self))
+        socket.close()
+        context.openConnections -= 1
+        if let session {
+            nghttp2_session_del(session)
+            self.session = nil
+        }
+        outbound.clear()
+        outbound.releaseIfEmpty()
+    }
+}
+
+/// The HTTP/2 client connection preface (RFC 9113 §3.4), recognised on h2c listeners.
+enum HTTP2Preface {
+    static let bytes: StaticString = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+    enum Match { case preface, incomplete, other }
+
+    static func check(_ received: UnsafeRawBufferPointer) -> Match {
+        let count = bytes.utf8CodeUnitCount
+        let expected = UnsafeRawBufferPointer(start: bytes.utf8Start, count: count)
+        let n = min(count, received.count)
+        for i in 0..<n where received[i] != expected[i] { return .other }
+        return n == count ? .preface : .incomplete
+    }
+}
