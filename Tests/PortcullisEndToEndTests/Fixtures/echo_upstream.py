@@ -118,6 +118,8 @@ class Handler(BaseHTTPRequestHandler):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # Many streams of one HTTP/2 connection open upstream connections at once.
+    request_queue_size = 256
 
     def handle_error(self, request, client_address):
         # A request the gateway cut off (a refused body, a dropped client) is expected in
