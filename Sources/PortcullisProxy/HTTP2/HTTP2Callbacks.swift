@@ -49,8 +49,10 @@ enum HTTP2Callbacks {
             return HTTP2Callbacks.temporalFailure
         }
 
-        nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks) { _, _, _, user in
-            HTTP2Callbacks.connection(user).allow(.protocolErrors) ? 0 : HTTP2Callbacks.callbackFailure
+        nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks) { _, frame, _, user in
+            let connection = HTTP2Callbacks.connection(user)
+            if let frame, frame.pointee.hd.type == HTTP2Callbacks.headers { connection.refusedHeaders(frame.pointee.hd.stream_id) }
+            return connection.allow(.protocolErrors) ? 0 : HTTP2Callbacks.callbackFailure
         }
 
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks) { _, frame, user in

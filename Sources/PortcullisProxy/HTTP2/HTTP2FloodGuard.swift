@@ -18,6 +18,8 @@ public enum HTTP2Abuse: Int, Sendable, CaseIterable {
     case outboundFlood
     /// A response that could not make progress within `send_timeout` (the window left at zero).
     case stalledWindow
+    /// A stream opened past SETTINGS_MAX_CONCURRENT_STREAMS (nghttp2 answers GOAWAY PROTOCOL_ERROR).
+    case excessStreams
 
     /// The `kind` label in `/metrics` and the log.
     public var name: String {
@@ -33,6 +35,7 @@ public enum HTTP2Abuse: Int, Sendable, CaseIterable {
         case .protocolErrors: return "protocol_errors"
         case .outboundFlood: return "outbound_flood"
         case .stalledWindow: return "stalled_window"
+        case .excessStreams: return "excess_streams"
         }
     }
 }
@@ -105,7 +108,7 @@ struct HTTP2FloodGuard {
         case .emptyDataFlood: return emptyData.take(now: now)
         case .protocolErrors: return protocolErrors.take(now: now)
         case .oversizedHeaders: return oversized.take(now: now)
-        case .continuationFlood, .outboundFlood, .stalledWindow: return false
+        case .continuationFlood, .outboundFlood, .stalledWindow, .excessStreams: return false
         }
     }
 }

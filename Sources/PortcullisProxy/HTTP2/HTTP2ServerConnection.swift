@@ -277,13 +277,26 @@ final class HTTP2ServerConnection: DeadlineTarget, @unchecked Sendable {
 
     /// The client attacks: GOAWAY ENHANCE_YOUR_CALM, logged once, counted, then closed.
     func abused(_ abuse: HTTP2Abuse) {
+        report(abuse, goaway: "ENHANCE_YOUR_CALM")
+        terminate(NGHTTP2_ENHANCE_YOUR_CALM.rawValue)
+    }
+
+    /// Logs (once per connection) and counts what the client did; `goaway` names the code
+    /// the connection ends with.
+    func report(_ abuse: HTTP2Abuse, goaway: String) {
         if !reportedAbuse {
             reportedAbuse = true
             context.metrics?.countHTTP2Abuse(abuse, loopIndex: loop.index)
-            context.logger?.warning("HTTP/2 client ended with GOAWAY ENHANCE_YOUR_CALM", metadata: [
-                "client": "\(peer.host)", "reason": "\(abuse.name)", "protocol": "\(transport.name)"])
+            context.logger?.warning("HTTP/2 client misbehaved; connection ended", metadata: [
+                "client": "\(peer.host)", "reason": "\(abuse.name)", "goaway": "\(goaway)", "protocol": "\(transport.name)"])
         }
-        terminate(NGHTTP2_ENHANCE_YOUR_CALM.rawValue)
+    }
+
+    /// A HEADERS frame nghttp2 refused: past the advertised stream limit?
+    func refusedHeaders(_ streamId: Int32) {
+        if streams[streamId] == nil && streams.count >= settings.maxConcurrentStreams {
+            report(.excessStreams, goaway: "PROTOCOL_ERROR")
+        }
     }
 
     /// Queues GOAWAY with `code` and the last stream processed; every stream is dropped.
