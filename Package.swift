@@ -73,6 +73,10 @@ var package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
 
+        // The HTTP/2 server path's libFuzzer target (Tests/Fuzz/run-h2-fuzz.sh); a replay tool in normal builds.
+        .executableTarget(name: "PortcullisHTTP2Fuzz", dependencies: ["PortcullisProxy", "PortcullisHTTP", "PortcullisIO"],
+                          path: "Tests/Fuzz/HTTP2"),
+
         .testTarget(name: "PortcullisHTTPTests", dependencies: ["PortcullisHTTP"]),
         .testTarget(name: "PortcullisAuthTests", dependencies: ["PortcullisAuth", "PortcullisCore", "COpenSSL"],
                     resources: [.copy("Fixtures")]),

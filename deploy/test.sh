@@ -10,6 +10,7 @@ swift build --build-tests
 if [ "${PORTCULLIS_SKIP_FUZZ:-0}" != "1" ]; then
   bash Tests/Fuzz/run-http-fuzz.sh "${FUZZ_SECONDS:-20}"
   if [ -f Tests/Fuzz/run-auth-fuzz.sh ]; then bash Tests/Fuzz/run-auth-fuzz.sh "${FUZZ_SECONDS:-20}"; fi
+  bash Tests/Fuzz/run-h2-fuzz.sh "${FUZZ_SECONDS:-20}"
 fi
 # Serial: Foundation.Process on Linux crashes when suites spawn children concurrently.
 # On failure the failing tests and their recorded issues are repeated at the end, so a
