@@ -9,8 +9,15 @@ Subcommands:
   wrk FILE                   parse one wrk output file, print JSON
   lua HEADER...              print a wrk Lua script that sets the given headers
   table ROWSJSON             print the Markdown table from collected results
+  h2run ROW ROUND OUT LOG PROTO CPU_TICKS HZ
+                             h2.sh: parse one h2load run (stdout OUT, --log-file
+                             LOG), print one JSON result line; exit 3 with the
+                             reason on stderr if the run is not usable
+  h2table ROWS RESULTS       h2.sh: print its Markdown table (ROWS: tab-separated
+                             row, section, label, failure reason; RESULTS: h2run lines)
 """
 import json
+import math
 import os
 import socket
 import statistics
@@ -197,6 +204,196 @@ def table(path):
             print(f"- {p}")
 
 
+def parse_h2load(path):
+    """One h2load output file (nghttp2 1.52) -> dict; missing figures stay None."""
+    out = {"rps": None, "started": None, "done": None, "succeeded": None, "failed": None,
+           "errored": None, "timeout": None, "status": None, "protocol": None, "tls": None,
+           "cipher": None, "temp_key": None, "last_line": "", "alpn_failure": None}
+    with open(path, errors="replace") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        s = line.strip()
+        if s:
+            out["last_line"] = s
+        if s.startswith("finished in ") and "req/s" in s:
+            # finished in 3.00s, 65689.00 req/s, 4.26MB/s
+            out["rps"] = float(s.split(",")[1].split()[0])
+        elif s.startswith("requests: "):
+            # requests: N total, N started, N done, N succeeded, N failed, N errored, N timeout
+            for part in s[len("requests: "):].split(","):
+                n, name = part.split()
+                if name in ("started", "done", "succeeded", "failed", "errored", "timeout"):
+                    out[name] = int(n)
+        elif s.startswith("status codes: "):
+            # status codes: N 2xx, N 3xx, N 4xx, N 5xx
+            out["status"] = {p.split()[1]: int(p.split()[0]) for p in s[len("status codes: "):].split(",")}
+        elif s.startswith("Application protocol: "):
+            out["protocol"] = s.split(": ", 1)[1]
+        elif s.startswith("TLS Protocol: "):
+            out["tls"] = s.split(": ", 1)[1]
+        elif s.startswith("Cipher: "):
+            out["cipher"] = s.split(": ", 1)[1]
+        elif s.startswith("Server Temp Key: "):
+            out["temp_key"] = s.split(": ", 1)[1]
+        elif s.startswith("No supported protocol was negotiated") or s.startswith("No protocol negotiated"):
+            out["alpn_failure"] = out["alpn_failure"] or s
+    return out
+
+
+def _percentile(sorted_xs, q):
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_xs:
+        return None
+    k = max(0, min(len(sorted_xs) - 1, math.ceil(q * len(sorted_xs)) - 1))
+    return sorted_xs[k]
+
+
+def h2_latencies(log_path):
+    """h2load --log-file: start µs since epoch, status (-1 = failed stream), µs to end of response."""
+    times = []
+    with open(log_path) as f:
+        for line in f:
+            parts = line.split("\t")
+            if len(parts) >= 3 and parts[1] != "-1":
+                times.append(int(parts[2]))
+    times.sort()
+    return times
+
+
+def h2run(row, rnd, out_path, log_path, proto, cpu_ticks, hz):
+    h = parse_h2load(out_path)
+    st = h["status"] or {}
+    ok = st.get("2xx", 0)
+    if h["rps"] is None or h["done"] is None:
+        _why(f"h2load did not finish: {h['last_line'] or 'no output'}")
+        raise SystemExit(3)
+    if h["protocol"] is None and h["alpn_failure"]:
+        _why(f"the server did not negotiate {proto} through ALPN (h2load: {h['alpn_failure']})")
+        raise SystemExit(3)
+    if h["protocol"] is None:
+        _why(f"no connection established (0 requests started, {h['errored']} errored: "
+             "refused, closed, or the TLS handshake failed)")
+        raise SystemExit(3)
+    if h["protocol"] != proto:
+        _why(f"negotiated {h['protocol']} instead of {proto}")
+        raise SystemExit(3)
+    if h["done"] == 0:
+        _why(f"no response over {proto}: {h['failed']} requests failed, {h['errored']} errored"
+             + (" (the server does not answer the h2c preface: no prior-knowledge support?)" if proto == "h2c" else ""))
+        raise SystemExit(3)
+    if ok == 0:
+        _why(f"no 2xx response in {h['done']} requests (status codes: "
+             f"{', '.join(f'{v} {k}' for k, v in st.items())})")
+        raise SystemExit(3)
+    times = h2_latencies(log_path) if os.path.exists(log_path) else []
+    errors = (h["failed"] or 0) + (h["errored"] or 0) + (h["timeout"] or 0) + sum(
+        v for k, v in st.items() if k != "2xx")
+    cpu_us = None
+    if cpu_ticks not in ("", "null") and ok > 0:
+        cpu_us = int(cpu_ticks) / int(hz) * 1e6 / ok
+    print(json.dumps({
+        "row": row, "round": int(rnd), "rps": h["rps"], "requests": h["done"], "ok": ok,
+        "errors": errors, "status": st,
+        "p50": _percentile(times, 0.50) / 1000 if times else None,
+        "p99": _percentile(times, 0.99) / 1000 if times else None,
+        "logged": len(times), "cpu_us": cpu_us, "protocol": h["protocol"],
+        "tls": h["tls"], "cipher": h["cipher"], "temp_key": h["temp_key"]}))
+
+
+def _why(text):
+    sys.stderr.write(text.replace("\n", " ")[:300] + "\n")
+    return True
+
+
+def h2table(rows_path, results_path):
+    rows = []
+    with open(rows_path) as f:
+        for line in f:
+            row, section, label, reason = (line.rstrip("\n").split("\t") + ["", "", "", ""])[:4]
+            rows.append({"row": row, "section": section, "label": label, "reason": reason})
+    runs = {}
+    if os.path.exists(results_path):
+        with open(results_path) as f:
+            for line in f:
+                r = json.loads(line)
+                runs.setdefault(r["row"], []).append(r)
+
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+
+    summary = {}
+    for r in rows:
+        rs = runs.get(r["row"], [])
+        if r["reason"] or not rs:
+            continue
+        summary[r["row"]] = {
+            "rps": med([x["rps"] for x in rs]), "p50": med([x["p50"] for x in rs]),
+            "p99": med([x["p99"] for x in rs]), "cpu": med([x["cpu_us"] for x in rs]),
+            "errors": sum(x["errors"] for x in rs), "rps_all": [x["rps"] for x in rs],
+            "status": [(x["round"], x["status"], x["errors"]) for x in rs if x["errors"]]}
+    # Each section's reference: its HAProxy row; the authenticated rows compare with HAProxy h2 (TLS).
+    ref = {"h2": summary.get("haproxy-tls"), "h2c": summary.get("haproxy-h2c"),
+           "auth": summary.get("haproxy-tls")}
+    show_cpu = any(s["cpu"] is not None for s in summary.values())
+    head = "| protocol | row | req/s | ratio to HAProxy | p50 ms | p99 ms |"
+    sep = "|---|---|---:|---:|---:|---:|"
+    if show_cpu:
+        head += " server CPU µs per request |"
+        sep += "---:|"
+    head += " errors | req/s per round |"
+    sep += "---:|---|"
+    names = {"h2": "h2 (TLS 1.3)", "h2c": "h2c (prior knowledge)", "auth": "h2 (TLS 1.3) + RS256 Bearer"}
+    print(head)
+    print(sep)
+    failed = []
+    for r in rows:
+        proto = names.get(r["section"], r["section"])
+        s = summary.get(r["row"])
+        if s is None:
+            reason = r["reason"] or "no measurement"
+            failed.append((r["label"], proto, reason))
+            cells = 4 + (1 if show_cpu else 0) + 2
+            print(f"| {proto} | {r['label']} | failed | " + " | ".join(["—"] * (cells - 1)) + " |")
+            continue
+        base = ref.get(r["section"])
+        ratio = s["rps"] / base["rps"] if base and base["rps"] else None
+        line = (f"| {proto} | {r['label']} | {s['rps']:,.0f} | {_fmt(ratio, '.2f')} | "
+                f"{_fmt(s['p50'], '.2f')} | {_fmt(s['p99'], '.2f')} |")
+        if show_cpu:
+            line += f" {_fmt(s['cpu'], '.1f')} |"
+        line += f" {s['errors']} | {', '.join(f'{x:,.0f}' for x in s['rps_all'])} |"
+        print(line)
+    # Authentication cost: each authenticated row against the same binary's unauthenticated h2 row.
+    pairs = [("portcullis-auth", "portcullis-tls"), ("baseline-auth", "baseline-tls")]
+    notes = []
+    for a, b in pairs:
+        sa, sb = summary.get(a), summary.get(b)
+        if sa and sb and sb["rps"]:
+            label = next(r["label"] for r in rows if r["row"] == a)
+            text = f"- {label} against the same binary without auth (h2, TLS): req/s x{sa['rps'] / sb['rps']:.2f}"
+            if sa["p99"] is not None and sb["p99"] is not None:
+                text += f", p99 {sa['p99'] - sb['p99']:+.2f} ms"
+            if sa["cpu"] is not None and sb["cpu"] is not None:
+                text += f", server CPU {sa['cpu'] - sb['cpu']:+.1f} µs per request"
+            notes.append(text)
+    if notes:
+        print()
+        print("Cost of the Bearer token:")
+        print("\n".join(notes))
+    problems = [f"- {next(r['label'] for r in rows if r['row'] == row)}: round {rnd}: {err} errors, status codes {st}"
+                for row, s in summary.items() for rnd, st, err in s["status"]]
+    if problems:
+        print()
+        print("h2load reported errors (failed/errored/timed-out streams and non-2xx responses):")
+        print("\n".join(problems))
+    if failed:
+        print()
+        print("Rows that could not be measured:")
+        for label, proto, reason in failed:
+            print(f"- {proto}, {label}: {reason}")
+
+
 def main():
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
@@ -213,6 +410,10 @@ def main():
         sys.stdout.write(lua(args))
     elif cmd == "table":
         table(args[0])
+    elif cmd == "h2run":
+        h2run(*args)
+    elif cmd == "h2table":
+        h2table(args[0], args[1])
     else:
         raise SystemExit(__doc__)
 

@@ -31,6 +31,17 @@ make_tls_material() {
 }
 scheme() { [[ -n "$TLS_CERT" ]] && echo https || echo http; }
 
+# HTTP/2 (h2.sh sets HTTP2=1 before starting servers): every proxy then offers h2 on its
+# TLS listener through ALPN (h2, http/1.1) and opens a second, plaintext listener on
+# *_H2C_PORT for h2c with prior knowledge; at most 100 concurrent streams per connection
+# everywhere. The upstream side stays HTTP/1.1 keep-alive, as in the other scripts.
+HTTP2=0
+# Pooled keep-alive connections to the upstream: nginx `keepalive` (idle connections kept
+# per worker) and Portcullis `max_connections` (a total, shared by its loops). 128 is ample
+# for wrk's 64 connections; h2.sh raises it to twice its streams in flight (8 x 32 x 2 = 512)
+# so that no proxy queues or churns upstream connections (HAProxy and h2o pool without a cap).
+UPSTREAM_POOL=128
+
 free_port() { $HELPER port; }
 
 stop_servers() {
@@ -90,10 +101,11 @@ CONF
     wait_http "http://127.0.0.1:$UPSTREAM_PORT/" ok
 }
 
-# start_nginx_proxy -> sets NGINX_PORT, NGINX_PID
+# start_nginx_proxy -> sets NGINX_PORT, NGINX_PID (and NGINX_H2C_PORT with HTTP2=1)
 # nginx, 2 workers, pooled keep-alive to the upstream.
 start_nginx_proxy() {
     NGINX_PORT="$(free_port)"
+    (( HTTP2 )) && NGINX_H2C_PORT="$(free_port)"
     local d="$WORKDIR/nginx"; mkdir -p "$d"
     cat > "$d/nginx.conf" <<CONF
 daemon off;
@@ -113,12 +125,13 @@ http {
     keepalive_timeout 300s;
     upstream fast {
         server 127.0.0.1:$UPSTREAM_PORT;
-        keepalive 128;
+        keepalive $UPSTREAM_POOL;
         keepalive_requests 1000000000;
         keepalive_timeout 300s;
     }
     server {
-        listen 127.0.0.1:$NGINX_PORT backlog=4096$([[ -n "$TLS_CERT" ]] && echo " ssl");
+        listen 127.0.0.1:$NGINX_PORT backlog=4096$([[ -n "$TLS_CERT" ]] && echo " ssl")$([[ -n "$TLS_CERT" ]] && (( HTTP2 )) && echo " http2");
+$( (( HTTP2 )) && printf '        listen 127.0.0.1:%s backlog=4096 http2;\n        http2_max_concurrent_streams 100;\n' "$NGINX_H2C_PORT")
 $([[ -n "$TLS_CERT" ]] && printf '        ssl_certificate %s;\n        ssl_certificate_key %s;\n        ssl_protocols TLSv1.2 TLSv1.3;\n        ssl_session_tickets on;\n' "$TLS_CERT" "$TLS_KEY")
         location / {
             proxy_pass http://fast;
@@ -133,18 +146,20 @@ CONF
     wait_http "$(scheme)://127.0.0.1:$NGINX_PORT/" ok
 }
 
-# start_haproxy [FRONTEND_RULES] -> sets HAPROXY_PORT, HAPROXY_PID
+# start_haproxy [FRONTEND_RULES] -> sets HAPROXY_PORT, HAPROXY_PID (and HAPROXY_H2C_PORT with HTTP2=1)
 # HAProxy 2.6, 2 threads, server connections reused across clients. FRONTEND_RULES
 # (e.g. http-request lines) go into the frontend; with rules, readiness is only
 # checked by `haproxy -c` and the port, since the rules may refuse a bare GET.
 start_haproxy() {
     local rules="${1-}"
     HAPROXY_PORT="$(free_port)"
+    (( HTTP2 )) && HAPROXY_H2C_PORT="$(free_port)"
     local d="$WORKDIR/haproxy"; mkdir -p "$d"
     cat > "$d/haproxy.cfg" <<CONF
 global
     nbthread 2
     maxconn 4096
+$( (( HTTP2 )) && echo "    tune.h2.max-concurrent-streams 100")
 
 defaults
     mode http
@@ -156,7 +171,8 @@ defaults
     timeout http-keep-alive 300s
 
 frontend fe
-    bind 127.0.0.1:$HAPROXY_PORT$([[ -n "$TLS_CERT" ]] && echo " ssl crt $TLS_BUNDLE ssl-min-ver TLSv1.2 alpn http/1.1")
+    bind 127.0.0.1:$HAPROXY_PORT$([[ -n "$TLS_CERT" ]] && echo " ssl crt $TLS_BUNDLE ssl-min-ver TLSv1.2 alpn $( (( HTTP2 )) && echo h2,)http/1.1")
+$( (( HTTP2 )) && echo "    bind 127.0.0.1:$HAPROXY_H2C_PORT proto h2")
 $rules
     default_backend fast
 
@@ -173,7 +189,40 @@ CONF
     wait_http "$(scheme)://127.0.0.1:$HAPROXY_PORT/" ok
 }
 
+# start_h2o -> sets H2O_PORT, H2O_PID (and H2O_H2C_PORT with HTTP2=1); used by h2.sh.
+# h2o 2.2 (Debian package h2o), 2 threads, reverse proxy with pooled keep-alive to the
+# upstream. Runs as `nobody` when started as root (h2o's own default): the key is read first.
+start_h2o() {
+    H2O_PORT="$(free_port)"
+    (( HTTP2 )) && H2O_H2C_PORT="$(free_port)"
+    local d="$WORKDIR/h2o"; mkdir -p "$d"
+    cat > "$d/h2o.conf" <<CONF
+num-threads: 2
+error-log: $d/error.log
+max-connections: 16384
+http2-max-concurrent-requests-per-connection: 100
+http2-idle-timeout: 300
+http1-request-timeout: 300
+proxy.timeout.keepalive: 300000
+listen:
+  host: 127.0.0.1
+  port: $H2O_PORT
+$([[ -n "$TLS_CERT" ]] && printf '  ssl:\n    certificate-file: %s\n    key-file: %s\n    minimum-version: TLSv1.2\n    ocsp-update-interval: 0\n' "$TLS_CERT" "$TLS_KEY")
+$( (( HTTP2 )) && printf 'listen:\n  host: 127.0.0.1\n  port: %s\n' "$H2O_H2C_PORT")
+hosts:
+  default:
+    paths:
+      /:
+        proxy.reverse.url: http://127.0.0.1:$UPSTREAM_PORT/
+CONF
+    h2o -t -c "$d/h2o.conf" > "$d/h2o-test.out" 2>&1 || { cat "$d/h2o-test.out" >&2; return 1; }
+    h2o -c "$d/h2o.conf" > "$d/h2o.out" 2>&1 &
+    H2O_PID=$!; STARTED_PIDS+=("$H2O_PID")
+    wait_http "$(scheme)://127.0.0.1:$H2O_PORT/" ok || { cat "$d/h2o.out" "$d/error.log" >&2 2>/dev/null; return 1; }
+}
+
 # start_portcullis [EXTRA_YAML [BIN [NAME [ROUTE_AUTH]]]] -> sets PORTCULLIS_PORT, PORTCULLIS_ADMIN, PORTCULLIS_PID
+# (and PORTCULLIS_H2C_PORT with HTTP2=1)
 # The release binary (or BIN, in $WORKDIR/NAME), 2 workers, pooled keep-alive to the
 # upstream; the one route's auth is ROUTE_AUTH (default none; EXTRA_YAML then has the providers).
 start_portcullis() {
@@ -186,14 +235,24 @@ start_portcullis() {
     PORTCULLIS_PORT="$(free_port)"
     PORTCULLIS_ADMIN="$(free_port)"
     local d="$WORKDIR/$name"; mkdir -p "$d"
+    local listen
+    if (( HTTP2 )); then
+        PORTCULLIS_H2C_PORT="$(free_port)"
+        listen="listen:
+  - address: \"127.0.0.1:$PORTCULLIS_PORT\"$([[ -n "$TLS_CERT" ]] && printf '\n    tls: {certificates: [{certificate: "%s", private_key: "%s"}], alpn: [h2, http/1.1]}' "$TLS_CERT" "$TLS_KEY")
+    http2: {max_concurrent_streams: 100}
+  - {address: \"127.0.0.1:$PORTCULLIS_H2C_PORT\", h2c: true}"
+    else
+        listen="listen: [{address: \"127.0.0.1:$PORTCULLIS_PORT\"$([[ -n "$TLS_CERT" ]] && echo ", tls: {certificates: [{certificate: \"$TLS_CERT\", private_key: \"$TLS_KEY\"}]}")}]"
+    fi
     cat > "$d/portcullis.yaml" <<CONF
-listen: [{address: "127.0.0.1:$PORTCULLIS_PORT"$([[ -n "$TLS_CERT" ]] && echo ", tls: {certificates: [{certificate: \"$TLS_CERT\", private_key: \"$TLS_KEY\"}]}")}]
+$listen
 admin: {address: "127.0.0.1:$PORTCULLIS_ADMIN"}
 workers: 2
 access_log: off
 log_level: warning
 upstreams:
-  fast: {url: "http://127.0.0.1:$UPSTREAM_PORT", max_connections: 128}
+  fast: {url: "http://127.0.0.1:$UPSTREAM_PORT", max_connections: $UPSTREAM_POOL}
 routes:
   - {path: /, upstream: fast, auth: $route_auth}
 $extra
