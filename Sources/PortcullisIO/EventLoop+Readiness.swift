@@ -111,7 +111,7 @@ extension EventLoop {
             queue.async { [unowned self] in
                 self.deferredScheduled = false
                 self.polling = true
-                self.runDeferred()
+                self.finishPass()
                 self.polling = false
             }
         }
@@ -135,8 +135,29 @@ extension EventLoop {
                 guard slot < registered.count, let socket = registered[slot], socket.token == token else { continue }
                 socket.ready(eventReady[i])
             }
-            runDeferred()
+            finishPass()
         }
+    }
+
+    /// Runs deferred handlers and pass-end targets until neither has work: a pass-end
+    /// target may resume a socket (deferring its handler), and a handler may ask for a
+    /// pass-end call; both must happen before the poller sleeps.
+    private func finishPass() {
+        repeat {
+            runDeferred()
+            runPassEnd()
+        } while !deferred.isEmpty || !passEndTargets.isEmpty
+    }
+
+    /// Calls the targets that asked to act once the current pass's events were handled.
+    private func runPassEnd() {
+        var i = 0
+        while i < passEndTargets.count {
+            let target = passEndTargets[i]
+            i += 1
+            target.passEnded()
+        }
+        passEndTargets.removeAll(keepingCapacity: true)
     }
 
     private func runDeferred() {

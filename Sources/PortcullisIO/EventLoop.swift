@@ -3,6 +3,12 @@ import PortcullisCore
 
 /// Something with a deadline that the loop's ticker checks (connections, pooled
 /// upstream sockets). Confined to the loop's queue.
+/// Something that acts once per pass of the poller, after every ready socket's handler ran
+/// (an HTTP/2 connection writes what all its streams produced during the pass at once).
+public protocol PassEndTarget: AnyObject {
+    func passEnded()
+}
+
 public protocol DeadlineTarget: AnyObject {
     /// Monotonic nanoseconds; 0 means no deadline.
     var deadline: UInt64 { get }
@@ -48,6 +54,8 @@ public final class EventLoop: @unchecked Sendable {
     /// Sockets whose handler must run because readiness was already known when
     /// reading resumed or a write wait began (an edge-triggered poller reports no new edge).
     var deferred: [StreamSocket] = []
+    /// Targets to call at the end of the current pass (see `atPassEnd`).
+    var passEndTargets: [any PassEndTarget] = []
     var deferredScheduled = false
     var polling = false
     let eventTokens: UnsafeMutablePointer<UInt64>
@@ -78,6 +86,15 @@ public final class EventLoop: @unchecked Sendable {
 
     public func execute(_ work: @escaping @Sendable () -> Void) {
         queue.async(execute: work)
+    }
+
+    /// True while the poller's handlers run on the queue (a pass); then `atPassEnd` targets
+    /// are called once it ends. Outside a pass (a timer, a block from `execute`) there is none.
+    public var inPass: Bool { polling }
+
+    /// Calls `target.passEnded()` once the current pass's handlers ran. Only in a pass (`inPass`).
+    public func atPassEnd(_ target: any PassEndTarget) {
+        passEndTargets.append(target)
     }
 
     public func assertInLoop() {

@@ -25,7 +25,7 @@ import Glibc
 /// most `initial_window_size` ahead of the upstream per stream.
 ///
 /// Threading: everything here runs on `context.loop.queue`.
-final class HTTP2ServerConnection: DeadlineTarget, @unchecked Sendable {
+final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
     let context: ListenerContext
@@ -134,19 +134,17 @@ final class HTTP2ServerConnection: DeadlineTarget, @unchecked Sendable {
                 _ = loop.now()
                 receive(UnsafeRawBufferPointer(rebasing: loop.readScratch[0..<n]))
                 if isClosed { return }
-                if n < loop.readScratch.count / 2 {
-                    flush()
-                    return
-                }
+                if n < loop.readScratch.count / 2 { break }  // very likely drained
+                continue
             case .wouldBlock:
-                flush()
-                return
+                break
             case .endOfFile, .failed:
                 close()
                 return
             }
+            break
         }
-        flush()
+        outputQueued()
     }
 
     private func receive(_ bytes: UnsafeRawBufferPointer) {
@@ -180,13 +178,27 @@ final class HTTP2ServerConnection: DeadlineTarget, @unchecked Sendable {
     func uncork() {
         guard corked else { return }
         corked = false
-        flush()
+        outputQueued()
     }
 
-    /// Something was queued with nghttp2 outside a read: send it unless a pass that
-    /// sends at its end is running.
+    /// Something was queued with nghttp2: it leaves at the end of the poller's pass, with
+    /// whatever else the pass produces for this client (every stream's upstream response
+    /// that arrived in it: one write instead of one per response); outside a pass, now.
     func outputQueued() {
-        if corked || inReceive || inSend { return }
+        if corked || inReceive || inSend || flushAtPassEnd { return }
+        if loop.inPass {
+            flushAtPassEnd = true
+            loop.atPassEnd(self)
+        } else {
+            flush()
+        }
+    }
+
+    /// Registered with the loop for the end of the current pass.
+    private var flushAtPassEnd = false
+
+    func passEnded() {
+        flushAtPassEnd = false
         flush()
     }
 
