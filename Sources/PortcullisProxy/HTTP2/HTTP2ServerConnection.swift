@@ -54,7 +54,11 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     private var lastActivity: UInt64
     /// When output started waiting for the socket (0: nothing waits).
     private var sendBlockedSince: UInt64 = 0
-    var deadline: UInt64 = 0
+    /// The connection's own deadline (idle, send stall, closing); see `deadline`.
+    private var ownDeadline: UInt64 = 0
+    /// Reused `nghttp2_nv` storage for response heads (see `HTTP2HeaderBlock`).
+    var nvScratch: [nghttp2_nv] = []
+    var rangeScratch: [(name: Range<Int>, value: Range<Int>)] = []
 
     init(context: ListenerContext, socket: StreamSocket, peer: SocketAddress, settings: HTTP2Settings, transport: RequestProtocol) {
         self.context = context
@@ -269,11 +273,16 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     @inline(__always)
     func stream(_ id: Int32) -> HTTP2Stream? { streams[id] }
 
+    static func maxSpares(_ settings: HTTP2Settings) -> Int { min(settings.maxConcurrentStreams, 64) }
+
     func streamClosed(_ id: Int32, errorCode: UInt32) {
         guard let stream = streams.removeValue(forKey: id) else { return }
         stream.closed(errorCode: errorCode)
-        if spareStreams.count < 4 { spareStreams.append(stream) }
+        // Spares make a stream allocation-free once the connection has seen as many at
+        // once; an idle connection keeps a few (a sequential client needs one).
+        if spareStreams.count < Self.maxSpares(settings) { spareStreams.append(stream) }
         if streams.isEmpty {
+            if spareStreams.count > 4 { spareStreams.removeLast(spareStreams.count - 4) }
             lastActivity = loop.lastNow
             updateDeadline()
         }
@@ -335,33 +344,55 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
 
     private func updateDeadline() {
         if sendBlockedSince != 0 {
-            deadline = sendBlockedSince &+ UInt64(settings.sendTimeout * 1e9)
+            ownDeadline = sendBlockedSince &+ UInt64(settings.sendTimeout * 1e9)
         } else if streams.isEmpty {
-            deadline = lastActivity &+ UInt64((goingAway ? 1 : settings.idleTimeout) * 1e9)
+            ownDeadline = lastActivity &+ UInt64((goingAway ? 1 : settings.idleTimeout) * 1e9)
         } else {
-            deadline = 0
+            ownDeadline = 0
         }
     }
 
+    /// The earliest of the connection's own deadline and its streams' (a stream waiting for
+    /// a pooled connection, an authentication, its body, or its client's window). The loop's
+    /// ticker reads this, so streams need no registration of their own.
+    var deadline: UInt64 {
+        var earliest = ownDeadline
+        for stream in streams.values {
+            let d = stream.deadline
+            if d != 0 && (earliest == 0 || d < earliest) { earliest = d }
+        }
+        return earliest
+    }
+
     func deadlineExpired(now: UInt64) {
-        deadline = 0
-        if sendBlockedSince != 0 {
-            // The client has taken nothing for `send_timeout`.
-            abusedOrClose(.stalledWindow)
-            return
+        if ownDeadline != 0 && ownDeadline <= now {
+            ownDeadline = 0
+            if sendBlockedSince != 0 {
+                // The client has taken nothing for `send_timeout`.
+                abusedOrClose(.stalledWindow)
+                return
+            }
+            if streams.isEmpty {
+                if goingAway || terminating { close(); return }
+                // Idle: GOAWAY with the last stream id, then close once it left.
+                drain()
+                ownDeadline = now &+ 1_000_000_000
+                return
+            }
         }
-        if streams.isEmpty {
-            if goingAway || terminating { close(); return }
-            // Idle: GOAWAY with the last stream id, then close once it left.
-            drain()
-            deadline = now &+ 1_000_000_000
+        var expired: [HTTP2Stream] = []
+        for stream in streams.values {
+            let d = stream.deadline
+            if d != 0 && d <= now { expired.append(stream) }
         }
+        for stream in expired where !isClosed { stream.deadlineExpired(now: now) }
+        outputQueued()
     }
 
     private func abusedOrClose(_ abuse: HTTP2Abuse) {
         if terminating { close(); return }
         abused(abuse)
-        deadline = loop.lastNow &+ 1_000_000_000
+        ownDeadline = loop.lastNow &+ 1_000_000_000
     }
 
     func close() {
@@ -371,7 +402,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         streams.removeAll()
         for stream in open { stream.closed(errorCode: NGHTTP2_CANCEL.rawValue) }
         spareStreams.removeAll()
-        deadline = 0
+        ownDeadline = 0
         loop.unwatchDeadline(self)
         context.http2Connections.removeValue(forKey: ObjectIdentifier(self))
         socket.close()

@@ -15,7 +15,7 @@ import PortcullisIO
 ///
 /// Streams are reused by their connection (a few spares), so a request allocates nothing
 /// once its buffers have grown. Threading: the connection's loop queue.
-final class HTTP2Stream: ExchangeResponder, DeadlineTarget, @unchecked Sendable {
+final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
     unowned(unsafe) let connection: HTTP2ServerConnection
@@ -48,7 +48,6 @@ final class HTTP2Stream: ExchangeResponder, DeadlineTarget, @unchecked Sendable 
     private var upstreamPaused = false
 
     // Deadlines (see `deadline`).
-    private var watched = false
     private var waitDeadline: UInt64 = 0
     private var authDeadline: UInt64 = 0
     private var lastBodyAt: UInt64 = 0
@@ -152,8 +151,6 @@ final class HTTP2Stream: ExchangeResponder, DeadlineTarget, @unchecked Sendable 
     /// The header block ended: the request goes to its exchange.
     func headersComplete(endStream: Bool) {
         if endStream { endStreamReceived = true }
-        watched = true
-        loop.watchDeadline(self)
         if !cookies.isEmpty {
             let name = append(UnsafeRawBufferPointer(start: Self.cookieName.utf8Start, count: 6))
             let value = append(cookies.readable)
@@ -294,7 +291,7 @@ final class HTTP2Stream: ExchangeResponder, DeadlineTarget, @unchecked Sendable 
     func sendResponseHead(_ bytes: UnsafeRawBufferPointer, _ response: ResponseHead, decodeChunked: Bool) {
         let bodyless = exchange.method == .head || response.status == 204 || response.status == 304
             || response.framing == .none || response.framing == .contentLength(0)
-        var builder = HTTP2HeaderBlock(loop: loop)
+        var builder = HTTP2HeaderBlock(connection: connection)
         builder.status(response.status)
         for field in response.fields {
             let name = field.name
@@ -330,7 +327,7 @@ final class HTTP2Stream: ExchangeResponder, DeadlineTarget, @unchecked Sendable 
 
     func sendLocalResponse(_ response: LocalResponse, requestId: UnsafeRawBufferPointer) {
         let hasBody = !response.body.isEmpty && exchange.method != .head
-        var builder = HTTP2HeaderBlock(loop: loop)
+        var builder = HTTP2HeaderBlock(connection: connection)
         builder.status(response.status)
         builder.field("content-type", response.contentType)
         builder.field("content-length", String(response.body.count))
@@ -419,7 +416,7 @@ final class HTTP2Stream: ExchangeResponder, DeadlineTarget, @unchecked Sendable 
     func corkOutput() { connection.cork() }
     func uncorkOutput() { connection.uncork() }
 
-    // MARK: Deadlines
+    // MARK: Deadlines (checked by the connection, which the loop's ticker visits)
 
     var deadline: UInt64 {
         let sendTimeout = UInt64(connection.settings.sendTimeout * 1e9)
@@ -457,13 +454,9 @@ final class HTTP2Stream: ExchangeResponder, DeadlineTarget, @unchecked Sendable 
     /// nghttp2 closed the stream (both sides done, or a reset either way).
     func closed(errorCode: UInt32) {
         if exchange.isActive { exchange.cancel() }
-        if watched {
-            watched = false
-            loop.unwatchDeadline(self)
-        }
         id = 0
         head.clear()
-        head.releaseIfEmpty(keepingUpTo: 4096)
+        head.releaseIfEmpty(keepingUpTo: 2048)
         inBody.clear()
         inBody.releaseIfEmpty()
         outBody.clear()
@@ -480,13 +473,14 @@ final class HTTP2Stream: ExchangeResponder, DeadlineTarget, @unchecked Sendable 
 struct HTTP2HeaderBlock: ~Copyable {
     private var bytes = ByteBuffer()
     private var ranges: [(name: Range<Int>, value: Range<Int>)] = []
-    private unowned(unsafe) let loop: EventLoop
+    private unowned(unsafe) let connection: HTTP2ServerConnection
 
-    init(loop: EventLoop) {
-        self.loop = loop
-        swap(&bytes, &loop.headScratch)
+    init(connection: HTTP2ServerConnection) {
+        self.connection = connection
+        swap(&bytes, &connection.context.loop.headScratch)
         bytes.clear()
-        ranges.reserveCapacity(16)
+        swap(&ranges, &connection.rangeScratch)
+        ranges.removeAll(keepingCapacity: true)
     }
 
     mutating func status(_ code: Int) {
@@ -513,16 +507,23 @@ struct HTTP2HeaderBlock: ~Copyable {
         ranges.append((start..<valueStart, valueStart..<bytes.readableBytes))
     }
 
-    /// Calls `body` with the fields as `nghttp2_nv`s, then gives the scratch back.
+    /// Calls `body` with the fields as `nghttp2_nv`s (nghttp2 copies them), then gives the
+    /// scratch storage back to the loop and the connection.
     consuming func withFields(_ body: (UnsafePointer<nghttp2_nv>, Int) -> Int32) -> Int32 {
+        var nva: [nghttp2_nv] = []
+        swap(&nva, &connection.nvScratch)
         defer {
+            nva.removeAll(keepingCapacity: true)
+            swap(&nva, &connection.nvScratch)
+            ranges.removeAll(keepingCapacity: true)
+            swap(&ranges, &connection.rangeScratch)
             bytes.clear()
-            swap(&bytes, &loop.headScratch)
+            swap(&bytes, &connection.context.loop.headScratch)
         }
         let base = UnsafeMutablePointer(mutating: bytes.readable.baseAddress!.assumingMemoryBound(to: UInt8.self))
-        let nva = ranges.map { range in
-            nghttp2_nv(name: base + range.name.lowerBound, value: base + range.value.lowerBound,
-                       namelen: range.name.count, valuelen: range.value.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+        for range in ranges {
+            nva.append(nghttp2_nv(name: base + range.name.lowerBound, value: base + range.value.lowerBound,
+                                  namelen: range.name.count, valuelen: range.value.count, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
         }
         return nva.withUnsafeBufferPointer { body($0.baseAddress!, $0.count) }
     }
