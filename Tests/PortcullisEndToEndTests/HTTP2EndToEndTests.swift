@@ -100,6 +100,25 @@ enum H2Client {
         #expect(gateway.log.contains("\"protocol\":\"h2c\""))
     }
 
+    @Test func headAndBodylessResponsesEndOnTheirHeadersAndTheProtocolIsCounted() throws {
+        let upstream = try EchoUpstream()
+        let gateway = try GatewayProcess(Self.config(upstream), metricsPublic: true, listen: Self.h2cListener())
+        let head = try H2Client.run(gateway.port, ["request", "--method", "HEAD", "--path", "/big/5000"])
+        let response = try #require(H2Client.responses(head).first)
+        #expect(response["status"] as? Int == 200)
+        #expect(response["body_length"] as? Int == 0)
+        #expect(response["ended"] as? Bool == true)
+        let headers = response["headers"] as? [[String]] ?? []
+        #expect(headers.contains { $0 == ["content-length", "5000"] }, "HEAD keeps the length: \(headers)")
+        #expect(!headers.contains { ["connection", "keep-alive", "transfer-encoding"].contains($0.first ?? "") })
+        // A chunked upstream response reaches an h2 client decoded, as DATA frames.
+        let chunked = try H2Client.run(gateway.port, ["request", "--path", "/chunked"])
+        let chunkedResponse = try #require(H2Client.responses(chunked).first)
+        #expect(chunkedResponse["status"] as? Int == 200 && (chunkedResponse["body_length"] as? Int ?? 0) > 0)
+        let metrics = E2E.curl(["http://127.0.0.1:\(gateway.adminPort)/metrics"]).body
+        #expect(metrics.contains("portcullis_requests_by_protocol_total{protocol=\"h2c\"} 2"), "\(metrics)")
+    }
+
     @Test func manyConcurrentStreamsOnOneConnectionAllReachTheApp() throws {
         let upstream = try EchoUpstream()
         let gateway = try GatewayProcess(Self.config(upstream), listen: Self.h2cListener("max_concurrent_streams: 100"))

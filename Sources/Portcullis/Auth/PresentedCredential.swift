@@ -81,15 +81,15 @@ enum PresentedCredential {
         return .token(start..<i)
     }
 
+    /// token68 characters (RFC 9110 §11.2) except '=': ALPHA, DIGIT, "-._~+/", as two
+    /// 64-bit masks (bytes 0–63, 64–127): one shift per byte of a token that is often 700
+    /// bytes or more.
     @inline(__always)
     static func isToken68(_ b: UInt8) -> Bool {
-        switch b {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-             UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "+"), UInt8(ascii: "/"):
-            return true
-        default:
-            return false
-        }
+        let low: UInt64 = 0x3ffe80000000000, high: UInt64 = 0x47fffffe87fffffe
+        if b < 64 { return low >> UInt64(b) & 1 != 0 }
+        if b < 128 { return high >> UInt64(b - 64) & 1 != 0 }
+        return false
     }
 }
 
