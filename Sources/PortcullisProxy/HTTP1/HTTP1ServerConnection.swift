@@ -89,8 +89,10 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
             setDeadline(context.configuration.timeouts.idle)
         }
         // unowned(unsafe): the socket drops its handlers when it is closed, and the
-        // connection lives (held by the loop's deadline watch) until it closes it.
-        socket.startReading { [unowned(unsafe) self] in self.readable() }
+        // connection lives (held by the loop's deadline watch) until it closes it; each
+        // call holds it (withExtendedLifetime), so a close inside the handler, which lets
+        // go of the watch, cannot free it before the handler returns.
+        socket.startReading { [unowned(unsafe) self] in withExtendedLifetime(self) { self.readable() } }
     }
 
     private func handshakeCompleted() {
@@ -515,7 +517,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         }
         // The client is slower than the upstream: stop reading the upstream.
         exchange.pauseResponse()
-        socket.waitUntilWritable { [unowned(unsafe) self] in self.clientWritable() }
+        socket.waitUntilWritable { [unowned(unsafe) self] in withExtendedLifetime(self) { self.clientWritable() } }
     }
 
     private func clientWritable() {

@@ -91,7 +91,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         if isClosed { return }
         // unowned(unsafe): the socket drops its handlers when closed; the connection is
         // held by the loop's deadline watch and the context's registry until then.
-        socket.startReading { [unowned(unsafe) self] in self.readable() }
+        socket.startReading { [unowned(unsafe) self] in withExtendedLifetime(self) { self.readable() } }
     }
 
     private func makeSession() -> Bool {
@@ -120,7 +120,11 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
                                    value: UInt32(settings.maxHeaderListSize)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
         ]
-        guard nghttp2_submit_settings(created, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0 else { return false }
+        guard nghttp2_submit_settings(created, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0 else {
+            nghttp2_session_del(created)
+            session = nil
+            return false
+        }
         // The connection window covers every stream's window, so one stream whose upstream
         // is slow cannot hold back the others.
         let connectionWindow = min(Int(Int32.max), max(65535, settings.maxConcurrentStreams * settings.initialWindowSize))
@@ -231,7 +235,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
                     case .queued:
                         sendBlockedSince = loop.lastNow
                         socket.pauseReading()  // nothing new is taken in while nothing goes out
-                        socket.waitUntilWritable { [unowned(unsafe) self] in self.writable() }
+                        socket.waitUntilWritable { [unowned(unsafe) self] in withExtendedLifetime(self) { self.writable() } }
                         updateDeadline()
                         return
                     }
@@ -397,6 +401,12 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
 
     func close() {
         guard !isClosed else { return }
+        // The loop's deadline watch and the context's registry hold the connection; both
+        // let go below, while this call (reached through an unowned handler) still runs.
+        withExtendedLifetime(self) { closeNow() }
+    }
+
+    private func closeNow() {
         isClosed = true
         let open = Array(streams.values)
         streams.removeAll()

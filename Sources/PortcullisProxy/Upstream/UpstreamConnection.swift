@@ -68,7 +68,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         loop.watchDeadline(self)
         if inProgress {
             deadline = loop.lastNow &+ pool.connectTimeoutNanoseconds
-            socket.waitUntilWritable { [unowned(unsafe) self] in self.connectFinished() }
+            socket.waitUntilWritable { [unowned(unsafe) self] in withExtendedLifetime(self) { self.connectFinished() } }
         } else {
             connected()
         }
@@ -98,7 +98,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         if socket.security == nil { reportReachable() }
         // unowned(unsafe): the socket drops its handlers when it is closed, and the
         // connection lives (held by its pool or its exchange) until it closes it.
-        socket.startReading { [unowned(unsafe) self] in self.readable() }
+        socket.startReading { [unowned(unsafe) self] in withExtendedLifetime(self) { self.readable() } }
         exchange?.upstreamConnected()
     }
 
@@ -134,7 +134,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         case .failed: failed(); return
         case .queued: if wasQueued { return }
         }
-        socket.waitUntilWritable { [unowned(unsafe) self] in self.writable() }
+        socket.waitUntilWritable { [unowned(unsafe) self] in withExtendedLifetime(self) { self.writable() } }
     }
 
     /// Re-frames one piece of a chunked request body.
