@@ -271,15 +271,29 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         let stream = spareStreams.popLast() ?? HTTP2Stream(connection: self)
         stream.open(id: id)
         streams[id] = stream
+        cachedId = id
+        cachedStream = stream
         return stream
     }
 
+    /// The stream callbacks name: one entry cached, since a frame's callbacks (begin, each
+    /// field, end of headers, data) name the same stream in a row.
     @inline(__always)
-    func stream(_ id: Int32) -> HTTP2Stream? { streams[id] }
+    func stream(_ id: Int32) -> HTTP2Stream? {
+        if id == cachedId { return cachedStream }
+        guard let stream = streams[id] else { return nil }
+        cachedId = id
+        cachedStream = stream
+        return stream
+    }
+    private var cachedId: Int32 = -1
+    /// unowned(unsafe): `streams` holds it while `cachedId` names it.
+    private unowned(unsafe) var cachedStream: HTTP2Stream?
 
     static func maxSpares(_ settings: HTTP2Settings) -> Int { min(settings.maxConcurrentStreams, 64) }
 
     func streamClosed(_ id: Int32, errorCode: UInt32) {
+        if id == cachedId { cachedId = -1 }
         guard let stream = streams.removeValue(forKey: id) else { return }
         stream.closed(errorCode: errorCode)
         // Spares make a stream allocation-free once the connection has seen as many at
@@ -408,6 +422,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
 
     private func closeNow() {
         isClosed = true
+        cachedId = -1
         let open = Array(streams.values)
         streams.removeAll()
         for stream in open { stream.closed(errorCode: NGHTTP2_CANCEL.rawValue) }
