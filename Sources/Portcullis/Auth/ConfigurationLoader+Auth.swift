@@ -43,6 +43,7 @@ extension ConfigurationLoader {
             if let n = try node.optional("hosted_domain") { c.hostedDomain = try n.string() }
             if let n = try node.optional("max_lifetime") { c.maxLifetimeSeconds = Int(try n.duration()) }
             if let n = try node.optional("forward_claims") { c.forwardedClaims = try n.stringList() }
+            if let n = try node.optional("user_id_claim") { c.userIdClaim = try n.string() }
             if let n = try node.optional("key_id") { c.keyID = try n.string() }
             if let n = try node.optional("accepted_types") { c.acceptedTypes = try n.stringList() }
 

@@ -19,9 +19,17 @@ struct ClaimValidation {
     @inline(__always)
     func member(_ name: ClaimIndex.Name) -> Int? { index[name] }
 
-    func member(_ bytes: [UInt8], indexed: ClaimIndex.Name?) -> Int? {
+    func member(_ bytes: [UInt8], indexed: ClaimIndex.Name?, path: [[UInt8]] = []) -> Int? {
         if let indexed { return index[indexed] }
-        return document.member(claims, bytes)
+        if let direct = document.member(claims, bytes) { return direct }
+        guard !path.isEmpty else { return nil }
+        // A dotted path into nested objects (`firebase.sign_in_provider`).
+        var current = claims
+        for segment in path {
+            guard let next = document.member(current, segment) else { return nil }
+            current = next
+        }
+        return current
     }
 
     /// `exp` (required), `nbf`, `iat`, lifetime and `auth_time`.
@@ -95,6 +103,21 @@ struct ClaimValidation {
 
     /// `sub`: a non-empty string within the provider's length limit.
     func subject() -> Result<String, AuthFailure.Reason> {
+        if let claim = policy.userIdClaim {
+            // `user_id_claim`: a string, or an integer as its decimal text (`"userId": 42`).
+            guard let index = member(claim.bytes, indexed: claim.indexed, path: claim.path) else { return .failure(.subjectInvalid) }
+            let value: String?
+            switch document[index].kind {
+            case .string: value = document.string(index)
+            case .number:
+                let token = document[index]
+                let text = document.withBytes { String(decoding: $0[Int(token.start)..<Int(token.end)], as: UTF8.self) }
+                value = text.utf8.allSatisfy { $0 >= 48 && $0 <= 57 || $0 == UInt8(ascii: "-") } ? text : nil
+            default: value = nil
+            }
+            guard let value, !value.isEmpty, value.utf8.count <= policy.subjectMaxLength else { return .failure(.subjectInvalid) }
+            return .success(value)
+        }
         guard let index = member(.sub), let sub = document.string(index),
               !sub.isEmpty, sub.utf8.count <= policy.subjectMaxLength else { return .failure(.subjectInvalid) }
         return .success(sub)
@@ -108,7 +131,8 @@ struct ClaimValidation {
             }
         }
         for required in policy.requiredClaims {
-            guard let index = member(required.nameBytes, indexed: required.indexed), document[index].kind != .null else {
+            guard let index = member(required.nameBytes, indexed: required.indexed, path: required.path),
+                  document[index].kind != .null else {
                 return .requiredClaimMismatch
             }
             switch required.requirement {
@@ -164,7 +188,7 @@ struct ClaimValidation {
         var result = [IdentityClaim]()
         var lists = [String: [String]]()
         for claim in policy.forwardedClaims {
-            guard let index = member(claim.bytes, indexed: claim.indexed) else { continue }
+            guard let index = member(claim.bytes, indexed: claim.indexed, path: claim.path) else { continue }
             switch document[index].kind {
             case .string:
                 guard let value = document.string(index) else { continue }

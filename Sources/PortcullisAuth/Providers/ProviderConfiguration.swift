@@ -28,8 +28,11 @@ public struct ProviderConfiguration: Sendable {
     public var hostedDomain: String?
     /// Maximum `exp - iat` (and `exp - now`); nil → default (google 86400, hs256 30 days).
     public var maxLifetimeSeconds: Int?
-    /// Claims copied into `VerifiedIdentity.claims`.
+    /// Claims copied into `VerifiedIdentity.claims` (names or dotted paths).
     public var forwardedClaims: [String]
+    /// The claim (or dotted path) holding the user id; nil → `sub`. A string, or an
+    /// integer (written in decimal), non-empty and within the provider's length limit.
+    public var userIdClaim: String?
     /// hs256: a `kid` the secret is bound to (tokens with another kid are refused).
     public var keyID: String?
     /// hs256 / oidc: accepted `typ` values (case-insensitive); nil → absent or "JWT".
@@ -52,6 +55,7 @@ public struct ProviderConfiguration: Sendable {
         self.forwardedClaims = ["email", "email_verified", "name", "picture", "hd", "azp"]
         self.keyID = nil
         self.acceptedTypes = nil
+        self.userIdClaim = nil
     }
 }
 

@@ -9,12 +9,39 @@ final class ProviderPolicy: Sendable {
         let requirement: ClaimRequirement
         let valueBytes: [[UInt8]]
         let indexed: ClaimIndex.Name?
+        /// The name split on '.' when it has more than one part (see `ClaimPath`).
+        let path: [[UInt8]]
     }
 
     struct ForwardedClaim: Sendable {
         let name: String
         let bytes: [UInt8]
         let indexed: ClaimIndex.Name?
+        let path: [[UInt8]]
+    }
+
+    /// A claim named by the configuration: a top-level member, or a dotted path into
+    /// nested objects (`firebase.sign_in_provider`). A member whose own name contains the
+    /// dots (namespaced claims such as `https://example.com/roles`) is found first.
+    struct ClaimPath: Sendable {
+        let name: String
+        let bytes: [UInt8]
+        let indexed: ClaimIndex.Name?
+        let path: [[UInt8]]
+
+        init(_ name: String) {
+            self.name = name
+            bytes = Array(name.utf8)
+            indexed = ClaimIndex.name(for: bytes)
+            path = Self.segments(name)
+        }
+
+        /// The dotted parts when there are at least two non-empty ones, else none.
+        static func segments(_ name: String) -> [[UInt8]] {
+            let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+            guard parts.count > 1, parts.allSatisfy({ !$0.isEmpty }) else { return [] }
+            return parts.map { Array($0.utf8) }
+        }
     }
 
     let name: String
@@ -45,6 +72,8 @@ final class ProviderPolicy: Sendable {
     /// Apple sends booleans as `true` or `"true"`.
     let lenientBooleans: Bool
     let forwardedClaims: [ForwardedClaim]
+    /// `user_id_claim`: where the user id is read (nil: `sub`).
+    let userIdClaim: ClaimPath?
 
     static let googleIssuers = ["accounts.google.com", "https://accounts.google.com"]
     static let appleIssuer = "https://appleid.apple.com"
@@ -153,13 +182,22 @@ final class ProviderPolicy: Sendable {
             }
             return RequiredClaim(name: name, nameBytes: Array(name.utf8), requirement: requirement,
                                  valueBytes: values.map { Array($0.utf8) },
-                                 indexed: ClaimIndex.name(for: Array(name.utf8)))
+                                 indexed: ClaimIndex.name(for: Array(name.utf8)), path: ClaimPath.segments(name))
         }
         self.acceptedTypes = (configuration.acceptedTypes ?? ["JWT"]).map { Array($0.lowercased().utf8) }
         self.lenientBooleans = lenientBooleans
         var forwardedNames = Set<String>()
         self.forwardedClaims = configuration.forwardedClaims.filter { forwardedNames.insert($0).inserted }.map {
-            ForwardedClaim(name: $0, bytes: Array($0.utf8), indexed: ClaimIndex.name(for: Array($0.utf8)))
+            ForwardedClaim(name: $0, bytes: Array($0.utf8), indexed: ClaimIndex.name(for: Array($0.utf8)),
+                           path: ClaimPath.segments($0))
+        }
+        if let claim = configuration.userIdClaim {
+            guard !claim.isEmpty, !claim.hasPrefix("."), !claim.hasSuffix("."), !claim.contains("..") else {
+                throw .invalidSetting(provider: name, setting: "user_id_claim", reason: "'\(claim)' is not a claim name or dotted path")
+            }
+            self.userIdClaim = claim == "sub" ? nil : ClaimPath(claim)
+        } else {
+            self.userIdClaim = nil
         }
         if self.leeway < 0 || self.leeway > 600 {
             throw .invalidSetting(provider: name, setting: "leewaySeconds", reason: "must be between 0 and 600")
