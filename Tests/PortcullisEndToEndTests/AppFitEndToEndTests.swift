@@ -63,6 +63,58 @@ import Testing
         #expect(try Echo(get("/other", literal).body).values("x-user-id") == ["literal"])
     }
 
+    /// FastAPI clients read `{"detail": …}`; another route keeps its own shape. Status and
+    /// `WWW-Authenticate` stay as they were.
+    @Test func refusalBodiesTakeTheAppsShapeGloballyAndPerRoute() throws {
+        let upstream = try EchoUpstream()
+        let gateway = try GatewayProcess("""
+        providers:
+          - {name: app, type: hs256, secret: "\(Self.secret)"}
+        identity: {error_body: detail}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /express, upstream: app, auth: required, error_body: '{"ok": false, "error": {"code": {error}, "status": {status}, "message": {description}}}'}
+          - {path: /oauth, upstream: app, auth: required, error_body: oauth}
+          - {path: /, upstream: app, auth: required}
+        """)
+        func refusal(_ path: String, _ arguments: [String] = []) throws -> (status: Int, body: [String: Any], challenge: String) {
+            let (_, out, _) = E2E.run("/usr/bin/curl", ["-s", "-i", "--max-time", "10"] + arguments + ["\(gateway.url)\(path)"])
+            let parts = out.components(separatedBy: "\r\n\r\n")
+            let head = parts.first ?? ""
+            let status = Int(head.split(separator: " ").dropFirst().first ?? "") ?? 0
+            let challenge = head.components(separatedBy: "\r\n").first { $0.lowercased().hasPrefix("www-authenticate:") } ?? ""
+            let body = try JSONSerialization.jsonObject(with: Data(parts.dropFirst().joined().utf8)) as? [String: Any] ?? [:]
+            return (status, body, challenge)
+        }
+        let missing = try refusal("/visits")
+        #expect(missing.status == 401)
+        #expect(missing.body as? [String: String] == ["detail": "No credentials"], "\(missing.body)")
+        #expect(missing.challenge.contains("Bearer realm=\"portcullis\""))
+        let expired = try Self.mint(#"{"sub": "u1", "exp": "-3600", "iat": "-7200"}"#)
+        let late = try refusal("/visits", ["-H", "Authorization: Bearer \(expired)"])
+        #expect(late.status == 401)
+        #expect((late.body["detail"] as? String ?? "").lowercased().contains("expired"), "\(late.body)")
+        #expect(late.challenge.contains("error=\"invalid_token\""), "the challenge keeps the RFC 6750 code")
+        let express = try refusal("/express/x", ["-H", "Authorization: Bearer \(expired)"])
+        let error = express.body["error"] as? [String: Any]
+        #expect(express.status == 401 && express.body["ok"] as? Bool == false)
+        #expect(error?["code"] as? String == "invalid_token" && error?["status"] as? Int == 401, "\(express.body)")
+        let oauth = try refusal("/oauth/x")
+        #expect(oauth.body["error"] as? String == "unauthorized" && oauth.body["error_description"] as? String == "No credentials")
+    }
+
+    @Test func anErrorBodyThatIsNoJSONObjectIsRefusedAtStart() throws {
+        let (status, _, err) = E2E.run(E2E.binary, ["check-config", try Self.writeConfig("""
+        upstreams:
+          app: {url: "http://127.0.0.1:1"}
+        routes:
+          - {path: /, upstream: app, auth: none, error_body: '{"detail": {description}'}
+        """)])
+        #expect(status != 0)
+        #expect(err.contains("routes[0].error_body"), "\(err)")
+    }
+
     @Test func aUserIdClaimThatIsNoNameIsRefusedAtStart() throws {
         let (status, _, err) = E2E.run(E2E.binary, ["check-config", try Self.writeConfig("""
         upstreams:

@@ -60,6 +60,8 @@ public struct RouteAuthSettings: Sendable {
     public var forwardSessionCookie = true
     /// After a 2xx from the upstream, revoke the credential presented (logout).
     public var revokeOnSuccess = false
+    /// The refusal body's shape on this route (nil: `identity.error_body`).
+    public var errorBody: ErrorBodyTemplate?
     public init() {}
 }
 
@@ -69,5 +71,7 @@ public struct IdentitySettings: Sendable {
     public var prefixProvider = false
     /// `identity.assertion`: a signed JWS for upstreams on every authenticated request (nil: none).
     public var assertion: AssertionSettings?
+    /// `identity.error_body`: the refusal body's shape on every route (default `oauth`).
+    public var errorBody = ErrorBodyTemplate.oauth
     public init() {}
 }

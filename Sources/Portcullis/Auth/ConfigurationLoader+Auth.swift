@@ -166,6 +166,7 @@ extension ConfigurationLoader {
             providers = list
         }
         if let n = try node.optional("require_claims") { settings.requiredClaims = try claimRules(n) }
+        if let n = try node.optional("error_body") { settings.errorBody = try errorBody(n) }
         if let n = try node.optional("bypass_methods") {
             let methods = try n.stringList()
             for method in methods where method.isEmpty || !method.utf8.allSatisfy({ $0 >= 0x41 && $0 <= 0x5A }) {
@@ -225,6 +226,14 @@ extension ConfigurationLoader {
         return entries
     }
 
+    /// `error_body`: a preset (`oauth`, `detail`, `message`) or a JSON template (see `ErrorBodyTemplate`).
+    static func errorBody(_ node: ConfigNode) throws(ConfigurationError) -> ErrorBodyTemplate {
+        switch ErrorBodyTemplate.parse(try node.string()) {
+        case .success(let template): return template
+        case .failure(let invalid): throw node.error(invalid.reason)
+        }
+    }
+
     /// What `identity` configures: the injected header names, the realm and claim headers.
     struct IdentitySection {
         var settings = IdentitySettings()
@@ -249,6 +258,7 @@ extension ConfigurationLoader {
             for (claim, value) in try n.entries() { identity.claimHeaders.append((claim, try headerName(value))) }
         }
         if let n = try node.optional("prefix_provider") { identity.settings.prefixProvider = try n.bool() }
+        if let n = try node.optional("error_body") { identity.settings.errorBody = try errorBody(n) }
         if let n = try node.optional("assertion") { identity.settings.assertion = try assertion(n) }
         try node.finish()
         return identity

@@ -48,6 +48,9 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         let forwardAuthorization: Bool
         let forwardSessionCookie: Bool
         let revokeOnSuccess: Bool
+        /// The shape of this route's refusal bodies, and its 401 for no credential in that shape.
+        let errorBody: ErrorBodyTemplate
+        let challenge: LocalResponse
     }
 
     public let verifier: CredentialVerifier
@@ -64,8 +67,6 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     let logger: Logger
     /// Signs `identity.assertion` for upstreams (nil: none is sent).
     let assertions: AssertionIssuer?
-    /// The answer to a protected request without a credential (built once).
-    let challengeResponse: LocalResponse
 
     public init(verifier: CredentialVerifier, configuration: GatewayConfiguration,
                 revocations: (any RevocationChecking)?, keys: (any KeyRefetching)?,
@@ -84,8 +85,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         self.keys = keys
         self.counters = counters
         self.logger = logger
-        challengeResponse = Self.errorResponse(401, code: "unauthorized", description: "No credentials",
-                                               challenge: AuthFailure(.noCredential).wwwAuthenticate(realm: configuration.proxy.realm))
+        let noCredential = AuthFailure(.noCredential).wwwAuthenticate(realm: configuration.proxy.realm)
+        let globalBody = configuration.identity.errorBody
         let cookieProviders = configuration.providers.filter { !$0.sessionCookieNames.isEmpty }
         policies = configuration.proxy.routes.enumerated().map { index, route in
             let settings = index < configuration.routeAuth.count ? configuration.routeAuth[index] : RouteAuthSettings()
@@ -98,7 +99,10 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                                onUnauthenticated: settings.onUnauthenticated,
                                forwardAuthorization: settings.forwardAuthorization,
                                forwardSessionCookie: settings.forwardSessionCookie,
-                               revokeOnSuccess: settings.revokeOnSuccess)
+                               revokeOnSuccess: settings.revokeOnSuccess,
+                               errorBody: settings.errorBody ?? globalBody,
+                               challenge: Self.errorResponse(401, code: "unauthorized", description: "No credentials",
+                                                             challenge: noCredential, body: settings.errorBody ?? globalBody))
         }
     }
 
@@ -115,7 +119,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         let now = WallClock.nowSeconds()
         switch PresentedCredential.find(in: request, cookieNames: policy.cookieNames) {
         case .malformed(let reason):
-            return rejectFailure(AuthFailure(reason), loopIndex: request.loop.index)
+            return rejectFailure(AuthFailure(reason), loopIndex: request.loop.index, body: policy.errorBody)
         case .none:
             return unauthenticated(policy, request: request)
         case .bearer(let range):
@@ -150,12 +154,13 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         switch result {
         case .failed(let failure):
             if failure.reason == .noCredential, let request { return unauthenticated(policy, request: request) }
-            return rejectFailure(failure, loopIndex: loopIndex)
+            return rejectFailure(failure, loopIndex: loopIndex, body: policy.errorBody)
         case .verified(let verified):
             identity = verified
         }
         for rule in policy.rules where !Self.satisfies(identity, rule) {
-            return rejectFailure(AuthFailure(.requiredClaimMismatch, provider: identity.provider), loopIndex: loopIndex)
+            return rejectFailure(AuthFailure(.requiredClaimMismatch, provider: identity.provider), loopIndex: loopIndex,
+                                 body: policy.errorBody)
         }
         let userID = prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
         if let revocations {
@@ -164,12 +169,13 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             switch decision {
             case .allowed: break
             case .revoked:
-                return rejectFailure(AuthFailure(.revoked, provider: identity.provider), loopIndex: loopIndex)
+                return rejectFailure(AuthFailure(.revoked, provider: identity.provider), loopIndex: loopIndex,
+                                     body: policy.errorBody)
             case .unavailable:
                 counters?.decided(loopIndex: loopIndex, provider: identity.provider, .storeUnavailable)
                 return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
                                                   description: "The revocation store is unavailable",
-                                                  challenge: nil, extra: [("retry-after", "5")]))
+                                                  challenge: nil, extra: [("retry-after", "5")], body: policy.errorBody))
             }
         }
         counters?.decided(loopIndex: loopIndex, provider: identity.provider, .verified)
@@ -206,32 +212,32 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             return .reject(LocalResponse(status: 302, headers: [("location", location), ("cache-control", "no-store")],
                                          body: Array("{\"error\":\"unauthorized\",\"error_description\":\"Sign in required\"}\n".utf8)))
         }
-        return .reject(challengeResponse)
+        return .reject(policy.challenge)
     }
 
-    private func rejectFailure(_ failure: AuthFailure, loopIndex: Int) -> AuthOutcome {
+    private func rejectFailure(_ failure: AuthFailure, loopIndex: Int, body: ErrorBodyTemplate) -> AuthOutcome {
         counters?.decided(loopIndex: loopIndex, provider: failure.provider, .refused(failure.reason))
         logger.debug("credential refused", metadata: ["reason": "\(failure.reason.rawValue)",
                                                       "provider": "\(failure.provider ?? "-")"])
         if failure.reason == .keysUnavailable {
             return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
                                               description: "Signing keys are not available yet",
-                                              challenge: nil, extra: [("retry-after", "5")]))
+                                              challenge: nil, extra: [("retry-after", "5")], body: body))
         }
         let code = failure.errorCode?.rawValue ?? "invalid_token"
         return .reject(Self.errorResponse(failure.httpStatus, code: code, description: failure.description,
-                                          challenge: failure.wwwAuthenticate(realm: realm)))
+                                          challenge: failure.wwwAuthenticate(realm: realm), body: body))
     }
 
     // MARK: Helpers
 
     static func errorResponse(_ status: Int, code: String, description: String, challenge: String?,
-                              extra: [(name: String, value: String)] = []) -> LocalResponse {
+                              extra: [(name: String, value: String)] = [], body: ErrorBodyTemplate) -> LocalResponse {
         var headers = extra
         if let challenge { headers.append(("www-authenticate", challenge)) }
         headers.append(("cache-control", "no-store"))
-        let body = "{\"error\":\(JSONText.quoted(code)),\"error_description\":\(JSONText.quoted(description))}\n"
-        return LocalResponse(status: status, headers: headers, body: Array(body.utf8))
+        let text = body.render(status: status, code: code, description: description)
+        return LocalResponse(status: status, headers: headers, body: Array(text.utf8))
     }
 
     static func isSafeMethod(_ method: UnsafeRawBufferPointer) -> Bool {
