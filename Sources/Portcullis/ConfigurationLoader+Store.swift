@@ -34,6 +34,14 @@ extension ConfigurationLoader {
                 if store.sentinelAddresses.isEmpty { throw addresses.error("needs at least one sentinel address") }
                 try n.finish()
             }
+            if let n = try node.optional("state_dir") {
+                let path = try n.string()
+                guard path.hasPrefix("/") else { throw n.error("expected an absolute directory path, got '\(path)'") }
+                if store.usesRedis {
+                    throw n.error("with Redis the revocations live in Redis; state_dir is for the embedded store")
+                }
+                store.stateDirectory = path
+            }
             try node.finish()
         }
         if var node = revocation {

@@ -83,6 +83,9 @@ public struct StoreSettings: Sendable {
     public var maxStaleness: Double = 30
     /// After `maxStaleness`: true → 503 for authenticated requests, false → allow.
     public var denyWhenUnavailable = true
+    /// `store.state_dir`: the embedded store keeps its revocations here across restarts
+    /// (nil: in memory only, said once at start). Unused with Redis.
+    public var stateDirectory: String?
     public init() {}
     public var usesRedis: Bool { redisURL != nil || sentinelMaster != nil }
 }

@@ -104,6 +104,71 @@ import Testing
         #expect(oauth.body["error"] as? String == "unauthorized" && oauth.body["error_description"] as? String == "No credentials")
     }
 
+    /// The embedded store keeps what it acknowledged across a restart (`store.state_dir`);
+    /// without one it says once, at start, that it will not.
+    @Test func embeddedRevocationsSurviveARestartWithAStateDirectory() throws {
+        let upstream = try EchoUpstream()
+        let stateDir = FileManager.default.temporaryDirectory.appendingPathComponent("state-\(UUID().uuidString)").path
+        let config = """
+        providers:
+          - {name: app, type: hs256, secret: "\(Self.secret)"}
+        store: {state_dir: "\(stateDir)"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """
+        let adminToken = "admin-token-0123456789abcdef"
+        let token = try Self.mint(#"{"sub": "carol", "jti": "t-1", "exp": "+3600", "iat": "-10"}"#)
+        let old = try Self.mint(#"{"sub": "dave", "jti": "t-2", "exp": "+3600", "iat": "-10"}"#)
+        var first: GatewayProcess? = try GatewayProcess(config, adminToken: adminToken)
+        let g1 = try #require(first)
+        #expect(g1.log.contains("revocations restored"))
+        #expect(E2E.curl(["-H", "Authorization: Bearer \(token)", "\(g1.url)/x"]).status == 200)
+        let admin = ["-X", "POST", "-H", "Authorization: Bearer \(adminToken)", "http://127.0.0.1:\(g1.adminPort)/revocations"]
+        #expect(E2E.curl(admin + ["-d", #"{"jti":"t-1"}"#]).status == 201)
+        #expect(E2E.curl(admin + ["-d", #"{"subject":"dave"}"#]).status == 201)
+        g1.stop()
+        first = nil
+
+        let g2 = try GatewayProcess(config, adminToken: adminToken)
+        #expect(g2.waitForLog("\"entries\":\"2\""), "\(g2.log)")
+        let refused = E2E.curl(["-H", "Authorization: Bearer \(token)", "\(g2.url)/x"])
+        #expect(refused.status == 401 && refused.body.contains("revoked"), "the acknowledged revocation survived the restart")
+        #expect(E2E.curl(["-H", "Authorization: Bearer \(old)", "\(g2.url)/x"]).status == 401, "so did sign-out-everywhere")
+        let other = try Self.mint(#"{"sub": "erin", "jti": "t-3", "exp": "+3600"}"#)
+        #expect(E2E.curl(["-H", "Authorization: Bearer \(other)", "\(g2.url)/x"]).status == 200)
+        g2.stop()
+
+        // A write cut short (no newline: never acknowledged) is skipped with a warning; an
+        // unreadable line in the middle stops the start, naming the file and line.
+        let file = stateDir + "/revocations.jsonl"
+        let handle = try #require(FileHandle(forWritingAtPath: file))
+        handle.seekToEndOfFile()
+        handle.write(Data(#"{"kind":"token","id":"t-"#.utf8))
+        try handle.close()
+        let g3 = try GatewayProcess(config, adminToken: adminToken)
+        #expect(g3.log.contains("incomplete"), "\(g3.log)")
+        #expect(E2E.curl(["-H", "Authorization: Bearer \(token)", "\(g3.url)/x"]).status == 401)
+        g3.stop()
+        try ("garbage\n" + (try String(contentsOfFile: file, encoding: .utf8))).write(toFile: file, atomically: true, encoding: .utf8)
+        let (status, _, err) = E2E.run(E2E.binary, ["run", "--config", try Self.writeConfig(config + "\nadmin: off")], timeout: 20)
+        #expect(status != 0)
+        #expect(err.contains("revocations.jsonl:1"), "\(err)")
+    }
+
+    @Test func withoutAStateDirectoryTheGatewaySaysRevocationsAreNotKept() throws {
+        let upstream = try EchoUpstream()
+        let gateway = try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """)
+        #expect(gateway.waitForLog("will not survive a restart"))
+        #expect(gateway.log.components(separatedBy: "will not survive a restart").count == 2, "said once")
+    }
+
     @Test func anErrorBodyThatIsNoJSONObjectIsRefusedAtStart() throws {
         let (status, _, err) = E2E.run(E2E.binary, ["check-config", try Self.writeConfig("""
         upstreams:

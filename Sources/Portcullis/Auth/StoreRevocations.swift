@@ -109,7 +109,22 @@ public final class StoreRevocations: RevocationChecking {
     /// The configured store: Redis (standalone or through Sentinel) or embedded.
     static func makeStore(_ settings: StoreSettings, loops: [EventLoop], logger: Logger) throws -> any RevocationStore {
         let policy = RevocationPolicy(maxStaleness: settings.maxStaleness, denyWhenUnavailable: settings.denyWhenUnavailable)
-        guard settings.usesRedis else { return EmbeddedRevocationStore(loops: loops, policy: policy) }
+        guard settings.usesRedis else {
+            guard let directory = settings.stateDirectory else {
+                logger.notice("revocations are kept in memory only and will not survive a restart (set store.state_dir, or store.redis)")
+                return EmbeddedRevocationStore(loops: loops, policy: policy)
+            }
+            do {
+                let journal = try RevocationJournal(directory: directory)
+                let store = try EmbeddedRevocationStore(loops: loops, policy: policy, journal: journal) { warning in
+                    logger.warning("\(warning)")
+                }
+                logger.info("revocations restored", metadata: ["file": "\(journal.path)", "entries": "\(store.restoredCount)"])
+                return store
+            } catch {
+                throw Gateway.StartupError(description: "state_dir: \(error)")
+            }
+        }
         let configuration = try redisConfiguration(settings)
         let target = settings.redisURL.map(RedisConfiguration.redacted) ?? "sentinel \(settings.sentinelMaster ?? "")"
         return RedisRevocationStore(configuration: configuration, loops: loops, policy: policy) { event in

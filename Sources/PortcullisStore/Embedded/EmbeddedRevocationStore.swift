@@ -5,7 +5,8 @@ import PortcullisIO
 /// The default store: revocations live in this process only (no Redis needed on a
 /// single node). The authoritative table lives on a private serial queue; each
 /// change is applied there and then dispatched to every loop's view. Expired
-/// entries are pruned every `pruneInterval` seconds. Always healthy.
+/// entries are pruned every `pruneInterval` seconds. Always healthy. With a
+/// `RevocationJournal` (`store.state_dir`) revocations survive restarts.
 public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable {
     // @unchecked Sendable: `table`, `pruneTimer` and `started` are touched only on `queue`.
     public let policy: RevocationPolicy
@@ -15,11 +16,35 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
     private var table = RevocationTable()
     private var pruneTimer: DispatchSourceTimer?
 
+    /// Persists revocations (`store.state_dir`); nil: in memory only.
+    private let journal: RevocationJournal?
+
     public init(loops: [EventLoop], policy: RevocationPolicy = RevocationPolicy(), pruneInterval: Double = 60) {
         self.policy = policy
         self.pruneInterval = pruneInterval
+        self.journal = nil
         replicas = ViewReplicas(loops: loops, policy: policy, staleAfter: .infinity)
     }
+
+    /// With a journal: the revocations it holds are enforced before the first request, and
+    /// every new one is on disk before it is acknowledged. `warn` hears about a torn last line.
+    public init(loops: [EventLoop], policy: RevocationPolicy = RevocationPolicy(), pruneInterval: Double = 60,
+                journal: RevocationJournal, warn: (String) -> Void) throws(RevocationJournal.Failure) {
+        self.policy = policy
+        self.pruneInterval = pruneInterval
+        self.journal = journal
+        replicas = ViewReplicas(loops: loops, policy: policy, staleAfter: .infinity)
+        let live = try journal.load(now: Int64(WallClock.nowSeconds()), maxCredentialLifetime: policy.maxCredentialLifetime,
+                                    warn: warn)
+        try journal.rewrite(live)
+        for revocation in live {
+            table.apply(revocation, maxCredentialLifetime: policy.maxCredentialLifetime)
+            replicas.apply(revocation, maxCredentialLifetime: policy.maxCredentialLifetime)
+        }
+    }
+
+    /// How many revocations were read back from the journal at start (0 without one).
+    public var restoredCount: Int { queue.sync { table.count } }
 
     public func view(loopIndex: Int) -> RevocationView { replicas.view(loopIndex: loopIndex) }
 
@@ -52,6 +77,12 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
             if r.expiry(maxCredentialLifetime: policy.maxCredentialLifetime) > now {
                 table.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
                 replicas.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
+                if let journal {
+                    // Enforced either way; acknowledged only once it is on disk.
+                    do { try journal.append(r) } catch {
+                        return completion(.failure(.unavailable("not persisted: \(error)")))
+                    }
+                }
             }
             completion(.success(()))
         }

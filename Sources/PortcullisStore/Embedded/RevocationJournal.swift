@@ -1,0 +1,143 @@
+import Foundation
+import PortcullisCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The embedded store's revocations on disk (`store.state_dir`), so that what the admin
+/// API acknowledged survives a restart: one JSON line per revocation in
+/// `<state_dir>/revocations.jsonl`, appended and `fsync`ed before the acknowledgement.
+///
+/// At start the file is read (entries past their expiry skipped) and rewritten with the
+/// live entries only (a temporary file, `fsync`, `rename`), so it never grows past what is
+/// enforced plus what was added since. A last line without its newline (a crash during a
+/// write, before the acknowledgement) is ignored with a warning; any other unreadable line
+/// stops the start with the file and line number: silently dropping a revocation would
+/// re-admit a credential.
+///
+/// Line format: `{"kind":"token","id":"…","until":1767225600}`, `{"kind":"session",…}`,
+/// `{"kind":"subject","subject":"…","before":…,"until":…}`.
+///
+/// Threading: used only on the embedded store's queue.
+public final class RevocationJournal: @unchecked Sendable {
+    // @unchecked Sendable: confined to the embedded store's queue.
+    public let path: String
+    private var fd: Int32 = -1
+
+    public struct Failure: Error, Sendable, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Opens (creating the directory and file when needed) and checks it can be written.
+    public init(directory: String) throws(Failure) {
+        path = (directory as NSString).appendingPathComponent("revocations.jsonl")
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw Failure(description: "\(directory): cannot create the state directory (\(error.localizedDescription))")
+        }
+        try reopen()
+    }
+
+    deinit { if fd >= 0 { Glibc.close(fd) } }
+
+    private func reopen() throws(Failure) {
+        if fd >= 0 { Glibc.close(fd) }
+        fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        if fd < 0 { throw Failure(description: "\(path): cannot open for writing (\(String(cString: strerror(errno))))") }
+    }
+
+    /// The revocations recorded, without those expired at `now`. `warn` hears about a torn last line.
+    public func load(now: Int64, maxCredentialLifetime: Int64, warn: (String) -> Void) throws(Failure) -> [Revocation] {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw Failure(description: "\(path): cannot be read")
+        }
+        let text = String(decoding: data, as: UTF8.self)
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        if let last = lines.last, last.isEmpty { lines.removeLast() } else if !lines.isEmpty {
+            warn("\(path): the last line is incomplete (a write cut short before it was acknowledged); ignored")
+            lines.removeLast()
+        }
+        var result: [Revocation] = []
+        for (number, line) in lines.enumerated() where !line.isEmpty {
+            guard let revocation = Self.decode(line) else {
+                throw Failure(description: "\(path):\(number + 1): not a revocation line")
+            }
+            if revocation.expiry(maxCredentialLifetime: maxCredentialLifetime) > now { result.append(revocation) }
+        }
+        return result
+    }
+
+    /// Replaces the file with `revocations` (the live ones), atomically.
+    public func rewrite(_ revocations: [Revocation]) throws(Failure) {
+        let temporary = path + ".tmp"
+        var text = ""
+        for revocation in revocations { text += Self.encode(revocation) }
+        let out = Glibc.open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard out >= 0 else { throw Failure(description: "\(temporary): cannot be written (\(String(cString: strerror(errno))))") }
+        let ok = Self.writeAll(out, text) && fsync(out) == 0
+        Glibc.close(out)
+        guard ok, rename(temporary, path) == 0 else {
+            unlink(temporary)
+            throw Failure(description: "\(path): cannot be replaced (\(String(cString: strerror(errno))))")
+        }
+        Self.syncDirectory(of: path)
+        try reopen()
+    }
+
+    /// Appends one revocation and waits until it is on disk.
+    public func append(_ revocation: Revocation) throws(Failure) {
+        guard Self.writeAll(fd, Self.encode(revocation)), fdatasync(fd) == 0 else {
+            throw Failure(description: "\(path): cannot be written (\(String(cString: strerror(errno))))")
+        }
+    }
+
+    static func encode(_ revocation: Revocation) -> String {
+        switch revocation {
+        case .token(let id, let until):
+            return "{\"kind\":\"token\",\"id\":\(JSONText.quoted(id)),\"until\":\(until)}\n"
+        case .session(let id, let until):
+            return "{\"kind\":\"session\",\"id\":\(JSONText.quoted(id)),\"until\":\(until)}\n"
+        case .subject(let subject, let before, let until):
+            return "{\"kind\":\"subject\",\"subject\":\(JSONText.quoted(subject)),\"before\":\(before)"
+                + (until.map { ",\"until\":\($0)" } ?? "") + "}\n"
+        }
+    }
+
+    static func decode(_ line: Substring) -> Revocation? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+              let kind = object["kind"] as? String else { return nil }
+        func int(_ key: String) -> Int64? { (object[key] as? NSNumber).map { $0.int64Value } }
+        switch kind {
+        case "token":
+            guard let id = object["id"] as? String, let until = int("until") else { return nil }
+            return .token(id: id, until: until)
+        case "session":
+            guard let id = object["id"] as? String, let until = int("until") else { return nil }
+            return .session(id: id, until: until)
+        case "subject":
+            guard let subject = object["subject"] as? String, let before = int("before") else { return nil }
+            return .subject(subject, before: before, until: int("until"))
+        default:
+            return nil
+        }
+    }
+
+    private static func writeAll(_ fd: Int32, _ text: String) -> Bool {
+        var bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if n < 0 { if errno == EINTR { continue }; return false }
+            offset += n
+        }
+        return true
+    }
+
+    private static func syncDirectory(of path: String) {
+        let directory = (path as NSString).deletingLastPathComponent
+        let dfd = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dfd >= 0 { _ = fsync(dfd); Glibc.close(dfd) }
+    }
+}
