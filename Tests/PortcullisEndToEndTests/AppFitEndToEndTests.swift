@@ -157,6 +157,35 @@ import Testing
         #expect(err.contains("revocations.jsonl:1"), "\(err)")
     }
 
+    /// "Sign out everywhere" for a user whose tokens carry no `iat`: a token issued before
+    /// is refused, a fresh one after is not (judged by `exp` minus the provider's
+    /// `max_lifetime`, the app's real access-token lifetime here: 1 h, as the seeds' apps).
+    @Test func subjectRevocationJudgesTokensWithoutIatByTheirExpiry() throws {
+        let upstream = try EchoUpstream()
+        let adminToken = "admin-token-0123456789abcdef"
+        let gateway = try GatewayProcess("""
+        providers:
+          - {name: app, type: hs256, secret: "\(Self.secret)", max_lifetime: 1h}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """, adminToken: adminToken)
+        // Issued 20 minutes ago (expires in 40): no iat.
+        let before = try Self.mint(#"{"sub": "frank", "exp": "+2400"}"#)
+        #expect(E2E.curl(["-H", "Authorization: Bearer \(before)", "\(gateway.url)/x"]).status == 200)
+        #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(adminToken)", "-d", #"{"subject":"frank"}"#,
+                          "http://127.0.0.1:\(gateway.adminPort)/revocations"]).status == 201)
+        #expect(E2E.curl(["-H", "Authorization: Bearer \(before)", "\(gateway.url)/x"]).status == 401)
+        sleep(1)
+        // The app signs the user in again: a fresh 1-hour token, still without iat.
+        let after = try Self.mint(#"{"sub": "frank", "exp": "+3600"}"#)
+        let fresh = E2E.curl(["-H", "Authorization: Bearer \(after)", "\(gateway.url)/x"])
+        #expect(fresh.status == 200, "a token issued after the revocation is accepted: \(fresh.body)")
+        // Another user is untouched.
+        #expect(E2E.curl(["-H", "Authorization: Bearer \(try Self.mint(#"{"sub": "gina", "exp": "+600"}"#))", "\(gateway.url)/x"]).status == 200)
+    }
+
     @Test func withoutAStateDirectoryTheGatewaySaysRevocationsAreNotKept() throws {
         let upstream = try EchoUpstream()
         let gateway = try GatewayProcess("""

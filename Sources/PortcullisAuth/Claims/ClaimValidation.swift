@@ -64,7 +64,12 @@ struct ClaimValidation {
                   let authTime = document.number(authIndex), authTime.isFinite else { return .failure(.claimInvalid) }
             if authTime > now + leeway { return .failure(.issuedInFuture) }
         }
-        return .success((exp, issuedAt))
+        // Without `iat`, a subject revocation ("sign out everywhere") judges the credential as
+        // issued at `exp` minus the provider's maximum lifetime: the earliest it can have been
+        // issued, so one issued before the revocation is refused, and one issued after it is
+        // refused only while its `exp` is within that lifetime of the revocation (`max_lifetime`
+        // set to the app's real token lifetime makes this exact). Never "every future token".
+        return .success((exp, issuedAt ?? policy.maxLifetime.map { exp - $0 }))
     }
 
     /// `iss` against the exact set (when the policy has one).

@@ -33,7 +33,9 @@ public struct VerifiedIdentity: Sendable, Equatable {
         get { storage.expiresAt }
         set { uniqueStorage().expiresAt = newValue }
     }
-    /// `iat`, when present.
+    /// `iat`, when present; without it `exp` minus the provider's maximum lifetime (the
+    /// earliest it can have been issued), which subject revocations judge it by; nil when
+    /// the provider has no maximum.
     public var issuedAt: Double? {
         get { storage.issuedAt }
         set { uniqueStorage().issuedAt = newValue }
