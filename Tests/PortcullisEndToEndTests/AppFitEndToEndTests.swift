@@ -188,12 +188,7 @@ import Testing
 
     @Test func withoutAStateDirectoryTheGatewaySaysRevocationsAreNotKept() throws {
         let upstream = try EchoUpstream()
-        let gateway = try GatewayProcess("""
-        upstreams:
-          app: {url: "http://127.0.0.1:\(upstream.port)"}
-        routes:
-          - {path: /, upstream: app, auth: none}
-        """)
+        let gateway = try GatewayProcess(upstream.openRoute)
         #expect(gateway.waitForLog("will not survive a restart"))
         #expect(gateway.log.components(separatedBy: "will not survive a restart").count == 2, "said once")
     }

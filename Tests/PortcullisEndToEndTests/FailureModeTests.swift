@@ -48,12 +48,7 @@ struct FailureModeTests {
     /// free up, without needing a new connection to arrive first.
     @Test func outOfDescriptorsBacksOffAndAcceptsQueuedConnectionsLater() throws {
         let upstream = try EchoUpstream()
-        let g = try GatewayProcess("""
-        upstreams:
-          app: {url: "http://127.0.0.1:\(upstream.port)"}
-        routes:
-          - {path: /, upstream: app, auth: none}
-        """, workers: 1)
+        let g = try GatewayProcess(upstream.openRoute, workers: 1)
         let pid = g.process.processIdentifier
         #expect(E2E.curl(["\(g.url)/warm"]).status == 200)  // the pooled upstream connection exists
         usleep(100_000)
@@ -88,10 +83,7 @@ struct FailureModeTests {
     @Test func gracefulShutdownFinishesInFlightRequests() throws {
         let upstream = try EchoUpstream()
         let g = try GatewayProcess("""
-        upstreams:
-          app: {url: "http://127.0.0.1:\(upstream.port)"}
-        routes:
-          - {path: /, upstream: app, auth: none}
+        \(upstream.openRoute)
         timeouts: {shutdown_grace: 5s}
         """)
         let c = try RawConnection(port: g.port)

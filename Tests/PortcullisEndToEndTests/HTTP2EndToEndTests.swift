@@ -33,8 +33,9 @@ enum H2Client {
 /// that never reach the app, and each known attack ended with GOAWAY ENHANCE_YOUR_CALM
 /// while a bystander on another connection keeps being served.
 @Suite(.serialized) struct HTTP2EndToEndTests {
-    static func config(_ upstream: EchoUpstream, routes: String = "  - {path: /, upstream: app, auth: none}") -> String {
-        """
+    static func config(_ upstream: EchoUpstream, routes: String? = nil) -> String {
+        guard let routes else { return upstream.openRoute }
+        return """
         upstreams:
           app: {url: "http://127.0.0.1:\(upstream.port)"}
         routes:

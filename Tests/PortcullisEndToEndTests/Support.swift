@@ -100,6 +100,17 @@ final class EchoUpstream {
         guard Loopback.waitForPort(port) else { throw TestFailure("upstream did not start on \(port)") }
     }
 
+    /// Configuration that sends every path to this upstream without auth (the body after
+    /// `listen`/`admin` for tests about the proxy itself).
+    var openRoute: String {
+        """
+        upstreams:
+          app: {url: "\(tls ? "https" : "http")://127.0.0.1:\(port)"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """
+    }
+
     /// Paths the upstream received since the last call.
     func seen() throws -> [String] {
         let (status, body) = E2E.curl(tls ? ["-k", "https://127.0.0.1:\(port)/__seen"] : ["http://127.0.0.1:\(port)/__seen"])

@@ -31,14 +31,7 @@ import Glibc
         return "  - {address: \"127.0.0.1:PORT\", tls: {certificates: [\(list)]\(extra)}}"
     }
 
-    static func upstreamConfig(_ upstream: EchoUpstream) -> String {
-        """
-        upstreams:
-          app: {url: "http://127.0.0.1:\(upstream.port)"}
-        routes:
-          - {path: /, upstream: app, auth: none}
-        """
-    }
+    static func upstreamConfig(_ upstream: EchoUpstream) -> String { upstream.openRoute }
 
     @Test func sniChoosesTheCertificateByNameAndTheFirstOtherwise() throws {
         let pki = try TestPKI()

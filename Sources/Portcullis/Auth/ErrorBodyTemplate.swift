@@ -5,20 +5,41 @@ import PortcullisCore
 /// parse. Status and `WWW-Authenticate` never change; only the body does.
 ///
 /// `identity.error_body` sets it for every route, a route's `error_body` for that route:
-/// - `oauth` (the default): `{"error": "<code>", "error_description": "<description>"}` (RFC 6750);
+/// - `oauth` (the default): `{"error":"<code>","error_description":"<description>"}` (RFC 6750);
 /// - `detail`: `{"detail": "<description>"}` (FastAPI's `HTTPException`);
 /// - `message`: `{"message": "<description>"}` (Express and Next.js API routes);
 /// - or a JSON template in which `{error}`, `{description}` and `{status}` are replaced by
 ///   the refusal's code and description as JSON strings and its status as a number, e.g.
 ///   `'{"ok": false, "error": {"code": {error}, "message": {description}}}'`.
+///
+/// The template is split into literal text and placeholders once, at start; a refusal
+/// only concatenates.
 public struct ErrorBodyTemplate: Sendable, Equatable {
-    enum Shape: Sendable, Equatable {
-        case oauth
-        case template(String)
+    enum Part: Sendable, Equatable {
+        case text(String)
+        case error, description, status
     }
-    let shape: Shape
+    let parts: [Part]
 
-    public static let oauth = ErrorBodyTemplate(shape: .oauth)
+    public static let oauth = ErrorBodyTemplate(#"{"error":{error},"error_description":{description}}"#)
+
+    private init(_ template: String) {
+        var parts: [Part] = []
+        var rest = Substring(template)
+        while let open = rest.firstIndex(of: "{") {
+            let placeholders: [(String, Part)] = [("{error}", .error), ("{description}", .description), ("{status}", .status)]
+            guard let (token, part) = placeholders.first(where: { rest[open...].hasPrefix($0.0) }) else {
+                parts.append(.text(String(rest[...open])))
+                rest = rest[rest.index(after: open)...]
+                continue
+            }
+            if open > rest.startIndex { parts.append(.text(String(rest[..<open]))) }
+            parts.append(part)
+            rest = rest[rest.index(open, offsetBy: token.count)...]
+        }
+        if !rest.isEmpty { parts.append(.text(String(rest))) }
+        self.parts = parts
+    }
 
     /// Why a configured value is neither a preset nor a usable template.
     public struct Invalid: Error, Sendable { public let reason: String }
@@ -27,14 +48,14 @@ public struct ErrorBodyTemplate: Sendable, Equatable {
     public static func parse(_ text: String) -> Result<ErrorBodyTemplate, Invalid> {
         switch text {
         case "oauth": return .success(.oauth)
-        case "detail": return .success(ErrorBodyTemplate(shape: .template(#"{"detail": {description}}"#)))
-        case "message": return .success(ErrorBodyTemplate(shape: .template(#"{"message": {description}}"#)))
+        case "detail": return .success(ErrorBodyTemplate(#"{"detail": {description}}"#))
+        case "message": return .success(ErrorBodyTemplate(#"{"message": {description}}"#))
         default: break
         }
-        guard text.contains("{error}") || text.contains("{description}") else {
+        let template = ErrorBodyTemplate(text)
+        guard template.parts.contains(.error) || template.parts.contains(.description) else {
             return .failure(Invalid(reason: "expected oauth, detail, message or a JSON template with {error} and/or {description}"))
         }
-        let template = ErrorBodyTemplate(shape: .template(text))
         let sample = template.render(status: 401, code: "invalid_token", description: "Token \"expired\"")
         guard let object = try? JSONSerialization.jsonObject(with: Data(sample.utf8)), object is [String: Any] else {
             return .failure(Invalid(reason: "the template is not a JSON object once {error}, {description} and {status} are filled in"))
@@ -44,13 +65,15 @@ public struct ErrorBodyTemplate: Sendable, Equatable {
 
     /// The body for one refusal (ends with a newline, as every gateway answer does).
     func render(status: Int, code: String, description: String) -> String {
-        switch shape {
-        case .oauth:
-            return "{\"error\":\(JSONText.quoted(code)),\"error_description\":\(JSONText.quoted(description))}\n"
-        case .template(let text):
-            return text.replacingOccurrences(of: "{error}", with: JSONText.quoted(code))
-                .replacingOccurrences(of: "{description}", with: JSONText.quoted(description))
-                .replacingOccurrences(of: "{status}", with: String(status)) + "\n"
+        var body = ""
+        for part in parts {
+            switch part {
+            case .text(let text): body += text
+            case .error: body += JSONText.quoted(code)
+            case .description: body += JSONText.quoted(description)
+            case .status: body += String(status)
+            }
         }
+        return body + "\n"
     }
 }

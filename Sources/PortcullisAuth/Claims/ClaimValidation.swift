@@ -19,13 +19,13 @@ struct ClaimValidation {
     @inline(__always)
     func member(_ name: ClaimIndex.Name) -> Int? { index[name] }
 
-    func member(_ bytes: [UInt8], indexed: ClaimIndex.Name?, path: [[UInt8]] = []) -> Int? {
-        if let indexed { return index[indexed] }
-        if let direct = document.member(claims, bytes) { return direct }
-        guard !path.isEmpty else { return nil }
+    func member(_ claim: ProviderPolicy.ClaimPath) -> Int? {
+        if let indexed = claim.indexed { return index[indexed] }
+        if let direct = document.member(claims, claim.bytes) { return direct }
+        guard !claim.path.isEmpty else { return nil }
         // A dotted path into nested objects (`firebase.sign_in_provider`).
         var current = claims
-        for segment in path {
+        for segment in claim.path {
             guard let next = document.member(current, segment) else { return nil }
             current = next
         }
@@ -110,7 +110,7 @@ struct ClaimValidation {
     func subject() -> Result<String, AuthFailure.Reason> {
         if let claim = policy.userIdClaim {
             // `user_id_claim`: a string, or an integer as its decimal text (`"userId": 42`).
-            guard let index = member(claim.bytes, indexed: claim.indexed, path: claim.path) else { return .failure(.subjectInvalid) }
+            guard let index = member(claim) else { return .failure(.subjectInvalid) }
             let value: String?
             switch document[index].kind {
             case .string: value = document.string(index)
@@ -136,8 +136,7 @@ struct ClaimValidation {
             }
         }
         for required in policy.requiredClaims {
-            guard let index = member(required.nameBytes, indexed: required.indexed, path: required.path),
-                  document[index].kind != .null else {
+            guard let index = member(required.claim), document[index].kind != .null else {
                 return .requiredClaimMismatch
             }
             switch required.requirement {
@@ -193,7 +192,7 @@ struct ClaimValidation {
         var result = [IdentityClaim]()
         var lists = [String: [String]]()
         for claim in policy.forwardedClaims {
-            guard let index = member(claim.bytes, indexed: claim.indexed, path: claim.path) else { continue }
+            guard let index = member(claim) else { continue }
             switch document[index].kind {
             case .string:
                 guard let value = document.string(index) else { continue }

@@ -4,20 +4,9 @@
 /// claim checks costs one retain rather than one per array member.
 final class ProviderPolicy: Sendable {
     struct RequiredClaim: Sendable {
-        let name: String
-        let nameBytes: [UInt8]
+        let claim: ClaimPath
         let requirement: ClaimRequirement
         let valueBytes: [[UInt8]]
-        let indexed: ClaimIndex.Name?
-        /// The name split on '.' when it has more than one part (see `ClaimPath`).
-        let path: [[UInt8]]
-    }
-
-    struct ForwardedClaim: Sendable {
-        let name: String
-        let bytes: [UInt8]
-        let indexed: ClaimIndex.Name?
-        let path: [[UInt8]]
     }
 
     /// A claim named by the configuration: a top-level member, or a dotted path into
@@ -37,7 +26,7 @@ final class ProviderPolicy: Sendable {
         }
 
         /// The dotted parts when there are at least two non-empty ones, else none.
-        static func segments(_ name: String) -> [[UInt8]] {
+        private static func segments(_ name: String) -> [[UInt8]] {
             let parts = name.split(separator: ".", omittingEmptySubsequences: false)
             guard parts.count > 1, parts.allSatisfy({ !$0.isEmpty }) else { return [] }
             return parts.map { Array($0.utf8) }
@@ -71,7 +60,7 @@ final class ProviderPolicy: Sendable {
     let acceptedTypes: [[UInt8]]
     /// Apple sends booleans as `true` or `"true"`.
     let lenientBooleans: Bool
-    let forwardedClaims: [ForwardedClaim]
+    let forwardedClaims: [ClaimPath]
     /// `user_id_claim`: where the user id is read (nil: `sub`).
     let userIdClaim: ClaimPath?
 
@@ -180,17 +169,12 @@ final class ProviderPolicy: Sendable {
             case .oneOf(let list): values = list
             case .equalsBool, .present: values = []
             }
-            return RequiredClaim(name: name, nameBytes: Array(name.utf8), requirement: requirement,
-                                 valueBytes: values.map { Array($0.utf8) },
-                                 indexed: ClaimIndex.name(for: Array(name.utf8)), path: ClaimPath.segments(name))
+            return RequiredClaim(claim: ClaimPath(name), requirement: requirement, valueBytes: values.map { Array($0.utf8) })
         }
         self.acceptedTypes = (configuration.acceptedTypes ?? ["JWT"]).map { Array($0.lowercased().utf8) }
         self.lenientBooleans = lenientBooleans
         var forwardedNames = Set<String>()
-        self.forwardedClaims = configuration.forwardedClaims.filter { forwardedNames.insert($0).inserted }.map {
-            ForwardedClaim(name: $0, bytes: Array($0.utf8), indexed: ClaimIndex.name(for: Array($0.utf8)),
-                           path: ClaimPath.segments($0))
-        }
+        self.forwardedClaims = configuration.forwardedClaims.filter { forwardedNames.insert($0).inserted }.map(ClaimPath.init)
         if let claim = configuration.userIdClaim {
             guard !claim.isEmpty, !claim.hasPrefix("."), !claim.hasSuffix("."), !claim.contains("..") else {
                 throw .invalidSetting(provider: name, setting: "user_id_claim", reason: "'\(claim)' is not a claim name or dotted path")

@@ -5,6 +5,9 @@ import PortcullisIO
 public enum RequestProtocol: Sendable, CaseIterable {
     case http10, http11, h2, h2c
 
+    /// An HTTP/1.x request's protocol, by its version.
+    init(http1 version: HTTPVersion) { self = version == .http10 ? .http10 : .http11 }
+
     /// Index in per-protocol counters.
     var slot: Int {
         switch self {
@@ -82,7 +85,7 @@ public struct RequestView {
         self.init(bytes: bytes, method: head.method, methodRange: head.methodRange, target: head.target,
                   authority: head.absoluteAuthority ?? head.host, fields: head.fields,
                   framing: head.framing, upgrade: head.upgrade,
-                  transport: head.version == .http10 ? .http10 : .http11,
+                  transport: RequestProtocol(http1: head.version),
                   path: path, query: query, peer: peer, loop: loop)
     }
 

@@ -282,7 +282,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
 
     private func beginRequest(_ headBytes: UnsafeRawBufferPointer) {
         exchange.begin(method: head.method, methodBytes: UnsafeRawBufferPointer(rebasing: headBytes[head.methodRange]),
-                       transport: head.version == .http10 ? .http10 : .http11)
+                       transport: RequestProtocol(http1: head.version))
         isHTTP10 = head.version == .http10
         keepAlive = head.keepAlive && !context.draining
         phase = .deciding
@@ -422,19 +422,11 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         out.append("\r\n")
         for field in response.fields {
             let name = field.name
-            switch name.count {
-            case 10 where HTTPBytes.equalsCaseInsensitive(bytes, name, "connection"),
-                 10 where HTTPBytes.equalsCaseInsensitive(bytes, name, "keep-alive"),
-                 16 where HTTPBytes.equalsCaseInsensitive(bytes, name, "proxy-connection"),
-                 7 where HTTPBytes.equalsCaseInsensitive(bytes, name, "trailer"),
-                 2 where HTTPBytes.equalsCaseInsensitive(bytes, name, "te"):
-                continue
-            case 7 where HTTPBytes.equalsCaseInsensitive(bytes, name, "upgrade"):
-                if response.status != 101 { continue }
-            case 17 where HTTPBytes.equalsCaseInsensitive(bytes, name, "transfer-encoding"):
-                if decodeChunked { continue }
-            default:
-                break
+            switch HeaderPolicy.responseField(bytes, name) {
+            case .hopByHop: continue
+            case .upgrade: if response.status != 101 { continue }
+            case .transferEncoding: if decodeChunked { continue }
+            case .endToEnd: break
             }
             out.append(UnsafeRawBufferPointer(rebasing: bytes[name]))
             out.append(": ")

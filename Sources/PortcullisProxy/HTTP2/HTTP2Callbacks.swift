@@ -23,14 +23,13 @@ enum HTTP2Callbacks {
     static let temporalFailure = NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue
 
     static func install(_ callbacks: OpaquePointer) {
-        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks) { session, frame, user in
+        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks) { _, frame, user in
             guard let frame else { return 0 }
             let hd = frame.pointee.hd
             if hd.type == HTTP2Callbacks.headers && frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST,
                HTTP2Callbacks.connection(user).beginStream(hd.stream_id) == nil {
                 // After our GOAWAY: refused, so the client may retry it elsewhere (RFC 9113 §8.7).
-                _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), hd.stream_id,
-                                              NGHTTP2_REFUSED_STREAM.rawValue)
+                HTTP2Callbacks.connection(user).resetStream(hd.stream_id, NGHTTP2_REFUSED_STREAM.rawValue)
                 return HTTP2Callbacks.temporalFailure
             }
             return 0
@@ -112,8 +111,8 @@ enum HTTP2Callbacks {
             return 0
         }
 
-        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks) { _, streamId, errorCode, user in
-            HTTP2Callbacks.connection(user).streamClosed(streamId, errorCode: errorCode)
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks) { _, streamId, _, user in
+            HTTP2Callbacks.connection(user).streamClosed(streamId)
             return 0
         }
     }

@@ -38,6 +38,8 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     private var streams: [Int32: HTTP2Stream] = [:]
     /// Finished streams kept for reuse (their buffers and exchange), a few per connection.
     private var spareStreams: [HTTP2Stream] = []
+    /// Spares kept while streams are open: as many as may be open at once, at most 64.
+    private let maxSpares: Int
     private var outbound = ByteBuffer()
     private(set) var isClosed = false
     /// GOAWAY was queued: no new streams; the connection closes when the last one ends.
@@ -46,8 +48,6 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     private var terminating = false
     private var reportedAbuse = false
     private var flood: HTTP2FloodGuard
-    /// An upstream read pass is in progress (see `cork()`): output leaves at its end.
-    private var corked = false
     private var inReceive = false
     /// Inside `nghttp2_session_mem_send` (its callbacks must not send).
     private var inSend = false
@@ -66,6 +66,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         self.peer = peer
         self.settings = settings
         self.transport = transport
+        self.maxSpares = min(settings.maxConcurrentStreams, 64)
         self.flood = HTTP2FloodGuard(now: context.loop.lastNow)
         self.lastActivity = context.loop.lastNow
     }
@@ -135,22 +136,19 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     // MARK: Reading
 
     private func readable() {
-        while !isClosed && !socket.isReadingPaused && !terminating {
-            let result = socket.read(into: loop.readScratch)
-            switch result {
+        reading: while !isClosed && !socket.isReadingPaused && !terminating {
+            switch socket.read(into: loop.readScratch) {
             case .bytes(let n):
                 _ = loop.now()
                 receive(UnsafeRawBufferPointer(rebasing: loop.readScratch[0..<n]))
                 if isClosed { return }
-                if n < loop.readScratch.count / 2 { break }  // very likely drained
-                continue
+                if n < loop.readScratch.count / 2 { break reading }  // very likely drained
             case .wouldBlock:
-                break
+                break reading
             case .endOfFile, .failed:
                 close()
                 return
             }
-            break
         }
         outputQueued()
     }
@@ -181,19 +179,11 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
 
     // MARK: Writing
 
-    /// Output leaves at the end of the current upstream read pass (see `ExchangeResponder.corkOutput`).
-    func cork() { corked = true }
-    func uncork() {
-        guard corked else { return }
-        corked = false
-        outputQueued()
-    }
-
     /// Something was queued with nghttp2: it leaves at the end of the poller's pass, with
     /// whatever else the pass produces for this client (every stream's upstream response
     /// that arrived in it: one write instead of one per response); outside a pass, now.
     func outputQueued() {
-        if corked || inReceive || inSend || flushAtPassEnd { return }
+        if inReceive || inSend || flushAtPassEnd { return }
         if loop.inPass {
             flushAtPassEnd = true
             loop.atPassEnd(self)
@@ -290,20 +280,24 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     /// unowned(unsafe): `streams` holds it while `cachedId` names it.
     private unowned(unsafe) var cachedStream: HTTP2Stream?
 
-    static func maxSpares(_ settings: HTTP2Settings) -> Int { min(settings.maxConcurrentStreams, 64) }
-
-    func streamClosed(_ id: Int32, errorCode: UInt32) {
+    func streamClosed(_ id: Int32) {
         if id == cachedId { cachedId = -1 }
         guard let stream = streams.removeValue(forKey: id) else { return }
-        stream.closed(errorCode: errorCode)
+        stream.closed()
         // Spares make a stream allocation-free once the connection has seen as many at
         // once; an idle connection keeps a few (a sequential client needs one).
-        if spareStreams.count < Self.maxSpares(settings) { spareStreams.append(stream) }
+        if spareStreams.count < maxSpares { spareStreams.append(stream) }
         if streams.isEmpty {
             if spareStreams.count > 4 { spareStreams.removeLast(spareStreams.count - 4) }
             lastActivity = loop.lastNow
             updateDeadline()
         }
+    }
+
+    /// Queues RST_STREAM for `id` with `code`.
+    func resetStream(_ id: Int32, _ code: UInt32) {
+        guard let session else { return }
+        _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, code)
     }
 
     /// A budgeted event happened; false when its budget is overspent (the connection ends).
@@ -425,7 +419,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         cachedId = -1
         let open = Array(streams.values)
         streams.removeAll()
-        for stream in open { stream.closed(errorCode: NGHTTP2_CANCEL.rawValue) }
+        for stream in open { stream.closed() }
         spareStreams.removeAll()
         ownDeadline = 0
         loop.unwatchDeadline(self)

@@ -38,6 +38,8 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     private var endStreamReceived = false
     private var bodyFlowing = false
     private var bodyEndSignalled = false
+    /// Request body bytes received so far (against `max_body_bytes`, whatever the framing).
+    private var bodyReceived = 0
     private var inBody = ByteBuffer()
 
     // The response.
@@ -79,6 +81,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         endStreamReceived = false
         bodyFlowing = false
         bodyEndSignalled = false
+        bodyReceived = 0
         inBody.clear()
         responseSubmitted = false
         responseEnded = false
@@ -158,8 +161,8 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         }
         let bytes = head.readable
         guard let method, let path else {
-            // nghttp2 requires both for every method but CONNECT (refused below).
-            beginUnparsed()
+            // nghttp2 requires both for every method but CONNECT (refused below); the
+            // exchange opens itself for an answer to what never became a request.
             exchange.reject(.error(headersTooLarge ? 431 : 400,
                                    headersTooLarge ? "request header fields too large" : "request without :method or :path"))
             return
@@ -208,12 +211,6 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
 
     private static let cookieName: StaticString = "cookie"
 
-    private func beginUnparsed() {
-        exchange.begin(method: .get, methodBytes: UnsafeRawBufferPointer(start: Self.dash.utf8Start, count: 1),
-                       transport: connection.transport)
-    }
-    private static let dash: StaticString = "-"
-
     // MARK: The request body
 
     func receiveBody(_ bytes: UnsafeRawBufferPointer) {
@@ -222,7 +219,6 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
             consume(bytes.count)  // nobody wants it: the window reopens at once
             return
         }
-        // Counted against the limit whatever the framing (a chunked-upstream body too).
         bodyReceived += bytes.count
         if bodyReceived > connection.context.configuration.limits.maxBodyBytes {
             consume(bytes.count)
@@ -236,11 +232,9 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
             inBody.append(bytes)  // bounded by the stream's window: not acknowledged yet
         }
     }
-    private var bodyReceived = 0
 
     /// END_STREAM arrived (on DATA, on HEADERS, or on trailers).
     func requestEnded() {
-        guard !endStreamReceived || !bodyEndSignalled else { return }
         endStreamReceived = true
         if bodyFlowing { deliverBody() }
     }
@@ -293,28 +287,18 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
             || response.framing == .none || response.framing == .contentLength(0)
         var builder = HTTP2HeaderBlock(connection: connection)
         builder.status(response.status)
-        for field in response.fields {
-            let name = field.name
-            switch name.count {
-            case 2 where HTTPBytes.equalsCaseInsensitive(bytes, name, "te"),
-                 7 where HTTPBytes.equalsCaseInsensitive(bytes, name, "upgrade"),
-                 7 where HTTPBytes.equalsCaseInsensitive(bytes, name, "trailer"),
-                 10 where HTTPBytes.equalsCaseInsensitive(bytes, name, "connection"),
-                 10 where HTTPBytes.equalsCaseInsensitive(bytes, name, "keep-alive"),
-                 16 where HTTPBytes.equalsCaseInsensitive(bytes, name, "proxy-connection"),
-                 17 where HTTPBytes.equalsCaseInsensitive(bytes, name, "transfer-encoding"):
-                continue  // connection-specific: not in HTTP/2 (RFC 9113 §8.2.2)
-            default:
-                builder.field(lowercasing: UnsafeRawBufferPointer(rebasing: bytes[name]),
-                              UnsafeRawBufferPointer(rebasing: bytes[field.value]))
-            }
+        // Connection-specific fields have no place in HTTP/2 (RFC 9113 §8.2.2).
+        for field in response.fields where HeaderPolicy.responseField(bytes, field.name) == .endToEnd {
+            builder.field(lowercasing: UnsafeRawBufferPointer(rebasing: bytes[field.name]),
+                          UnsafeRawBufferPointer(rebasing: bytes[field.value]))
         }
         submit(builder, hasBody: !bodyless)
         if bodyless { responseEnded = true }
     }
 
     func sendResponseBody(_ bytes: UnsafeRawBufferPointer) {
-        guard responseSubmitted, !responseEnded || !bytes.isEmpty else { return }
+        // A response that ended on its HEADERS (HEAD, 204, 304) takes no body.
+        guard responseSubmitted, !responseEnded, !bytes.isEmpty else { return }
         if outBody.isEmpty { lastSentAt = loop.lastNow }
         outBody.append(bytes)
         resumeData()
@@ -354,7 +338,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
             }
             return nghttp2_submit_response(session, id, nva, count, nil)
         }
-        if rv != 0 { _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_INTERNAL_ERROR.rawValue) }
+        if rv != 0 { connection.resetStream(id, NGHTTP2_INTERNAL_ERROR.rawValue) }
         connection.outputQueued()
     }
 
@@ -397,8 +381,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     /// The response's last frame left: a request body still coming is not wanted
     /// (RFC 9113 §8.1: RST_STREAM NO_ERROR after a complete response).
     func responseSent() {
-        guard !endStreamReceived, let session else { return }
-        _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_NO_ERROR.rawValue)
+        if !endStreamReceived { connection.resetStream(id, NGHTTP2_NO_ERROR.rawValue) }
     }
 
     func abortExchange() { reset(NGHTTP2_INTERNAL_ERROR.rawValue) }
@@ -407,14 +390,16 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
 
     private func reset(_ code: UInt32) {
         outBody.clear()
-        if let session { _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, code) }
+        connection.resetStream(id, code)
         connection.outputQueued()
     }
 
     var decodesChunkedResponses: Bool { true }
     var isBackedUp: Bool { outBody.readableBytes >= Self.highWater }
-    func corkOutput() { connection.cork() }
-    func uncorkOutput() { connection.uncork() }
+    // Output already leaves once per loop pass (`HTTP2ServerConnection.outputQueued`),
+    // which covers an upstream read pass: nothing to gather here.
+    func corkOutput() {}
+    func uncorkOutput() {}
 
     // MARK: Deadlines (checked by the connection, which the loop's ticker visits)
 
@@ -452,7 +437,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     }
 
     /// nghttp2 closed the stream (both sides done, or a reset either way).
-    func closed(errorCode: UInt32) {
+    func closed() {
         if exchange.isActive { exchange.cancel() }
         id = 0
         head.clear()
@@ -463,7 +448,6 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         outBody.releaseIfEmpty()
         cookies.clear()
         cookies.releaseIfEmpty()
-        bodyReceived = 0
     }
 }
 

@@ -129,16 +129,16 @@ public final class ProxyServer: @unchecked Sendable {
         let metrics = self.metrics
         let routeLabels = metrics?.routeLabels ?? []
         let upstreams = configuration.upstreams
-        @Sendable func visit(_ index: Int, _ requests: [Int], _ usage: [UpstreamPoolUsage], _ protocols: [Int], _ abuse: [Int]) {
+        @Sendable func visit(_ index: Int, _ totals: ProxyMetrics.Totals, _ usage: [UpstreamPoolUsage]) {
             guard index < loops.count else {
                 var snapshot = ProxySnapshot(pools: usage)
-                for (slot, name) in RequestProtocol.allCases.enumerated() where slot < protocols.count {
-                    snapshot.protocols.append(("\(name.name)", protocols[slot]))
+                for (slot, name) in RequestProtocol.allCases.enumerated() where slot < totals.protocols.count {
+                    snapshot.protocols.append(("\(name.name)", totals.protocols[slot]))
                 }
-                for kind in HTTP2Abuse.allCases where kind.rawValue < abuse.count {
-                    snapshot.http2Abuse.append((kind.name, abuse[kind.rawValue]))
+                for kind in HTTP2Abuse.allCases where kind.rawValue < totals.http2Abuse.count {
+                    snapshot.http2Abuse.append((kind.name, totals.http2Abuse[kind.rawValue]))
                 }
-                for (slot, count) in requests.enumerated() where count != 0 {
+                for (slot, count) in totals.requests.enumerated() where count != 0 {
                     let route = slot / ProxyMetrics.statusSlots
                     snapshot.requests.append((route == 0 ? nil : routeLabels[route - 1],
                                               slot % ProxyMetrics.statusSlots + 100, count))
@@ -147,21 +147,8 @@ public final class ProxyServer: @unchecked Sendable {
                 return
             }
             loops[index].execute {
-                var requests = requests
-                var protocols = protocols
-                var abuse = abuse
-                if let loop = metrics?.loops[index] {
-                    let counts = loop.requests
-                    if requests.isEmpty { requests = counts } else {
-                        for i in counts.indices { requests[i] &+= counts[i] }
-                    }
-                    if protocols.isEmpty { protocols = loop.protocols } else {
-                        for i in loop.protocols.indices { protocols[i] &+= loop.protocols[i] }
-                    }
-                    if abuse.isEmpty { abuse = loop.http2Abuse } else {
-                        for i in loop.http2Abuse.indices { abuse[i] &+= loop.http2Abuse[i] }
-                    }
-                }
+                var totals = totals
+                if let counts = metrics?.loops[index] { totals.add(counts) }
                 var usage = usage
                 for pool in pools[index] {
                     usage[pool.index].open += pool.openCount
@@ -170,10 +157,10 @@ public final class ProxyServer: @unchecked Sendable {
                     usage[pool.index].maxConnections = pool.configuration.maxConnections  // a total, not per loop
                     usage[pool.index].exhausted += pool.exhaustedCount
                 }
-                visit(index + 1, requests, usage, protocols, abuse)
+                visit(index + 1, totals, usage)
             }
         }
-        visit(0, [], upstreams.map { UpstreamPoolUsage(upstream: $0.name) }, [], [])
+        visit(0, ProxyMetrics.Totals(), upstreams.map { UpstreamPoolUsage(upstream: $0.name) })
     }
 
     /// Stops accepting, waits for in-flight requests (up to `gracePeriod` seconds),

@@ -27,6 +27,25 @@ public final class ProxyMetrics: Sendable {
         init(routeSlots: Int) { requests = [Int](repeating: 0, count: routeSlots * ProxyMetrics.statusSlots) }
     }
 
+    /// Every loop's counts added up (read on each loop in turn at scrape time).
+    struct Totals: Sendable {
+        var requests: [Int] = []
+        var protocols: [Int] = []
+        var http2Abuse: [Int] = []
+
+        /// Adds one loop's counts. On that loop's queue.
+        mutating func add(_ loop: LoopCounts) {
+            Self.add(loop.requests, into: &requests)
+            Self.add(loop.protocols, into: &protocols)
+            Self.add(loop.http2Abuse, into: &http2Abuse)
+        }
+
+        private static func add(_ counts: [Int], into total: inout [Int]) {
+            if total.isEmpty { total = counts; return }
+            for i in counts.indices { total[i] &+= counts[i] }
+        }
+    }
+
     let loops: [LoopCounts]
     /// Time to the response head, per upstream (configuration order).
     let upstreamLatency: [CoreMetrics.Timer]

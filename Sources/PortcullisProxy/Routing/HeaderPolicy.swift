@@ -36,6 +36,34 @@ public struct HeaderPolicy: Sendable {
         claimHeaders = configuration.claimHeaders
     }
 
+    /// What an upstream response field is to the client connection (RFC 9110 §7.6.1,
+    /// RFC 9113 §8.2.2). HTTP/1.1 keeps `Upgrade` on a 101 and `Transfer-Encoding` when it
+    /// relays a chunked body as is; HTTP/2 drops every one but `endToEnd`.
+    enum ResponseField {
+        case endToEnd
+        /// Connection, Keep-Alive, Proxy-Connection, Trailer, TE.
+        case hopByHop
+        case upgrade
+        case transferEncoding
+    }
+
+    static func responseField(_ bytes: UnsafeRawBufferPointer, _ name: Range<Int>) -> ResponseField {
+        switch name.count {
+        case 2 where HTTPBytes.equalsCaseInsensitive(bytes, name, "te"),
+             7 where HTTPBytes.equalsCaseInsensitive(bytes, name, "trailer"),
+             10 where HTTPBytes.equalsCaseInsensitive(bytes, name, "connection"),
+             10 where HTTPBytes.equalsCaseInsensitive(bytes, name, "keep-alive"),
+             16 where HTTPBytes.equalsCaseInsensitive(bytes, name, "proxy-connection"):
+            return .hopByHop
+        case 7 where HTTPBytes.equalsCaseInsensitive(bytes, name, "upgrade"):
+            return .upgrade
+        case 17 where HTTPBytes.equalsCaseInsensitive(bytes, name, "transfer-encoding"):
+            return .transferEncoding
+        default:
+            return .endToEnd
+        }
+    }
+
     /// What to do with one client field.
     enum Disposition {
         case copy
