@@ -17,6 +17,8 @@ public enum AdminRevocation: Sendable, Equatable {
 /// What the admin listener can do beyond health checks; each part is optional.
 public struct AdminActions: Sendable {
     public var revoke: (@Sendable (AdminRevocation, @escaping @Sendable (Result<Void, AdminError>) -> Void) -> Void)?
+    /// Undoes the revocation a `DELETE /revocations` body names; true when one was enforced.
+    public var undo: (@Sendable (AdminRevocation, @escaping @Sendable (Result<Bool, AdminError>) -> Void) -> Void)?
     /// JSON array text of the revocations recorded for a subject.
     public var listRevocations: (@Sendable (String, @escaping @Sendable (Result<String, AdminError>) -> Void) -> Void)?
     /// JSON text for `GET /keys`.
@@ -43,6 +45,8 @@ public struct AdminError: Error, Sendable {
 ///
 /// - `POST /revocations` with `{"jti": "…", "exp": 1735689600}`, `{"session": "…"}` or
 ///   `{"subject": "…", "before": 1735689600}` (before defaults to now) → 201;
+/// - `DELETE /revocations` with the same bodies → 200 `{"status":"unrevoked","found":…}`: the
+///   revocation is undone on every instance (`exp`/`before` are not needed and not looked at);
 /// - `GET /revocations?subject=…` → the subject's recorded revocations;
 /// - `GET /keys` → per provider: kids, fetched at, expires at, last error;
 /// - `GET /metrics` → Prometheus text (also without a token when `admin.metrics_public: true`,
@@ -119,6 +123,20 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
                 }
             }
             return nil
+        case ("DELETE", "/revocations"):
+            guard let undo = actions.undo, let reply else { return .error(501, "revocation is not available") }
+            let revocation: AdminRevocation
+            switch Self.parseRevocation(body, forUndo: true) {
+            case .success(let value): revocation = value
+            case .failure(let error): return .error(400, error.message)
+            }
+            undo(revocation) { result in
+                switch result {
+                case .success(let found): reply.send(.json(200, "{\"status\":\"unrevoked\",\"found\":\(found)}\n"))
+                case .failure(let error): reply.send(.error(error.status, error.message))
+                }
+            }
+            return nil
         case ("GET", "/revocations"):
             guard let list = actions.listRevocations, let reply else { return .error(501, "revocation is not available") }
             guard let subject = Self.queryValue(request.query, "subject"), !subject.isEmpty else {
@@ -148,7 +166,8 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
 
     /// `{"jti": "…", "exp"?: N}`, `{"session": "…", "exp"?: N}` or
     /// `{"subject": "…", "before"?: N}`; exactly one kind, no unknown members.
-    static func parseRevocation(_ body: UnsafeRawBufferPointer) -> Result<AdminRevocation, AdminError> {
+    /// `forUndo`: the same shapes for `DELETE`, where `exp`/`until`/`before` may be given and are ignored.
+    static func parseRevocation(_ body: UnsafeRawBufferPointer, forUndo: Bool = false) -> Result<AdminRevocation, AdminError> {
         func bad(_ message: String) -> Result<AdminRevocation, AdminError> { .failure(AdminError(status: 400, message: message)) }
         guard !body.isEmpty else { return bad("a JSON body is required: {\"jti\":…}, {\"session\":…} or {\"subject\":…,\"before\":…}") }
         guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
@@ -179,17 +198,17 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
         }
         if let id = decoded.jti {
             guard valid(id) else { return bad("jti must be a non-empty string of at most 512 printable bytes") }
-            if decoded.before != nil { return bad("before applies to subject revocations only") }
+            if decoded.before != nil && !forUndo { return bad("before applies to subject revocations only") }
             return .success(.token(id: id, until: until))
         }
         if let id = decoded.session {
             guard valid(id) else { return bad("session must be a non-empty string of at most 512 printable bytes") }
-            if decoded.before != nil { return bad("before applies to subject revocations only") }
+            if decoded.before != nil && !forUndo { return bad("before applies to subject revocations only") }
             return .success(.session(id: id, until: until))
         }
         let subject = decoded.subject!
         guard valid(subject) else { return bad("subject must be a non-empty string of at most 512 printable bytes") }
-        if until != nil { return bad("exp/until apply to jti and session revocations") }
+        if until != nil && !forUndo { return bad("exp/until apply to jti and session revocations") }
         return .success(.subject(subject, before: decoded.before ?? Int64(Date().timeIntervalSince1970)))
     }
 

@@ -69,6 +69,7 @@ public enum Gateway {
         var actions = AdminActions()
         if let metrics { actions.metrics = { completion in metrics.render(completion: completion) } }
         actions.revoke = { request, completion in revocations.revoke(request, completion: completion) }
+        actions.undo = { request, completion in revocations.undo(request, completion: completion) }
         actions.listRevocations = { subject, completion in revocations.list(subject: subject, completion: completion) }
         actions.notReadyReason = {
             if case .unavailable = store.health, configuration.store.denyWhenUnavailable {

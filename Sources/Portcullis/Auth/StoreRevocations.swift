@@ -73,6 +73,24 @@ public final class StoreRevocations: RevocationChecking {
         }
     }
 
+    /// `DELETE /revocations`: the revocation the body names is undone on every instance
+    /// (for a subject: its "sign out everywhere" cutoff, whatever its `before`).
+    func undo(_ request: AdminRevocation, completion: @escaping @Sendable (Result<Bool, AdminError>) -> Void) {
+        let target: RevocationTarget
+        switch request {
+        case .token(let id, _): target = .token(id)
+        case .session(let id, _): target = .session(id)
+        case .subject(let subject, _): target = .subject(subject)
+        }
+        store.undo(target) { result in
+            switch result {
+            case .success(let found): completion(.success(found))
+            case .failure(.invalid(let why)): completion(.failure(AdminError(status: 400, message: why)))
+            case .failure(let error): completion(.failure(AdminError(status: 503, message: error.description)))
+            }
+        }
+    }
+
     func list(subject: String, completion: @escaping @Sendable (Result<String, AdminError>) -> Void) {
         store.revocations(subject: subject) { result in
             switch result {

@@ -88,6 +88,20 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
         }
     }
 
+    public func undo(_ target: RevocationTarget, completion: @escaping @Sendable (Result<Bool, StoreError>) -> Void) {
+        queue.async { [self] in
+            let found = table.remove(target)
+            replicas.remove(target)
+            if let journal {
+                // Written even when nothing was found: the file may hold what the table pruned.
+                do { try journal.append(undo: target) } catch {
+                    return completion(.failure(.unavailable("the undo is not persisted: \(error)")))
+                }
+            }
+            completion(.success(found))
+        }
+    }
+
     public func revocations(subject: String, completion: @escaping @Sendable (Result<[Revocation], StoreError>) -> Void) {
         queue.async { [self] in
             completion(.success(table.revocations(subject: subject, now: Int64(WallClock.nowSeconds()))))

@@ -16,7 +16,9 @@ import Glibc
 /// re-admit a credential.
 ///
 /// Line format: `{"kind":"token","id":"…","until":1767225600}`, `{"kind":"session",…}`,
-/// `{"kind":"subject","subject":"…","before":…,"until":…}`.
+/// `{"kind":"subject","subject":"…","before":…,"until":…}`; an undo is
+/// `{"kind":"undo","target":"token|session|subject","id":"…"}` and removes what the lines
+/// before it revoked for that id (the start-up rewrite then drops both).
 ///
 /// Threading: used only on the embedded store's queue.
 public final class RevocationJournal: @unchecked Sendable {
@@ -61,10 +63,14 @@ public final class RevocationJournal: @unchecked Sendable {
         }
         var result: [Revocation] = []
         for (number, line) in lines.enumerated() where !line.isEmpty {
-            guard let revocation = Self.decode(line) else {
+            switch Self.decode(line) {
+            case .revoke(let revocation)?:
+                if revocation.expiry(maxCredentialLifetime: maxCredentialLifetime) > now { result.append(revocation) }
+            case .undo(let target)?:
+                result.removeAll { $0.target == target }
+            case nil:
                 throw Failure(description: "\(path):\(number + 1): not a revocation line")
             }
-            if revocation.expiry(maxCredentialLifetime: maxCredentialLifetime) > now { result.append(revocation) }
         }
         return result
     }
@@ -93,6 +99,28 @@ public final class RevocationJournal: @unchecked Sendable {
         }
     }
 
+    /// Appends an undo and waits until it is on disk.
+    public func append(undo target: RevocationTarget) throws(Failure) {
+        guard Self.writeAll(fd, Self.encode(undo: target)), fdatasync(fd) == 0 else {
+            throw Failure(description: "\(path): cannot be written (\(String(cString: strerror(errno))))")
+        }
+    }
+
+    static func encode(undo target: RevocationTarget) -> String {
+        let (kind, id): (String, String)
+        switch target {
+        case .token(let t): (kind, id) = ("token", t)
+        case .session(let s): (kind, id) = ("session", s)
+        case .subject(let s): (kind, id) = ("subject", s)
+        }
+        return "{\"kind\":\"undo\",\"target\":\"\(kind)\",\"id\":\(JSONText.quoted(id))}\n"
+    }
+
+    enum Line: Equatable {
+        case revoke(Revocation)
+        case undo(RevocationTarget)
+    }
+
     static func encode(_ revocation: Revocation) -> String {
         switch revocation {
         case .token(let id, let until):
@@ -105,20 +133,28 @@ public final class RevocationJournal: @unchecked Sendable {
         }
     }
 
-    static func decode(_ line: Substring) -> Revocation? {
+    static func decode(_ line: Substring) -> Line? {
         guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
               let kind = object["kind"] as? String else { return nil }
         func int(_ key: String) -> Int64? { (object[key] as? NSNumber).map { $0.int64Value } }
         switch kind {
         case "token":
             guard let id = object["id"] as? String, let until = int("until") else { return nil }
-            return .token(id: id, until: until)
+            return .revoke(.token(id: id, until: until))
         case "session":
             guard let id = object["id"] as? String, let until = int("until") else { return nil }
-            return .session(id: id, until: until)
+            return .revoke(.session(id: id, until: until))
         case "subject":
             guard let subject = object["subject"] as? String, let before = int("before") else { return nil }
-            return .subject(subject, before: before, until: int("until"))
+            return .revoke(.subject(subject, before: before, until: int("until")))
+        case "undo":
+            guard let id = object["id"] as? String else { return nil }
+            switch object["target"] as? String {
+            case "token": return .undo(.token(id))
+            case "session": return .undo(.session(id))
+            case "subject": return .undo(.subject(id))
+            default: return nil
+            }
         default:
             return nil
         }

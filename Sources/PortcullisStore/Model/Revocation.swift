@@ -27,6 +27,25 @@ public enum Revocation: Sendable, Equatable {
     }
 }
 
+/// What an undo names: the entry of one `jti`, of one session, or a subject's
+/// "sign out everywhere" cutoff (whatever its `before`).
+public enum RevocationTarget: Sendable, Equatable {
+    case token(String)
+    case session(String)
+    case subject(String)
+}
+
+extension Revocation {
+    /// The entry this revocation writes (and an undo of it removes).
+    public var target: RevocationTarget {
+        switch self {
+        case .token(let id, _): return .token(id)
+        case .session(let id, _): return .session(id)
+        case .subject(let s, _, _): return .subject(s)
+        }
+    }
+}
+
 /// The answer of a revocation check on the hot path.
 public enum RevocationVerdict: Sendable, Equatable {
     case allowed

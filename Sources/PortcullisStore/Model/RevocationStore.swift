@@ -10,6 +10,10 @@ public protocol RevocationStore: AnyObject, Sendable {
     /// The view owned by loop `index`: read and updated only on that loop's queue, no locks on the read path.
     func view(loopIndex: Int) -> RevocationView
     func revoke(_ revocation: Revocation, completion: @escaping @Sendable (Result<Void, StoreError>) -> Void)
+    /// Undoes a revocation on every instance: the entry is gone from the views (and the
+    /// journal or Redis) when `completion` says `.success`; its value says whether there
+    /// was one. Not acknowledged (`.failure`) when it cannot be made durable everywhere.
+    func undo(_ target: RevocationTarget, completion: @escaping @Sendable (Result<Bool, StoreError>) -> Void)
     func revocations(subject: String, completion: @escaping @Sendable (Result<[Revocation], StoreError>) -> Void)
     var health: StoreHealth { get }
     /// Limits the store applies (e.g. how long an id without its own expiry is kept).

@@ -17,6 +17,7 @@
 ///     jti <until> <jti>
 ///     session <until> <session>
 ///     subject <before> <until> <subject>
+///     unrevoke jti|session|subject <id>       (the key was deleted: forget that entry)
 ///     resync                                  (re-read every key: after deletions, bulk imports)
 ///
 /// Gateways subscribe to the channel and apply messages at once (< 100 ms across
@@ -28,6 +29,23 @@
 public enum RedisRevocationSchema {
     public static let keyPrefix = "portcullis:revoked:"
     public static let channel = "portcullis:revocations"
+
+    public static func key(for target: RevocationTarget) -> String {
+        switch target {
+        case .token(let id): return keyPrefix + "jti:" + id
+        case .session(let id): return keyPrefix + "session:" + id
+        case .subject(let s): return keyPrefix + "subject:" + s
+        }
+    }
+
+    /// The pub/sub message announcing an undo (the key is already deleted).
+    public static func message(undo target: RevocationTarget) -> String {
+        switch target {
+        case .token(let id): return "unrevoke jti \(id)"
+        case .session(let id): return "unrevoke session \(id)"
+        case .subject(let s): return "unrevoke subject \(s)"
+        }
+    }
 
     public static func key(for revocation: Revocation) -> String {
         switch revocation {
@@ -48,6 +66,7 @@ public enum RedisRevocationSchema {
 
     enum Announcement: Equatable {
         case revocation(Revocation)
+        case undo(RevocationTarget)
         case resync
     }
 
@@ -57,6 +76,15 @@ public enum RedisRevocationSchema {
         guard parts.count == 2 else { return nil }
         let rest = parts[1]
         switch parts[0] {
+        case "unrevoke":
+            let f = rest.split(separator: " ", maxSplits: 1)
+            guard f.count == 2, !f[1].isEmpty else { return nil }
+            switch f[0] {
+            case "jti": return .undo(.token(String(f[1])))
+            case "session": return .undo(.session(String(f[1])))
+            case "subject": return .undo(.subject(String(f[1])))
+            default: return nil
+            }
         case "jti", "session":
             let f = rest.split(separator: " ", maxSplits: 1)
             guard f.count == 2, let until = Int64(f[0]) else { return nil }

@@ -45,7 +45,12 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     /// batch grows it in place instead of copying it.
     private var resyncSnapshot = RevocationTable()
     /// Announcements received while a resync was scanning; re-applied over its snapshot.
-    private var deltasDuringResync: [Revocation] = []
+    private var deltasDuringResync: [Delta] = []
+    /// A change announced while a resync scans, re-applied in order over its snapshot.
+    private enum Delta {
+        case revoke(Revocation)
+        case undo(RevocationTarget)
+    }
     /// Revocations accepted while Redis was unreachable, written when it returns.
     private var pendingWrites: [Revocation] = []
     private var timers: [DispatchSourceTimer] = []
@@ -181,6 +186,48 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         }
     }
 
+    /// Deletes the key and announces the undo (`unrevoke …`); every instance removes the
+    /// entry at once. Acknowledged only when Redis took the `DEL` (with Sentinel, when a
+    /// replica took it too, as for revocations): an undo that cannot be made durable is
+    /// refused, so a later resync never brings the revocation back unannounced. A queued
+    /// rewrite of the same revocation (made during an outage) is dropped.
+    public func undo(_ target: RevocationTarget, completion: @escaping @Sendable (Result<Bool, StoreError>) -> Void) {
+        ioLoop.execute { [self] in
+            let key = RedisRevocationSchema.key(for: target)
+            var commands: [[String]] = [["DEL", key], ["PUBLISH", RedisRevocationSchema.channel, RedisRevocationSchema.message(undo: target)]]
+            let confirm = confirmReplication
+            if confirm { commands += [["WAIT", "1", "\(Self.replicationWaitMilliseconds)"], ["ROLE"]] }
+            client.pipeline(commands, timeout: confirm ? Double(Self.replicationWaitMilliseconds) / 1000 + 2 : nil) { [self] results in
+                let deleted: Int64
+                switch results[0] {
+                case .failure(let error): return completion(.failure(.unavailable("\(error); the revocation stays")))
+                case .success(let reply): deleted = reply.integer ?? 0
+                }
+                let found = removeLocally(target) || deleted > 0
+                if confirm {
+                    let replicated = (try? results[2].get())?.integer ?? 0
+                    let role = (try? results[3].get())?.array
+                    let isMaster = role?.first?.string == "master"
+                    let replicas = role.flatMap { $0.count > 2 ? $0[2].array?.count : nil } ?? 0
+                    guard replicated >= 1 || (isMaster && replicas == 0) else {
+                        return completion(.failure(.unavailable("no replica confirmed the undo (a failover may be under way); try again")))
+                    }
+                }
+                completion(.success(found))
+            }
+        }
+    }
+
+    /// Removes an undone entry here (a local undo, or an announcement); true when it was enforced.
+    @discardableResult
+    private func removeLocally(_ target: RevocationTarget) -> Bool {
+        let found = table.remove(target)
+        replicas.remove(target)
+        pendingWrites.removeAll { $0.target == target }
+        if resyncInProgress { deltasDuringResync.append(.undo(target)) }
+        return found
+    }
+
     public func revocations(subject: String, completion: @escaping @Sendable (Result<[Revocation], StoreError>) -> Void) {
         ioLoop.execute { [self] in
             if case .unavailable = health, everSynchronizedOnLoop {
@@ -200,6 +247,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         }
         switch RedisRevocationSchema.parse(message: message.text) {
         case .revocation(let r)?: applyLocally(r)
+        case .undo(let target)?: removeLocally(target)
         case .resync?: resync()
         case nil: break  // not ours; ignored
         }
@@ -226,7 +274,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     private func applyLocally(_ r: Revocation) {
         table.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
         replicas.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
-        if resyncInProgress { deltasDuringResync.append(r) }
+        if resyncInProgress { deltasDuringResync.append(.revoke(r)) }
     }
 
     // MARK: Synchronization
@@ -314,7 +362,12 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         if next != "0" { return scan(cursor: next, generation: generation) }
         var snapshot = resyncSnapshot
         resyncSnapshot = RevocationTable()
-        for r in deltasDuringResync { snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) }
+        for delta in deltasDuringResync {
+            switch delta {
+            case .revoke(let r): snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
+            case .undo(let target): snapshot.remove(target)
+            }
+        }
         // Not in Redis yet, but already enforced here: keep enforcing them.
         for r in pendingWrites { snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) }
         deltasDuringResync = []

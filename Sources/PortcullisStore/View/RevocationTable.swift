@@ -88,6 +88,24 @@ struct RevocationTable: Sendable {
         storage.upsert(id, kind: kind, until: until, before: before)
     }
 
+    /// Removes the entry `target` names (an undo); false when there was none. Rebuilds
+    /// the storage (off the request path: undos are rare admin actions).
+    @discardableResult
+    mutating func remove(_ target: RevocationTarget) -> Bool {
+        let (id, kind) = Self.key(target)
+        guard storage.find(id, kind: kind) != nil else { return false }
+        storage = storage.copy(minimumCapacity: 0, keeping: { !($0.kind == kind && Storage.sameBytes($0.id, id)) })
+        return true
+    }
+
+    private static func key(_ target: RevocationTarget) -> (id: String, kind: Kind) {
+        switch target {
+        case .token(let t): return (t, .token)
+        case .session(let s): return (s, .session)
+        case .subject(let s): return (s, .subject)
+        }
+    }
+
     /// Drops entries whose `until` has passed.
     mutating func prune(now: Int64) {
         guard storage.containsEntry(where: { $0.until <= now }) else { return }

@@ -31,6 +31,10 @@ final class ViewReplicas: Sendable {
         update { $0.table.apply(revocation, maxCredentialLifetime: maxCredentialLifetime) }
     }
 
+    func remove(_ target: RevocationTarget) {
+        update { $0.table.remove(target) }
+    }
+
     func install(_ table: RevocationTable, staleAfter: Double) {
         update { view in
             view.table = table
