@@ -169,6 +169,7 @@ extension ConfigurationLoader {
         if let n = try node.optional("header") { timeouts.header = try positiveDuration(n) }
         if let n = try node.optional("idle") { timeouts.idle = try positiveDuration(n) }
         if let n = try node.optional("body") { timeouts.body = try positiveDuration(n) }
+        if let n = try node.optional("send") { timeouts.send = try positiveDuration(n) }
         if let n = try node.optional("shutdown_grace") { shutdownGrace = try n.duration() }
         try node.finish()
         return (timeouts, shutdownGrace)

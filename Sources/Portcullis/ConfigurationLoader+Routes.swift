@@ -30,10 +30,15 @@ extension ConfigurationLoader {
             }
             let host = try node.optional("host")?.string().lowercased()
             let strip = try node.optional("strip_prefix")?.bool() ?? false
+            let credentialNode = try node.optional("credential")
             let (routeProviders, authSettings) = try Self.routeAuth(&node, providerNames: providerNames)
+            if let credentialNode, auth == .none {
+                throw credentialNode.error("has no effect on an auth: none route (use required or optional)")
+            }
             try node.finish()
             routes.append(RouteConfiguration(pathPrefix: path, host: host, upstream: upstream, auth: auth,
-                                             stripPrefix: strip, providers: routeProviders))
+                                             stripPrefix: strip, providers: routeProviders,
+                                             credentialBodyLimit: authSettings.bodyCredential?.maxBodyBytes))
             routeAuth.append(authSettings)
         }
         if routes.isEmpty { throw routesNode.error("needs at least one route") }

@@ -217,6 +217,96 @@ import Testing
         #expect(err.contains("user_id_claim"), "\(err)")
     }
 
+    /// Every revocation can be undone (`DELETE /revocations`, `portcullis revoke --undo`); the
+    /// embedded store keeps the undo across a restart.
+    @Test func revocationsAreUndoneAndTheUndoSurvivesARestart() throws {
+        let upstream = try EchoUpstream()
+        let stateDir = FileManager.default.temporaryDirectory.appendingPathComponent("state-\(UUID().uuidString)").path
+        let adminToken = "admin-token-0123456789abcdef"
+        let config = """
+        providers:
+          - {name: app, type: hs256, secret: "\(Self.secret)"}
+        store: {state_dir: "\(stateDir)"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """
+        var first: GatewayProcess? = try GatewayProcess(config, adminToken: adminToken)
+        let g1 = try #require(first)
+        let token = try Self.mint(#"{"sub": "hana", "jti": "u-1", "exp": "+3600", "iat": "-10"}"#)
+        let kept = try Self.mint(#"{"sub": "ivan", "jti": "u-2", "exp": "+3600", "iat": "-10"}"#)
+        let admin = "http://127.0.0.1:\(g1.adminPort)/revocations"
+        let auth = ["-H", "Authorization: Bearer \(adminToken)"]
+        func status(_ gateway: GatewayProcess, _ token: String) -> Int {
+            E2E.curl(["-H", "Authorization: Bearer \(token)", "\(gateway.url)/x"]).status
+        }
+        #expect(E2E.curl(["-X", "POST"] + auth + ["-d", #"{"jti":"u-1"}"#, admin]).status == 201)
+        #expect(E2E.curl(["-X", "POST"] + auth + ["-d", #"{"jti":"u-2"}"#, admin]).status == 201)
+        #expect(E2E.curl(["-X", "POST"] + auth + ["-d", #"{"subject":"hana"}"#, admin]).status == 201)
+        #expect(status(g1, token) == 401 && status(g1, kept) == 401)
+
+        // The jti undone: still refused, by the subject's cutoff; that undone too: accepted.
+        let undone = E2E.curl(["-X", "DELETE"] + auth + ["-d", #"{"jti":"u-1","exp":1900000000}"#, admin])
+        #expect(undone.status == 200 && undone.body.contains("\"found\":true"), "\(undone)")
+        #expect(status(g1, token) == 401)
+        let (cli, out, err) = E2E.run(E2E.binary, ["revoke", "--config", g1.configPath, "--undo", "--subject", "hana"])
+        #expect(cli == 0 && out.hasPrefix("200"), "\(out) \(err)")
+        #expect(status(g1, token) == 200)
+        #expect(status(g1, kept) == 401, "another revocation is untouched")
+        let nothing = E2E.curl(["-X", "DELETE"] + auth + ["-d", #"{"session":"never-revoked"}"#, admin])
+        #expect(nothing.status == 200 && nothing.body.contains("\"found\":false"))
+        #expect(E2E.curl(["-X", "DELETE"] + auth + ["-d", #"{"jti":""}"#, admin]).status == 400)
+        #expect(E2E.curl(["-X", "DELETE", "-d", #"{"jti":"u-2"}"#, admin]).status == 401, "the admin token is required")
+        g1.stop()
+        first = nil
+
+        // After a restart: the undos held, the other revocation too.
+        let g2 = try GatewayProcess(config, adminToken: adminToken)
+        #expect(status(g2, token) == 200, "the undo survived the restart")
+        #expect(status(g2, kept) == 401)
+        let lines = try String(contentsOfFile: stateDir + "/revocations.jsonl", encoding: .utf8)
+        #expect(!lines.contains("u-1") && !lines.contains("hana") && lines.contains("u-2"), "compacted at start: \(lines)")
+    }
+
+    /// An undo on one instance is seen by another sharing a real redis-server, at once
+    /// (announced), and by an instance that starts afterwards (the key is gone).
+    @Test func anUndoOnOneInstanceIsSeenByAnotherThroughRedis() throws {
+        let redis = try RedisProcess()
+        let upstream = try EchoUpstream()
+        let adminToken = "admin-token-0123456789abcdef"
+        let config = """
+        providers:
+          - {name: app, type: hs256, secret: "\(Self.secret)"}
+        store: {redis: "redis://127.0.0.1:\(redis.port)/0"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """
+        let a = try GatewayProcess(config, adminToken: adminToken)
+        let b = try GatewayProcess(config, adminToken: adminToken)
+        let token = try Self.mint(#"{"sub": "jun", "jti": "r-1", "exp": "+3600", "iat": "-10"}"#)
+        let bearer = ["-H", "Authorization: Bearer \(token)"]
+        #expect(waitUntil(5) { E2E.curl(bearer + ["\(b.url)/x"]).status == 200 })
+        let (revoked, _, _) = E2E.run(E2E.binary, ["revoke", "--config", a.configPath, "--subject", "jun"])
+        #expect(revoked == 0)
+        #expect(waitUntil(5) { E2E.curl(bearer + ["\(b.url)/x"]).status == 401 })
+        let (undone, out, err) = E2E.run(E2E.binary, ["revoke", "--config", a.configPath, "--undo", "--subject", "jun"])
+        #expect(undone == 0, "\(out) \(err)")
+        #expect(E2E.curl(bearer + ["\(a.url)/x"]).status == 200, "the instance that undid it")
+        #expect(waitUntil(5) { E2E.curl(bearer + ["\(b.url)/x"]).status == 200 }, "the other instance")
+        #expect(!redis.cli(["--scan"]).contains("portcullis:revoked:subject:jun"))
+        let c = try GatewayProcess(config, adminToken: adminToken)
+        #expect(waitUntil(5) { E2E.curl(bearer + ["\(c.url)/x"]).status == 200 })
+        // Redis down: an undo is not acknowledged (the revocation would come back).
+        #expect(E2E.run(E2E.binary, ["revoke", "--config", a.configPath, "--jti", "r-2"]).0 == 0)
+        redis.stop()
+        let refused = E2E.curl(["-X", "DELETE", "-H", "Authorization: Bearer \(adminToken)", "-d", #"{"jti":"r-2"}"#,
+                                "http://127.0.0.1:\(a.adminPort)/revocations"])
+        #expect(refused.status == 503, "\(refused)")
+    }
+
     static func writeConfig(_ text: String) throws -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("appfit-\(UUID().uuidString).yaml").path
         try text.write(toFile: path, atomically: true, encoding: .utf8)

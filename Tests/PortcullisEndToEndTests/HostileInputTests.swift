@@ -64,6 +64,35 @@ struct HostileInputTests {
         #expect(!seen.contains("/smuggled"))
     }
 
+    /// The client-side deadlines of reading a request (head, body) end with the request: a
+    /// slow upstream and a long download run past them (the upstream's response_timeout
+    /// governs the wait). Only a client that stops reading is cut off, after `timeouts.send`.
+    @Test func requestDeadlinesDoNotCutTheResponseButASilentReaderIsCutOff() throws {
+        let g = try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)", response_timeout: 20s}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        timeouts: {header: 1s, body: 1s, send: 1s}
+        """)
+        // An upstream that answers after 2.5 s: past the header timeout (GET) and the body timeout (POST).
+        #expect(E2E.curl(["\(g.url)/slow/2500"]).status == 200)
+        #expect(E2E.curl(["-X", "POST", "-d", "abc", "\(g.url)/slow/2500"]).status == 200)
+        // A 12 MB download taken at 4 MB/s (3 s), far past both.
+        let (status, out, _) = E2E.run("/usr/bin/curl", ["-s", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
+                                                         "--limit-rate", "4M", "--max-time", "20", "\(g.url)/big/12000000"])
+        #expect(status == 0 && out == "200 12000000", "\(out)")
+        // A client that asks for 64 MB and reads nothing is closed after about the send timeout.
+        let c = try RawConnection(port: g.port, timeout: 10)
+        c.send("GET /big/64000000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        let start = Date()
+        sleep(4)
+        let text = c.readAll()
+        #expect(text.hasPrefix("HTTP/1.1 200 "))
+        #expect(text.utf8.count < 64_000_000, "the connection was closed before the body was complete")
+        #expect(Date().timeIntervalSince(start) < 9.5, "closed, not held until the client's own timeout")
+    }
+
     @Test func slowlorisHeadIsCutOffByTheHeaderTimeout() throws {
         let g = try GatewayProcess("""
         upstreams:

@@ -62,7 +62,25 @@ public struct RouteAuthSettings: Sendable {
     public var revokeOnSuccess = false
     /// The refusal body's shape on this route (nil: `identity.error_body`).
     public var errorBody: ErrorBodyTemplate?
+    /// `credential: {json_field, providers, max_body}`: the route's credential is a member
+    /// of its JSON request body, not the `Authorization` header or a cookie (nil: the head).
+    public var bodyCredential: BodyCredentialSettings?
     public init() {}
+}
+
+/// Where a body-carried credential is found and who may have issued it.
+public struct BodyCredentialSettings: Sendable {
+    /// The top-level JSON member holding the token (`token`, `idToken`, `refreshToken`).
+    public var field: String
+    /// Providers accepted for the body credential (nil: the route's `providers`).
+    public var providers: [String]?
+    /// The most body bytes read before deciding (`max_body`, default 64 KiB); beyond: 413.
+    public var maxBodyBytes: Int
+    public init(field: String, providers: [String]? = nil, maxBodyBytes: Int = 64 * 1024) {
+        self.field = field
+        self.providers = providers
+        self.maxBodyBytes = maxBodyBytes
+    }
 }
 
 /// How verified identity reaches upstreams.

@@ -195,7 +195,43 @@ extension ConfigurationLoader {
         if let n = try node.optional("forward_authorization") { settings.forwardAuthorization = try n.bool() }
         if let n = try node.optional("forward_session_cookie") { settings.forwardSessionCookie = try n.bool() }
         if let n = try node.optional("revoke_on_success") { settings.revokeOnSuccess = try n.bool() }
+        if let n = try node.optional("credential") {
+            settings.bodyCredential = try bodyCredential(n, routeProviders: providers, providerNames: providerNames)
+        }
         return (providers, settings)
+    }
+
+    /// `credential: {json_field, providers, max_body}` on a route.
+    static func bodyCredential(_ node: ConfigNode, routeProviders: [String]?,
+                               providerNames: Set<String>) throws(ConfigurationError) -> BodyCredentialSettings {
+        var node = node
+        guard !providerNames.isEmpty else { throw node.error("needs at least one provider under providers:") }
+        let fieldNode = try node.required("json_field")
+        let field = try fieldNode.string()
+        guard !field.isEmpty, field.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x22 && $0 != 0x5C && $0 != 0x7F }) else {
+            throw fieldNode.error("must be a JSON member name without quotes, backslashes or control characters")
+        }
+        var settings = BodyCredentialSettings(field: field)
+        if let n = try node.optional("providers") {
+            let list = try n.stringList()
+            guard !list.isEmpty else { throw n.error("needs at least one provider (omit the key for the route's)") }
+            for name in list where !providerNames.contains(name) {
+                throw n.error("names no provider '\(name)' (known: \(providerNames.sorted().joined(separator: ", ")))")
+            }
+            if let routeProviders {
+                for name in list where !routeProviders.contains(name) {
+                    throw n.error("'\(name)' is not among the route's providers (\(routeProviders.joined(separator: ", ")))")
+                }
+            }
+            settings.providers = list
+        }
+        if let n = try node.optional("max_body") {
+            let size = try n.byteSize()
+            guard size >= 64, size <= 1 << 20 else { throw n.error("must be between 64 bytes and 1MiB, got \(size)") }
+            settings.maxBodyBytes = size
+        }
+        try node.finish()
+        return settings
     }
 }
 

@@ -51,6 +51,10 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         /// The shape of this route's refusal bodies, and its 401 for no credential in that shape.
         let errorBody: ErrorBodyTemplate
         let challenge: LocalResponse
+        /// `credential.json_field` (nil: the credential is in the head).
+        let bodyField: [UInt8]?
+        /// Providers accepted for the body credential.
+        let bodyProviders: Set<String>?
     }
 
     public let verifier: CredentialVerifier
@@ -102,7 +106,9 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                                revokeOnSuccess: settings.revokeOnSuccess,
                                errorBody: settings.errorBody ?? globalBody,
                                challenge: Self.errorResponse(401, code: "unauthorized", description: "No credentials",
-                                                             challenge: noCredential, body: settings.errorBody ?? globalBody))
+                                                             challenge: noCredential, body: settings.errorBody ?? globalBody),
+                               bodyField: settings.bodyCredential.map { Array($0.field.utf8) },
+                               bodyProviders: settings.bodyCredential.flatMap { $0.providers.map(Set.init) } ?? allowed)
         }
     }
 
@@ -123,28 +129,61 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         case .none:
             return unauthenticated(policy, request: request)
         case .bearer(let range):
-            let token = UnsafeRawBufferPointer(rebasing: request.bytes[range])
-            let result = verifier.verifyBearer(token, providers: policy.allowed, now: now)
-            if case .failed(let failure) = result, failure.reason == .unknownKey || failure.reason == .keysUnavailable,
-               let provider = failure.provider, let keys {
-                // Park the request while the provider's keys are refetched.
-                let copy = String(decoding: token, as: UTF8.self)
-                let started = keys.refetchForUnknownKey(provider: provider, loop: resumption.loop) { [self] in
-                    // On the connection's loop: decide with the keys as they are now.
-                    let now = WallClock.nowSeconds()
-                    let retried = verifier.verifyBearer(copy, providers: policy.allowed, now: now)
-                    resumption.resume(decide(retried, policy: policy, cookies: nil, request: nil,
-                                             loopIndex: resumption.loop.index, now: now, upstream: route.upstreamIndex))
-                }
-                if started { return .deferred }
-            }
-            return decide(result, policy: policy, cookies: nil, request: request, loopIndex: request.loop.index, now: now,
-                          upstream: route.upstreamIndex)
+            return verifyToken(UnsafeRawBufferPointer(rebasing: request.bytes[range]), providers: policy.allowed,
+                               policy: policy, request: request, route: route, now: now, resumption: resumption)
         case .cookies(let jar):
             let result = verifier.verifySessionCookies(jar.pairs, providers: policy.allowed, now: now)
             return decide(result, policy: policy, cookies: jar, request: request, loopIndex: request.loop.index, now: now,
                           upstream: route.upstreamIndex)
         }
+    }
+
+    /// A route whose credential is a member of its JSON body (`credential: {json_field}`):
+    /// the `Authorization` header and session cookies are not looked at (a refresh call
+    /// may carry an expired access token beside the refresh token); the body's token is
+    /// verified with the credential's providers and then treated exactly as a Bearer token.
+    public func authenticate(_ request: RequestView, route: Route, body: UnsafeRawBufferPointer,
+                             resumption: AuthResumption) -> AuthOutcome {
+        let policy = policies[route.index]
+        guard let field = policy.bodyField else { return authenticate(request, route: route, resumption: resumption) }
+        if policy.mode == .none { return .anonymous }
+        if !policy.bypassMethods.isEmpty {
+            let method = request.methodBytes
+            if policy.bypassMethods.contains(where: { $0.elementsEqual(method) }) { return .anonymous }
+        }
+        switch BodyCredential.find(in: body, field: field) {
+        case .absent:
+            return unauthenticated(policy, request: request)
+        case .malformed:
+            return rejectFailure(AuthFailure(.malformedBody), loopIndex: request.loop.index, body: policy.errorBody)
+        case .token(let token):
+            return token.withUnsafeBytes { bytes in
+                verifyToken(bytes, providers: policy.bodyProviders, policy: policy, request: request, route: route,
+                            now: WallClock.nowSeconds(), resumption: resumption)
+            }
+        }
+    }
+
+    /// Verifies a Bearer-shaped token (from the header or a body member), parking the request
+    /// while a provider's keys are refetched for an unknown `kid`.
+    private func verifyToken(_ token: UnsafeRawBufferPointer, providers: Set<String>?, policy: RoutePolicy,
+                             request: RequestView, route: Route, now: Double, resumption: AuthResumption) -> AuthOutcome {
+        let result = verifier.verifyBearer(token, providers: providers, now: now)
+        if case .failed(let failure) = result, failure.reason == .unknownKey || failure.reason == .keysUnavailable,
+           let provider = failure.provider, let keys {
+            // Park the request while the provider's keys are refetched.
+            let copy = String(decoding: token, as: UTF8.self)
+            let started = keys.refetchForUnknownKey(provider: provider, loop: resumption.loop) { [self] in
+                // On the connection's loop: decide with the keys as they are now.
+                let now = WallClock.nowSeconds()
+                let retried = verifier.verifyBearer(copy, providers: providers, now: now)
+                resumption.resume(decide(retried, policy: policy, cookies: nil, request: nil,
+                                         loopIndex: resumption.loop.index, now: now, upstream: route.upstreamIndex))
+            }
+            if started { return .deferred }
+        }
+        return decide(result, policy: policy, cookies: nil, request: request, loopIndex: request.loop.index, now: now,
+                      upstream: route.upstreamIndex)
     }
 
     /// `request` is nil when deciding after a deferral (the head is no longer readable).

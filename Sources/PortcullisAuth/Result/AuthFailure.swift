@@ -7,6 +7,9 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case ambiguousCredential
         case malformedAuthorization
         case malformedCookie
+        /// A `credential: {json_field}` route's body is not a JSON object, holds the field
+        /// twice, or holds it as something other than a string.
+        case malformedBody
         /// A chunked session cookie with a chunk missing: an invalid token (401), not a
         /// malformed request — the browser dropped or never got part of it.
         case incompleteCookie
@@ -62,7 +65,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     public var errorCode: ErrorCode? {
         switch reason {
         case .noCredential: return nil
-        case .ambiguousCredential, .malformedAuthorization, .malformedCookie: return .invalidRequest
+        case .ambiguousCredential, .malformedAuthorization, .malformedCookie, .malformedBody: return .invalidRequest
         case .requiredClaimMismatch, .hostedDomainMismatch: return .insufficientScope
         default: return .invalidToken
         }
@@ -84,6 +87,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case .ambiguousCredential: return "More than one credential was presented"
         case .malformedAuthorization: return "The Authorization header is malformed"
         case .malformedCookie: return "The session cookie is malformed"
+        case .malformedBody: return "The request body is not a JSON object with a string credential field"
         case .incompleteCookie: return "The session cookie is missing a chunk"
         case .tooLarge: return "The token is too large"
         case .malformed: return "The token is malformed"
@@ -121,7 +125,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     var stage: Int {
         switch reason {
         case .noCredential, .noMatchingProvider: return 0
-        case .ambiguousCredential, .malformedAuthorization, .malformedCookie, .incompleteCookie, .tooLarge, .malformed, .badEncoding, .badJSON: return 1
+        case .ambiguousCredential, .malformedAuthorization, .malformedCookie, .malformedBody, .incompleteCookie, .tooLarge, .malformed, .badEncoding, .badJSON: return 1
         case .unsupportedHeader, .algorithmNotAllowed: return 2
         case .typeNotAccepted: return 3  // the provider took the algorithm
         case .issuerNotAccepted: return 3

@@ -83,6 +83,10 @@ final class OutcomeBox: @unchecked Sendable {
 /// connection's loop queue; it must not block (I/O answers `.deferred`).
 public protocol RequestAuthenticator: AnyObject, Sendable {
     func authenticate(_ request: RequestView, route: Route, resumption: AuthResumption) -> AuthOutcome
+    /// For a route with `credentialBodyLimit`: decides once the whole request body was read
+    /// (`body`, valid only during the call).
+    func authenticate(_ request: RequestView, route: Route, body: UnsafeRawBufferPointer,
+                      resumption: AuthResumption) -> AuthOutcome
 }
 
 /// The authenticator used when no provider is configured: `auth: required` routes
@@ -91,6 +95,11 @@ public protocol RequestAuthenticator: AnyObject, Sendable {
 public final class NoProvidersAuthenticator: RequestAuthenticator {
     let realm: String
     public init(realm: String) { self.realm = realm }
+
+    public func authenticate(_ request: RequestView, route: Route, body: UnsafeRawBufferPointer,
+                             resumption: AuthResumption) -> AuthOutcome {
+        authenticate(request, route: route, resumption: resumption)
+    }
 
     public func authenticate(_ request: RequestView, route: Route, resumption: AuthResumption) -> AuthOutcome {
         switch route.configuration.auth {

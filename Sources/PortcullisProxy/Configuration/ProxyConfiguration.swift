@@ -22,14 +22,19 @@ public struct RouteConfiguration: Sendable {
     public var stripPrefix: Bool
     /// Providers this route accepts (nil: every configured provider).
     public var providers: [String]?
+    /// When set, the credential travels in the request body: the exchange reads the whole
+    /// body (up to this many bytes; beyond: 413) before the authenticator decides, and
+    /// forwards it unchanged afterwards (nil: the decision is made on the head).
+    public var credentialBodyLimit: Int?
     public init(pathPrefix: String, host: String? = nil, upstream: String, auth: AuthMode,
-                stripPrefix: Bool = false, providers: [String]? = nil) {
+                stripPrefix: Bool = false, providers: [String]? = nil, credentialBodyLimit: Int? = nil) {
         self.pathPrefix = pathPrefix
         self.host = host
         self.upstream = upstream
         self.auth = auth
         self.stripPrefix = stripPrefix
         self.providers = providers
+        self.credentialBodyLimit = credentialBodyLimit
     }
 }
 
@@ -105,6 +110,9 @@ public struct ClientTimeouts: Sendable {
     public var idle: Double = 60
     /// Between two reads of a request body.
     public var body: Double = 30
+    /// How long a client that stopped reading a response gets to take bytes again
+    /// (nginx's `send_timeout`); then the connection is closed.
+    public var send: Double = 60
     public init() {}
 }
 

@@ -80,8 +80,16 @@ final class Exchange: @unchecked Sendable {
     private var parkedView: RequestView?
     private var parkedRoute: Route?
     private var pendingLocal: (any LocalHandler)?
+    /// A local handler's body, or the body of a route whose credential travels in it
+    /// (read whole before the decision, then forwarded from here).
     private var localBody = ByteBuffer()
+    private var localBodyLimit = 64 * 1024
     private var localBodyTooLarge = false
+    /// The route whose credential is in the body being read (`credentialBodyLimit`).
+    private var bodyCredentialRoute: Route?
+    /// The request body was read before the decision and sits in `localBody`: it goes to
+    /// the upstream from there, with a `content-length`, once the upstream is connected.
+    private var bodyHeld = false
     private var awaitingLateReply = false
     /// Identifies the current wait, so a late answer for an earlier request is ignored.
     private var generation: UInt64 = 0
@@ -140,6 +148,8 @@ final class Exchange: @unchecked Sendable {
         logPath = ""
         upgradeForwarded = false
         requestId.clear()
+        bodyCredentialRoute = nil
+        releaseHeldBody()
     }
 
     /// Routes, authenticates and forwards (or answers) a request whose target was normalized.
@@ -151,6 +161,7 @@ final class Exchange: @unchecked Sendable {
             savedHead.append(view.bytes)
             parkedView = view
             pendingLocal = handler
+            localBodyLimit = 64 * 1024
             responder.localBodyStarts(self)
             return
         }
@@ -165,6 +176,17 @@ final class Exchange: @unchecked Sendable {
         }
         routeUpstreamName = route.configuration.upstream
         routeSlot = route.index + 1
+
+        if let limit = route.configuration.credentialBodyLimit, !view.upgrade {
+            // The credential is in the body: read it whole (bounded), then decide.
+            savedHead.clear()
+            savedHead.append(view.bytes)
+            parkedView = view
+            bodyCredentialRoute = route
+            localBodyLimit = limit
+            responder.localBodyStarts(self)
+            return
+        }
 
         generation &+= 1
         let resumption = AuthResumption(handle: handle, generation: generation, loop: loop)
@@ -193,6 +215,32 @@ final class Exchange: @unchecked Sendable {
         defer { head.clear(); swap(&head, &savedHead) }
         apply(outcome, view.rebased(onto: head.readable), route: route)
         responder.requestBodyCanContinue()
+    }
+
+    /// The whole body of a `credentialBodyLimit` route was read: decide on it.
+    private func decideOnBody(_ route: Route, _ view: RequestView) {
+        bodyCredentialRoute = nil
+        if localBodyTooLarge {
+            parkedView = nil
+            localBodyTooLarge = false
+            reject(.error(413, "request body too large for the credential check on this route"))
+            return
+        }
+        bodyHeld = true
+        generation &+= 1
+        let resumption = AuthResumption(handle: handle, generation: generation, loop: loop)
+        let outcome = context.authenticator.authenticate(view.rebased(onto: savedHead.readable), route: route,
+                                                         body: localBody.readable, resumption: resumption)
+        guard case .deferred = outcome else {
+            parkedView = nil
+            apply(outcome, view.rebased(onto: savedHead.readable, framing: .contentLength(localBody.readableBytes)),
+                  route: route)
+            savedHead.clear()
+            return
+        }
+        // `savedHead` and `parkedView` stay; the body waits in `localBody`.
+        parkedView = view.rebased(onto: savedHead.readable, framing: .contentLength(localBody.readableBytes))
+        parkedRoute = route
     }
 
     /// The authentication did not complete in time (keys unavailable).
@@ -230,8 +278,12 @@ final class Exchange: @unchecked Sendable {
         case .none, .contentLength(0), .untilClose: break
         case .contentLength, .chunked: retryable = false  // the body is streamed once
         }
-        responder.forwardingStarts(self)
-        guard isActive else { return }
+        if bodyHeld {
+            bodyFraming = view.framing  // sent whole from `localBody`; the client's is read
+        } else {
+            responder.forwardingStarts(self)
+            guard isActive else { return }
+        }
         pool.acquire(for: self)
     }
 
@@ -257,6 +309,8 @@ final class Exchange: @unchecked Sendable {
         requestComplete = true
         if pool != nil {
             if let upstream, upstream.isConnected { requestFullySent(upstream) }
+        } else if let route = bodyCredentialRoute, let view = parkedView {
+            decideOnBody(route, view)
         } else if let handler = pendingLocal, let view = parkedView {
             pendingLocal = nil
             parkedView = nil
@@ -284,8 +338,15 @@ final class Exchange: @unchecked Sendable {
     // MARK: Local handlers
 
     private func appendLocalBody(_ piece: UnsafeRawBufferPointer) {
-        if localBody.readableBytes + piece.count > 64 * 1024 { localBodyTooLarge = true; return }
+        if localBody.readableBytes + piece.count > localBodyLimit { localBodyTooLarge = true; return }
         localBody.append(piece)
+    }
+
+    private func releaseHeldBody() {
+        guard bodyHeld else { return }
+        bodyHeld = false
+        localBody.clear()
+        localBody.releaseIfEmpty()
     }
 
     private func finishLocal(_ handler: any LocalHandler, _ view: RequestView) {
@@ -327,6 +388,7 @@ final class Exchange: @unchecked Sendable {
     func upstreamConnected() {
         guard let upstream, isActive else { return }
         upstream.beginExchange(method: method, head: forwardedHead.readable)
+        if bodyHeld && localBody.readableBytes > 0 { upstream.send(localBody.readable) }
         if requestComplete {
             requestFullySent(upstream)
         } else {
@@ -464,6 +526,8 @@ final class Exchange: @unchecked Sendable {
         parkedView = nil
         parkedRoute = nil
         pendingLocal = nil
+        bodyCredentialRoute = nil
+        releaseHeldBody()
         answer(response)
     }
 
@@ -488,6 +552,7 @@ final class Exchange: @unchecked Sendable {
                 durationNanoseconds: loop.now() &- startedAt, client: peerText, transport: transport))
         }
         pool = nil
+        releaseHeldBody()
         if notify { responder.exchangeFinished() }
     }
 
@@ -501,8 +566,10 @@ final class Exchange: @unchecked Sendable {
         parkedView = nil
         parkedRoute = nil
         pendingLocal = nil
+        bodyCredentialRoute = nil
         awaitingLateReply = false
         pool = nil
+        releaseHeldBody()
     }
 
     private func detachUpstream() {

@@ -90,7 +90,11 @@ public struct RequestView {
     }
 
     /// The same request over a copy of its bytes (the ranges are offsets, so they still hold).
-    func rebased(onto bytes: UnsafeRawBufferPointer) -> RequestView {
+    func rebased(onto bytes: UnsafeRawBufferPointer) -> RequestView { rebased(onto: bytes, framing: framing) }
+
+    /// The same request over a copy of its bytes, with the body framed as `framing` towards
+    /// the upstream (a body read whole before forwarding goes with its length).
+    func rebased(onto bytes: UnsafeRawBufferPointer, framing: BodyFraming) -> RequestView {
         RequestView(bytes: bytes, method: method, methodRange: methodRange, target: target, authority: authority,
                     fields: fields, framing: framing, upgrade: upgrade, transport: transport,
                     path: path, query: query, peer: peer, loop: loop)

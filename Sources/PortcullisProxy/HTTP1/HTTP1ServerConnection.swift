@@ -330,14 +330,23 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     // MARK: Request body
 
     func forwardingStarts(_ exchange: Exchange) {
-        if head.expectContinue && head.framing != .none && head.framing != .contentLength(0) {
-            // The gateway answers 100 itself (as nginx does) and strips Expect upstream.
-            sendToClient(UnsafeRawBufferPointer(start: Self.continueLine.utf8Start, count: Self.continueLine.utf8CodeUnitCount))
-        }
+        continueIfExpected()
         startBody()
     }
 
-    func localBodyStarts(_ exchange: Exchange) { startBody() }
+    /// A local handler, or a route whose credential is in the body, reads the body first.
+    func localBodyStarts(_ exchange: Exchange) {
+        continueIfExpected()
+        startBody()
+    }
+
+    /// The gateway answers `Expect: 100-continue` itself when it wants the body (as nginx
+    /// does) and strips Expect upstream.
+    private func continueIfExpected() {
+        if head.expectContinue && head.framing != .none && head.framing != .contentLength(0) {
+            sendToClient(UnsafeRawBufferPointer(start: Self.continueLine.utf8Start, count: Self.continueLine.utf8CodeUnitCount))
+        }
+    }
 
     private static let continueLine: StaticString = "HTTP/1.1 100 Continue\r\n\r\n"
 
@@ -346,8 +355,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         case .none, .contentLength(0), .untilClose:
             bodyRemaining = 0
             bodyChunked = false
-            phase = .awaitingResponse
-            exchange.requestBodyEnded()
+            bodyEnded()
         case .contentLength(let n):
             bodyRemaining = n
             bodyChunked = false
@@ -392,9 +400,16 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         }
     }
 
+    /// The whole request was read. From here the upstream's timeouts govern the wait for
+    /// the response (the head and body deadlines must not carry over: a slow upstream or a
+    /// long download was cut off at the header timeout); only a decision on the body that
+    /// waits for keys, or a client that stops reading (`timeouts.send`), has a deadline here.
     private func bodyEnded() {
         phase = .awaitingResponse
+        if outbound.isEmpty { deadline = 0 }
         exchange.requestBodyEnded()
+        // A decision on the body (a credential in it) may wait for keys.
+        if exchange.isActive && exchange.isAuthenticating { setDeadline(context.configuration.timeouts.header) }
     }
 
     // MARK: The response
@@ -507,7 +522,9 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         case .failed: abort(); return
         case .queued: if wasQueued { return }
         }
-        // The client is slower than the upstream: stop reading the upstream.
+        // The client is slower than the upstream: stop reading the upstream, and give the
+        // client `timeouts.send` to take bytes again.
+        if phase == .awaitingResponse { setDeadline(context.configuration.timeouts.send) }
         exchange.pauseResponse()
         socket.waitUntilWritable { [unowned(unsafe) self] in withExtendedLifetime(self) { self.clientWritable() } }
     }
@@ -519,6 +536,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         case .drained: break
         }
         if closeAfterFlush { close(); return }
+        if phase == .awaitingResponse && !(exchange.isActive && exchange.isAuthenticating) { deadline = 0 }
         exchange.resumeResponse()
     }
 
@@ -574,7 +592,9 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         case .deciding:
             if exchange.isAuthenticating { exchange.authenticationTimedOut() } else { close() }
         case .awaitingResponse:
-            if exchange.responseStarted { abort() } else { close() }
+            if exchange.isActive && exchange.isAuthenticating { exchange.authenticationTimedOut() }
+            else if exchange.isActive && outbound.isEmpty { return }  // a stale deadline: the upstream's timeouts govern
+            else if exchange.responseStarted { abort() } else { close() }
         case .tunnel, .closing:
             close()
         }

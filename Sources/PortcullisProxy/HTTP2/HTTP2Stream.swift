@@ -250,6 +250,10 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         if endStreamReceived && inBody.isEmpty && bodyFlowing && !bodyEndSignalled && exchange.isActive {
             bodyEndSignalled = true
             exchange.requestBodyEnded()
+            // A decision on the body (a credential in it) may wait for keys.
+            if exchange.isActive && exchange.isAuthenticating {
+                authDeadline = loop.lastNow &+ UInt64(connection.context.configuration.timeouts.header * 1e9)
+            }
         }
         connection.outputQueued()  // WINDOW_UPDATEs
     }

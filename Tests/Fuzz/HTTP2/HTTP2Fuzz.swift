@@ -29,6 +29,8 @@ final class FuzzAnswer: LocalHandler {
 
 final class FuzzAuthenticator: RequestAuthenticator {
     func authenticate(_ request: RequestView, route: Route, resumption: AuthResumption) -> AuthOutcome { .anonymous }
+    func authenticate(_ request: RequestView, route: Route, body: UnsafeRawBufferPointer,
+                      resumption: AuthResumption) -> AuthOutcome { .anonymous }
 }
 
 enum Harness {
