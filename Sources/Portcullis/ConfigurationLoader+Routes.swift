@@ -31,9 +31,13 @@ extension ConfigurationLoader {
             let host = try node.optional("host")?.string().lowercased()
             let strip = try node.optional("strip_prefix")?.bool() ?? false
             let credentialNode = try node.optional("credential")
+            let onInvalidNode = try node.optional("on_invalid")
             let (routeProviders, authSettings) = try Self.routeAuth(&node, providerNames: providerNames)
             if let credentialNode, auth == .none {
                 throw credentialNode.error("has no effect on an auth: none route (use required or optional)")
+            }
+            if let onInvalidNode, auth != .optional {
+                throw onInvalidNode.error("applies to auth: optional routes only (a required route refuses, or redirects with on_unauthenticated: redirect)")
             }
             try node.finish()
             routes.append(RouteConfiguration(pathPrefix: path, host: host, upstream: upstream, auth: auth,

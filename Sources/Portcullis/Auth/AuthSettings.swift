@@ -33,6 +33,24 @@ extension Array where Element == ProviderSettings {
 }
 
 /// What happens to a request on `auth: required` without a credential.
+/// What an `auth: optional` route does with a session cookie that fails verification.
+public enum InvalidCredentialAction: String, Sendable, Equatable {
+    case refuse
+    /// Forward without identity (identity headers still stripped): a browser with a stale
+    /// cookie still reaches the page, and the app's own sign-out.
+    case anonymous
+}
+
+/// A set of HTTP statuses, as classes (`2xx`) and single codes.
+public struct StatusSet: Sendable, Equatable {
+    /// Status classes by their first digit (2 for 2xx).
+    public var classes: Set<Int> = []
+    public var codes: Set<Int> = []
+    public init() {}
+    public var isEmpty: Bool { classes.isEmpty && codes.isEmpty }
+    public func contains(_ status: Int) -> Bool { codes.contains(status) || classes.contains(status / 100) }
+}
+
 public enum UnauthenticatedAction: Sendable, Equatable {
     /// 401 with `WWW-Authenticate: Bearer realm="…"` (APIs; the default).
     case challenge
@@ -58,8 +76,13 @@ public struct RouteAuthSettings: Sendable {
     public var forwardAuthorization = true
     /// Keep the session cookies for the upstream (default true).
     public var forwardSessionCookie = true
-    /// After a 2xx from the upstream, revoke the credential presented (logout).
-    public var revokeOnSuccess = false
+    /// Logout routes: the upstream statuses after which the credential presented is revoked
+    /// (`revoke_on_success: true` is 2xx; a list such as `[2xx, 302, 303]` takes NextAuth's
+    /// sign-out form, which answers with a redirect). Empty: never.
+    public var revokeOnStatuses: StatusSet = StatusSet()
+    /// `on_invalid` on `auth: optional` routes: an invalid, expired or revoked session
+    /// cookie is refused (401, the default) or the request passes as anonymous.
+    public var onInvalid: InvalidCredentialAction = .refuse
     /// The refusal body's shape on this route (nil: `identity.error_body`).
     public var errorBody: ErrorBodyTemplate?
     /// `credential: {json_field, providers, max_body}`: the route's credential is a member

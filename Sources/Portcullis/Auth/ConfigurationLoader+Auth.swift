@@ -20,7 +20,7 @@ extension ConfigurationLoader {
             let typeNode = try node.required("type")
             let typeText = try typeNode.string()
             guard let kind = ProviderConfiguration.Kind(rawValue: typeText) else {
-                throw typeNode.error("expected hs256, google, apple, firebase, oidc, nextauth or authjs; got '\(typeText)'")
+                throw typeNode.error("expected hs256, google, apple, firebase, firebase_session, oidc, nextauth or authjs; got '\(typeText)'")
             }
             var c = ProviderConfiguration(name: name, kind: kind)
             if let n = try node.optional("secret") {
@@ -39,7 +39,12 @@ extension ConfigurationLoader {
                 for rule in try claimRules(n) { c.requiredClaims[rule.claim] = rule.requirement }
             }
             if let n = try node.optional("leeway") { c.leewaySeconds = Int(try n.duration()) }
-            if let n = try node.optional("cookie_name") { c.cookieName = try n.string() }
+            if let n = try node.optional("cookie_name") {
+                guard kind.readsCookies else {
+                    throw n.error("has no effect: \(kind.rawValue) providers read no cookie (nextauth, authjs and firebase_session do)")
+                }
+                c.cookieName = try n.string()
+            }
             if let n = try node.optional("hosted_domain") { c.hostedDomain = try n.string() }
             if let n = try node.optional("max_lifetime") { c.maxLifetimeSeconds = Int(try n.duration()) }
             if let n = try node.optional("forward_claims") { c.forwardedClaims = try n.stringList() }
@@ -54,6 +59,7 @@ extension ConfigurationLoader {
             case .google: keys = .url(KeySource.googleURL)
             case .apple: keys = .url(KeySource.appleURL)
             case .firebase: keys = .url(KeySource.firebaseURL)
+            case .firebaseSession: keys = .url(KeySource.firebaseSessionURL)
             case .oidc: keys = .secret  // replaced below; oidc must name its keys
             }
             var given: [String] = []
@@ -98,6 +104,9 @@ extension ConfigurationLoader {
             case .authjs:
                 let base = c.cookieName ?? "authjs.session-token"
                 cookieNames = [base, "__Secure-" + base]
+            case .firebaseSession:
+                // Firebase Hosting forwards only the cookie named __session to the app.
+                cookieNames = [c.cookieName ?? "__session"]
             default:
                 cookieNames = []
             }
@@ -194,11 +203,38 @@ extension ConfigurationLoader {
         }
         if let n = try node.optional("forward_authorization") { settings.forwardAuthorization = try n.bool() }
         if let n = try node.optional("forward_session_cookie") { settings.forwardSessionCookie = try n.bool() }
-        if let n = try node.optional("revoke_on_success") { settings.revokeOnSuccess = try n.bool() }
+        if let n = try node.optional("revoke_on_success") { settings.revokeOnStatuses = try statusSet(n) }
+        if let n = try node.optional("on_invalid") {
+            let text = try n.string()
+            guard let action = InvalidCredentialAction(rawValue: text) else {
+                throw n.error("expected anonymous or refuse, got '\(text)'")
+            }
+            settings.onInvalid = action
+        }
         if let n = try node.optional("credential") {
             settings.bodyCredential = try bodyCredential(n, routeProviders: providers, providerNames: providerNames)
         }
         return (providers, settings)
+    }
+
+    /// `revoke_on_success`: true (2xx), false, or a list of statuses and classes (`[2xx, 302, 303]`).
+    static func statusSet(_ node: ConfigNode) throws(ConfigurationError) -> StatusSet {
+        var set = StatusSet()
+        if case .scalar = node.node {
+            if try node.bool() { set.classes = [2] }
+            return set
+        }
+        for item in try node.stringList() {
+            if item.count == 3, item.hasSuffix("xx"), let digit = Int(item.prefix(1)), (1...5).contains(digit) {
+                set.classes.insert(digit)
+            } else if let code = Int(item), (100...599).contains(code) {
+                set.codes.insert(code)
+            } else {
+                throw node.error("expected true, false or a list of statuses such as [2xx, 302, 303]; got '\(item)'")
+            }
+        }
+        guard !set.isEmpty else { throw node.error("an empty list never revokes; use false") }
+        return set
     }
 
     /// `credential: {json_field, providers, max_body}` on a route.

@@ -37,7 +37,7 @@ public struct CredentialMinter {
         switch provider.configuration.kind {
         case .hs256, .nextauth, .authjs:
             signingKey = nil
-        case .google, .apple, .firebase, .oidc:
+        case .google, .apple, .firebase, .oidc, .firebaseSession:
             guard let pem = privateKeyPEM else { throw .needsPrivateKey(provider: provider.configuration.name) }
             do { signingKey = try SigningKey(privateKeyPEM: pem) } catch { throw .key(error) }
         }
@@ -56,8 +56,9 @@ public struct CredentialMinter {
         case .apple:
             claims.append(("iss", .string("https://appleid.apple.com")))
             claims.append(("aud", .string(c.audiences.first ?? "")))
-        case .firebase:
-            claims.append(("iss", .string("https://securetoken.google.com/" + (c.projectID ?? ""))))
+        case .firebase, .firebaseSession:
+            let issuer = c.kind == .firebase ? "https://securetoken.google.com/" : "https://session.firebase.google.com/"
+            claims.append(("iss", .string(issuer + (c.projectID ?? ""))))
             claims.append(("aud", .string(c.projectID ?? "")))
             claims.append(("auth_time", .integer(now)))
         case .oidc, .hs256:
@@ -90,6 +91,9 @@ public struct CredentialMinter {
                 let key = SigningKey(hmacSecret: Array((c.secret ?? c.secrets.first ?? "").utf8), algorithm: algorithm)
                 let token = try TokenMinter.sign(claims: value, key: key, keyID: keyID)
                 return Credential(token: token, headerName: "Authorization", headerValue: "Bearer \(token)", tokenID: tokenID)
+            case .firebaseSession:
+                let token = try TokenMinter.sign(claims: value, key: signingKey!, keyID: keyID)
+                return Credential(token: token, headerName: "Cookie", headerValue: "\(provider.sessionCookieNames[0])=\(token)", tokenID: tokenID)
             case .google, .apple, .firebase, .oidc:
                 let token = try TokenMinter.sign(claims: value, key: signingKey!, keyID: keyID)
                 return Credential(token: token, headerName: "Authorization", headerValue: "Bearer \(token)", tokenID: tokenID)

@@ -47,7 +47,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         let onUnauthenticated: UnauthenticatedAction
         let forwardAuthorization: Bool
         let forwardSessionCookie: Bool
-        let revokeOnSuccess: Bool
+        let revokeOnStatuses: StatusSet
+        let onInvalid: InvalidCredentialAction
         /// The shape of this route's refusal bodies, and its 401 for no credential in that shape.
         let errorBody: ErrorBodyTemplate
         let challenge: LocalResponse
@@ -103,7 +104,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                                onUnauthenticated: settings.onUnauthenticated,
                                forwardAuthorization: settings.forwardAuthorization,
                                forwardSessionCookie: settings.forwardSessionCookie,
-                               revokeOnSuccess: settings.revokeOnSuccess,
+                               revokeOnStatuses: settings.revokeOnStatuses, onInvalid: settings.onInvalid,
                                errorBody: settings.errorBody ?? globalBody,
                                challenge: Self.errorResponse(401, code: "unauthorized", description: "No credentials",
                                                              challenge: noCredential, body: settings.errorBody ?? globalBody),
@@ -193,6 +194,9 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         switch result {
         case .failed(let failure):
             if failure.reason == .noCredential, let request { return unauthenticated(policy, request: request) }
+            if let cookies, let request, let outcome = staleCookie(failure, policy: policy, cookies: cookies, request: request) {
+                return outcome
+            }
             return rejectFailure(failure, loopIndex: loopIndex, body: policy.errorBody)
         case .verified(let verified):
             identity = verified
@@ -208,8 +212,11 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             switch decision {
             case .allowed: break
             case .revoked:
-                return rejectFailure(AuthFailure(.revoked, provider: identity.provider), loopIndex: loopIndex,
-                                     body: policy.errorBody)
+                let failure = AuthFailure(.revoked, provider: identity.provider)
+                if let cookies, let request, let outcome = staleCookie(failure, policy: policy, cookies: cookies, request: request) {
+                    return outcome
+                }
+                return rejectFailure(failure, loopIndex: loopIndex, body: policy.errorBody)
             case .unavailable:
                 counters?.decided(loopIndex: loopIndex, provider: identity.provider, .storeUnavailable)
                 return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
@@ -234,8 +241,9 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         if !policy.forwardSessionCookie, let cookies {
             grant.replacementCookie = cookies.header(removing: policy.cookieNames)
         }
-        if policy.revokeOnSuccess, let revocations {
-            grant.observer = RevokeOnSuccess(identity: identity, userID: userID, revocations: revocations, logger: logger)
+        if !policy.revokeOnStatuses.isEmpty, let revocations {
+            grant.observer = RevokeOnSuccess(identity: identity, userID: userID, revocations: revocations,
+                                             statuses: policy.revokeOnStatuses, logger: logger)
         }
         return .grant(grant)
     }
@@ -243,15 +251,48 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     private func unauthenticated(_ policy: RoutePolicy, request: RequestView) -> AuthOutcome {
         counters?.decided(loopIndex: request.loop.index, provider: nil, .noCredential)
         if policy.mode == .optional { return .anonymous }
-        if case .redirect(let signIn) = policy.onUnauthenticated, Self.isSafeMethod(request.methodBytes) {
-            var callback = request.path
-            if let query = request.query { callback += "?" + query }
-            let separator = signIn.contains("?") ? "&" : "?"
-            let location = signIn + separator + "callbackUrl=" + Self.percentEncode(callback)
-            return .reject(LocalResponse(status: 302, headers: [("location", location), ("cache-control", "no-store")],
-                                         body: Array("{\"error\":\"unauthorized\",\"error_description\":\"Sign in required\"}\n".utf8)))
-        }
+        if let redirect = signInRedirect(policy, request: request, expiring: []) { return redirect }
         return .reject(policy.challenge)
+    }
+
+    /// A browser's session cookie that failed (invalid, expired, decrypted by no secret,
+    /// revoked) is treated as a web app treats it: on a redirect route the browser is sent
+    /// to sign in, as without a cookie, and the stale cookie is expired; on an optional route
+    /// with `on_invalid: anonymous` the request passes without identity and without the
+    /// session cookie. Nil: refuse as usual.
+    /// Bearer tokens are never treated so (an API client must learn its token is bad).
+    private func staleCookie(_ failure: AuthFailure, policy: RoutePolicy, cookies: CookieJar,
+                             request: RequestView) -> AuthOutcome? {
+        guard failure.errorCode == .invalidToken, failure.reason != .keysUnavailable else { return nil }
+        if policy.mode == .optional && policy.onInvalid == .anonymous {
+            // Without identity, and without the refused cookie: an app that reads the cookie
+            // itself (NextAuth's getServerSession) must not accept what the gateway refused.
+            counters?.decided(loopIndex: request.loop.index, provider: failure.provider, .refused(failure.reason))
+            return .grant(AuthGrant(headers: [], replacementCookie: cookies.header(removing: policy.cookieNames)))
+        }
+        let names = cookies.sessionCookieNames(of: policy.cookieNames)
+        guard let redirect = signInRedirect(policy, request: request, expiring: names) else { return nil }
+        counters?.decided(loopIndex: request.loop.index, provider: failure.provider, .refused(failure.reason))
+        return redirect
+    }
+
+    /// 302 to the route's sign-in URL with the original path and query in `callbackUrl`
+    /// (as NextAuth's middleware does), for GET and HEAD on `on_unauthenticated: redirect`
+    /// routes; `expiring` cookies are cleared with `Max-Age=0` (`Secure` for `__Secure-` and
+    /// `__Host-` names, which browsers accept only so).
+    private func signInRedirect(_ policy: RoutePolicy, request: RequestView, expiring: [Substring]) -> AuthOutcome? {
+        guard case .redirect(let signIn) = policy.onUnauthenticated, Self.isSafeMethod(request.methodBytes) else { return nil }
+        var callback = request.path
+        if let query = request.query { callback += "?" + query }
+        let separator = signIn.contains("?") ? "&" : "?"
+        let location = signIn + separator + "callbackUrl=" + Self.percentEncode(callback)
+        var headers: [(name: String, value: String)] = [("location", location), ("cache-control", "no-store")]
+        for name in expiring {
+            let secure = name.hasPrefix("__Secure-") || name.hasPrefix("__Host-") ? "; Secure" : ""
+            headers.append(("set-cookie", "\(name)=; Path=/; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; SameSite=Lax\(secure)"))
+        }
+        return .reject(LocalResponse(status: 302, headers: headers,
+                                     body: Array("{\"error\":\"unauthorized\",\"error_description\":\"Sign in required\"}\n".utf8)))
     }
 
     private func rejectFailure(_ failure: AuthFailure, loopIndex: Int, body: ErrorBodyTemplate) -> AuthOutcome {
@@ -324,22 +365,25 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     }
 }
 
-/// Revokes the presented credential once the logout route's upstream said 2xx.
+/// Revokes the presented credential once the logout route's upstream answered with one of
+/// the route's `revoke_on_success` statuses.
 final class RevokeOnSuccess: UpstreamResponseObserver {
     let identity: VerifiedIdentity
     let userID: String
     let revocations: any RevocationChecking
+    let statuses: StatusSet
     let logger: Logger
 
-    init(identity: VerifiedIdentity, userID: String, revocations: any RevocationChecking, logger: Logger) {
+    init(identity: VerifiedIdentity, userID: String, revocations: any RevocationChecking, statuses: StatusSet, logger: Logger) {
         self.identity = identity
         self.userID = userID
         self.revocations = revocations
+        self.statuses = statuses
         self.logger = logger
     }
 
     func upstreamAnswered(status: Int) {
-        guard (200..<300).contains(status) else { return }
+        guard statuses.contains(status) else { return }
         let provider = identity.provider
         let logger = self.logger
         revocations.revokePresented(identity: identity, userID: userID) { ok in

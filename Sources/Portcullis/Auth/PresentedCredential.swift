@@ -172,6 +172,15 @@ struct CookieJar {
         return present > 1
     }
 
+    /// The names of the session cookies present (and their chunks), each once.
+    func sessionCookieNames(of names: [String]) -> [Substring] {
+        var found: [Substring] = []
+        for pair in pairs where names.contains(where: { Self.isSessionCookie(pair.name, base: $0) }) {
+            if !found.contains(pair.name) { found.append(pair.name) }
+        }
+        return found
+    }
+
     /// The Cookie value without the session cookies (and their chunks); the
     /// other cookies are kept byte for byte.
     func header(removing names: [String]) -> String {

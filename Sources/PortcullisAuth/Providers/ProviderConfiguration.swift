@@ -2,7 +2,15 @@
 /// configuration loader in another module. Unset optionals take the rule
 /// book's per-kind defaults (`ProviderPolicy`).
 public struct ProviderConfiguration: Sendable {
-    public enum Kind: String, Sendable { case hs256, google, apple, firebase, oidc, nextauth, authjs }
+    public enum Kind: String, Sendable {
+        case hs256, google, apple, firebase, oidc, nextauth, authjs
+        /// Firebase session cookies (Admin SDK `createSessionCookie`), a JWS in the `__session`
+        /// cookie, issuer `https://session.firebase.google.com/<project>`.
+        case firebaseSession = "firebase_session"
+
+        /// Kinds whose credential travels in a session cookie.
+        public var readsCookies: Bool { self == .nextauth || self == .authjs || self == .firebaseSession }
+    }
 
     public var name: String
     public var kind: Kind

@@ -67,6 +67,7 @@ final class ProviderPolicy: Sendable {
     static let googleIssuers = ["accounts.google.com", "https://accounts.google.com"]
     static let appleIssuer = "https://appleid.apple.com"
     static let firebaseIssuerPrefix = "https://securetoken.google.com/"
+    static let firebaseSessionIssuerPrefix = "https://session.firebase.google.com/"
 
     init(_ configuration: ProviderConfiguration) throws(AuthConfigurationError) {
         let name = configuration.name
@@ -113,11 +114,17 @@ final class ProviderPolicy: Sendable {
             algorithms = try parseAlgorithms([.rs256])
             requireKeyID = true
             lenientBooleans = true
-        case .firebase:
+        case .firebase, .firebaseSession:
             guard let project = configuration.projectID, !project.isEmpty else {
-                throw .missingSetting(provider: name, setting: "projectID")
+                throw .missingSetting(provider: name, setting: "project_id")
             }
-            issuers = [ProviderPolicy.firebaseIssuerPrefix + project]
+            if configuration.kind == .firebaseSession {
+                // Session cookies live from 5 minutes to 2 weeks (Admin SDK createSessionCookie).
+                issuers = [ProviderPolicy.firebaseSessionIssuerPrefix + project]
+                maxLifetime = maxLifetime ?? 14 * 86_400
+            } else {
+                issuers = [ProviderPolicy.firebaseIssuerPrefix + project]
+            }
             audiences = [project]
             algorithms = [.rs256]
             leeway = 5

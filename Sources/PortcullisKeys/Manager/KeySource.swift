@@ -15,6 +15,8 @@ public enum KeySource: Sendable, Equatable {
     public static let appleURL = "https://appleid.apple.com/auth/keys"
     /// Firebase ID-token certificates: a `kid` → PEM certificate map.
     public static let firebaseURL = "https://www.googleapis.com/robot/v1/metadata/x509/securetoken@system.gserviceaccount.com"
+    /// Firebase session-cookie certificates (a `kid` → PEM certificate map), per the Admin SDK.
+    public static let firebaseSessionURL = "https://www.googleapis.com/identitytoolkit/v3/relyingparty/publicKeys"
 
     /// The source for a provider kind: `jwksURL` when set (a JWKS unless
     /// `format` says otherwise), else the kind's default URL. nil for kinds
@@ -30,6 +32,7 @@ public enum KeySource: Sendable, Equatable {
         case .google: return .url(googleURL, format: format ?? .jwks)
         case .apple: return .url(appleURL, format: format ?? .jwks)
         case .firebase: return .url(firebaseURL, format: format ?? .pemCertificateMap)
+        case .firebaseSession: return .url(firebaseSessionURL, format: format ?? .pemCertificateMap)
         case .oidc: throw .missingKeySource(provider: name)
         case .hs256, .nextauth, .authjs: return nil
         }

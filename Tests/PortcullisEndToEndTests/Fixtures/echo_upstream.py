@@ -10,6 +10,7 @@ Special paths (anywhere in the path):
   /close-after     -> answers with keep-alive, then closes the connection anyway
   /big/<n>         -> answers with n bytes
   /upgrade         -> answers 101 and echoes raw bytes back (a WebSocket stand-in)
+  /status/<code>   -> answers the usual echo body with that status (e.g. a sign-out's 302)
 Usage: echo_upstream.py PORT NAME [CERT KEY [CLIENT_CA]]
 """
 import json
@@ -89,6 +90,9 @@ class Handler(BaseHTTPRequestHandler):
             "headers": [[k, v] for k, v in self.headers.items()],
             "body": body.decode("latin-1"),
         }).encode()
+        if "/status/" in path:
+            code = int(path.split("/status/")[1].split("/")[0].split("?")[0])
+            return self._send(code, payload)
         if "/chunked" in path:
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
