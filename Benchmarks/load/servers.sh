@@ -239,11 +239,12 @@ start_portcullis() {
     if (( HTTP2 )); then
         PORTCULLIS_H2C_PORT="$(free_port)"
         listen="listen:
-  - address: \"127.0.0.1:$PORTCULLIS_PORT\"$([[ -n "$TLS_CERT" ]] && printf '\n    tls: {certificates: [{certificate: "%s", private_key: "%s"}], alpn: [h2, http/1.1]}' "$TLS_CERT" "$TLS_KEY")
+  - address: \"127.0.0.1:$PORTCULLIS_PORT\"$( [[ -z "$TLS_CERT" ]] || printf '\n    tls: {certificates: [{certificate: "%s", private_key: "%s"}], alpn: [h2, http/1.1]}' "$TLS_CERT" "$TLS_KEY")
     http2: {max_concurrent_streams: 100}
   - {address: \"127.0.0.1:$PORTCULLIS_H2C_PORT\", h2c: true}"
     else
-        listen="listen: [{address: \"127.0.0.1:$PORTCULLIS_PORT\"$([[ -n "$TLS_CERT" ]] && echo ", tls: {certificates: [{certificate: \"$TLS_CERT\", private_key: \"$TLS_KEY\"}]}")}]"
+        listen="listen: [{address: \"127.0.0.1:$PORTCULLIS_PORT\"$( [[ -z "$TLS_CERT" ]] || echo ", tls: {certificates: [{certificate: \"$TLS_CERT\", private_key: \"$TLS_KEY\"}]}")}]"
+    # (a failing [[ ]] && … as the last command of a substitution would end the caller under set -e)
     fi
     cat > "$d/portcullis.yaml" <<CONF
 $listen
