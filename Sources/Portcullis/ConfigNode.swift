@@ -58,10 +58,39 @@ struct ConfigNode {
         for (k, _) in m {
             let name = k.string ?? "?"
             if !usedKeys.contains(name) {
+                let hint = Self.nearest(name, among: usedKeys).map { " (did you mean '\($0)'?)" } ?? ""
                 throw ConfigurationError(file: file, key: path.isEmpty ? name : "\(path).\(name)",
-                                         line: k.mark?.line, reason: "unknown key")
+                                         line: k.mark?.line, reason: "unknown key\(hint)")
             }
         }
+    }
+
+    /// The known key closest to `name`: the same up to case and `-`/`_`, or within two edits
+    /// (`projectId` → `project_id`, `jwks_uri` → `jwks_url`); nil when none is that close.
+    static func nearest(_ name: String, among known: Set<String>) -> String? {
+        func folded(_ text: String) -> [Character] { Array(text.lowercased().filter { $0 != "_" && $0 != "-" }) }
+        let target = folded(name)
+        var best: (key: String, distance: Int)?
+        for key in known.sorted() {
+            let candidate = folded(key)
+            let distance = editDistance(target, candidate)
+            if distance <= 2, distance < (best?.distance ?? .max) { best = (key, distance) }
+        }
+        return best?.key
+    }
+
+    private static func editDistance(_ a: [Character], _ b: [Character]) -> Int {
+        if a.isEmpty || b.isEmpty { return max(a.count, b.count) }
+        var previous = Array(0...b.count)
+        var current = previous
+        for i in 1...a.count {
+            current[0] = i
+            for j in 1...b.count {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            swap(&previous, &current)
+        }
+        return previous[b.count]
     }
 
     // MARK: Scalars

@@ -154,6 +154,16 @@ public final class CredentialVerifier: Sendable {
                 }
             }
         }
+        // Every provider the route allows turned the token down by its algorithm, type or
+        // issuer: when a provider the route does not allow would take it up, say so (an app
+        // token on a Google-only route is no "algorithm not allowed"). No signature is checked.
+        if allowed != nil, best == nil || best!.stage <= 3 {
+            for index in providers.indices where !isAllowed(index, allowed) {
+                if case .jws(let provider) = providers[index], provider.accepts(jws) == nil {
+                    return .failed(AuthFailure(.providerNotAccepted, provider: provider.name))
+                }
+            }
+        }
         return .failed(best ?? AuthFailure(.noMatchingProvider))
     }
 

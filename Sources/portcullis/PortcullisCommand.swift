@@ -72,61 +72,50 @@ struct CheckConfig: ParsableCommand {
 
 struct Demo: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run the gateway with embedded defaults in front of three demo apps (visits, notes, books).")
+        abstract: "Run the gateway in front of three demo apps (visits, notes, books) and a local key host, and walk through what it does.",
+        discussion: "Without --config it runs the embedded demo configuration (the text of Config/demo.yaml). The walkthrough goes to standard output; the gateway's own log to standard error (deploy/demo.sh keeps it in a file).")
+
+    @Option(name: .long, help: "The demo configuration file (default: the embedded copy of Config/demo.yaml).")
+    var config: String?
 
     func run() throws {
         let configuration: GatewayConfiguration
-        do {
-            configuration = try ConfigurationLoader.parse(DemoConfiguration.yaml, file: "<embedded demo>",
-                                                          environment: ProcessInfo.processInfo.environment)
-        } catch {
-            FileHandle.standardError.write(Data("portcullis: \(error)\n".utf8))
-            throw ExitCode(2)
+        if let config {
+            configuration = loadOrExit(config)
+        } else {
+            do {
+                configuration = try ConfigurationLoader.parse(DemoConfiguration.yaml, file: "<embedded Config/demo.yaml>",
+                                                              environment: ProcessInfo.processInfo.environment)
+            } catch {
+                FileHandle.standardError.write(Data("portcullis: \(error)\n".utf8))
+                throw ExitCode(2)
+            }
         }
         let logger = bootstrapLogging(configuration.logLevel)
-        let apps = DemoConfiguration.appPorts.map { app in
-            Gateway.LocalApp(address: try! SocketAddress(parsing: "127.0.0.1:\(app.port)"), handler: EchoApp(name: app.name))
-        }
-        let credentials: (bearer: CredentialMinter.Credential, cookie: CredentialMinter.Credential,
-                          expired: CredentialMinter.Credential, revoked: CredentialMinter.Credential)
-        do { credentials = try DemoWalkthrough.credentials(configuration) } catch {
+        let story: DemoWalkthrough.Story
+        do { story = try DemoWalkthrough.Story(configuration) } catch {
             FileHandle.standardError.write(Data("portcullis: demo credentials: \(error)\n".utf8))
             throw ExitCode(1)
         }
-        let port = configuration.listen[0].address.port
-        let adminToken = configuration.admin?.token ?? ""
-        let adminPort = configuration.admin?.address.port ?? 9901
+        var apps = DemoConfiguration.appPorts.map { app in
+            Gateway.LocalApp(address: try! SocketAddress(parsing: "127.0.0.1:\(app.port)"), handler: EchoApp(name: app.name))
+        }
+        apps.append(Gateway.LocalApp(address: try! SocketAddress(parsing: "127.0.0.1:\(DemoConfiguration.keyHostPort)"),
+                                     handler: DemoKeyHost(jwks: story.googleJWKS)))
+        let file = config ?? "Config/demo.yaml (its embedded copy)"
         print("""
-        Portcullis demo: gateway on http://127.0.0.1:\(port), admin on http://127.0.0.1:\(adminPort)
-        demo apps (echo what they receive): visits :3001, notes :3002, books :3003
-        providers: app (HS256 Bearer tokens, as the iOS app sends) and web (NextAuth session cookie, as the browser sends)
+        Portcullis demo: gateway on http://127.0.0.1:\(story.port), admin on http://127.0.0.1:\(story.adminPort)
+        configuration: \(file)
+        demo apps (echo what they receive): visits :3001, notes :3002, books :3003; key host :\(DemoConfiguration.keyHostPort)
+        providers: app (HS256 Bearer tokens, as the iOS app sends), web (NextAuth session cookie, as the browser sends),
+                   google (Google ID tokens, keys from the local key host as from Google's certs URL)
 
         """)
+        fflush(nil)  // the story is read as it happens, also through a pipe or a file
         // Walk through the story once the listeners are up, then keep serving.
         Thread.detachNewThread {
             usleep(300_000)
-            let revoke = "{\"jti\":\"\(credentials.revoked.tokenID)\"}"
-            DemoWalkthrough.run([
-                .init(title: "No credential on a protected route: 401 with a Bearer challenge", path: "/api/visits"),
-                .init(title: "The iOS app's Bearer token: the visits app receives the verified user id",
-                      path: "/api/visits/1", header: "Authorization: Bearer \(credentials.bearer.token)"),
-                .init(title: "The web app's NextAuth session cookie: same route, same kind of identity",
-                      path: "/api/visits", header: "Cookie: \(credentials.cookie.headerValue)"),
-                .init(title: "A spoofed X-User-Id never reaches the app (public route)", path: "/api/books", header: "X-User-Id: admin"),
-                .init(title: "An expired token: 401 invalid_token", path: "/api/visits", header: "Authorization: Bearer \(credentials.expired.token)"),
-                .init(title: "A token that works now ...", path: "/api/notes", header: "Authorization: Bearer \(credentials.revoked.token)"),
-            ], port: port)
-            print("## ... is revoked through the admin API (or POST /api/v1/auth/logout with it):")
-            print("  curl -si -X POST -H 'Authorization: Bearer \(adminToken)' -d '\(revoke)' http://127.0.0.1:\(adminPort)/revocations")
-            if let (status, _, body) = DemoWalkthrough.fetchAdmin(port: adminPort, token: adminToken, body: revoke) {
-                print("  -> \(status) \(body.trimmingCharacters(in: .whitespacesAndNewlines))\n")
-            }
-            DemoWalkthrough.run([
-                .init(title: "... and is refused on the next request", path: "/api/notes", header: "Authorization: Bearer \(credentials.revoked.token)"),
-            ], port: port)
-            print("What the gateway counted (Prometheus text):")
-            print("  curl -s -H 'Authorization: Bearer \(adminToken)' http://127.0.0.1:\(adminPort)/metrics | grep -E '^portcullis_(requests|auth_decisions)_total'\n")
-            print("More: curl -s http://127.0.0.1:\(port)/health ; curl -s http://127.0.0.1:\(adminPort)/readyz ; Ctrl-C stops.\n")
+            story.tell(configurationFile: file)
         }
         do {
             try Gateway.runForever(configuration, localApps: apps, logger: logger)

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Portcullis
 import PortcullisAuth
+import PortcullisCore
 import PortcullisKeys
 
 /// `portcullis verify`: what the gateway would decide for one credential.
@@ -16,11 +17,15 @@ struct Verify: ParsableCommand {
     var provider: String?
     @Option(name: .long, help: "Key document for fetched-key providers: a JWKS file, applied to --provider.")
     var jwks: String?
-    @Argument(help: "The token (a JWS, or a NextAuth/Auth.js JWE). Read from standard input when '-'.")
+    @Argument(help: "The credential: a token (JWS, or NextAuth/Auth.js JWE), 'Bearer <token>', 'Authorization: Bearer <token>', a session cookie 'name=value' or a whole 'Cookie: …' line. '-' reads it from standard input.")
     var token: String
 
     func run() throws {
         let configuration = loadOrExit(config)
+        let names = configuration.providers.map(\.configuration.name)
+        if let provider, !names.contains(provider) {
+            throw ValidationError("unknown provider '\(provider)' (the configuration has: \(names.joined(separator: ", ")))")
+        }
         var keys = configuration.providers.inlineKeys
         if let jwks {
             guard let provider else { throw ValidationError("--jwks needs --provider") }
@@ -34,21 +39,64 @@ struct Verify: ParsableCommand {
         var text = token
         if text == "-" { text = readLine(strippingNewline: true) ?? "" }
         let now = Date().timeIntervalSince1970
-        var result = verifier.verifyBearer(text, providers: provider.map { [$0] }, now: now)
-        if case .failed(let failure) = result, failure.reason == .noMatchingProvider || failure.reason == .malformed {
-            // Maybe a session cookie value: try the cookie providers by their names.
-            let names = configuration.providers.flatMap(\.sessionCookieNames)
-            if let name = names.first {
-                let cookie = verifier.verifySessionCookies([(Substring(name), Substring(text))], providers: provider.map { [$0] }, now: now)
-                if cookie.identity != nil { result = cookie }
+        let allowed: Set<String>? = provider.map { [$0] }
+        let result: VerificationResult
+        switch Presented(text, cookieNames: configuration.providers.flatMap(\.sessionCookieNames)) {
+        case .token(let token):
+            var bearer = verifier.verifyBearer(token, providers: allowed, now: now)
+            if case .failed(let failure) = bearer, failure.reason == .noMatchingProvider || failure.reason == .malformed,
+               let name = configuration.providers.flatMap(\.sessionCookieNames).first {
+                // Maybe a bare session-cookie value: try the cookie providers by their names.
+                let cookie = verifier.verifySessionCookies([(Substring(name), Substring(token))], providers: allowed, now: now)
+                if cookie.identity != nil { bearer = cookie }
             }
+            result = bearer
+        case .cookies(let pairs):
+            result = verifier.verifySessionCookies(pairs, providers: allowed, now: now)
         }
         switch result {
         case .verified(let identity):
             print("verified: provider=\(identity.provider) sub=\(identity.subject) exp=\(Int64(identity.expiresAt)) jti=\(identity.tokenID ?? "-") claims=\(identity.claims.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))")
+            print("revocation handle: \(Self.revocationHandle(identity))")
         case .failed(let failure):
             print("refused: \(failure.errorCode?.rawValue ?? "no_credential") (\(failure.reason.rawValue)): \(failure.description)")
             throw ExitCode(1)
+        }
+    }
+
+    /// The body of `POST /revocations` (or `DELETE`) that revokes exactly this credential, as a
+    /// logout route would: its `jti`, else its session id, else the credential hash (tokens
+    /// without a `jti`, such as Google and Apple ID tokens).
+    static func revocationHandle(_ identity: VerifiedIdentity) -> String {
+        if let jti = identity.tokenID { return "{\"jti\":\(JSONText.quoted(jti))}" }
+        if let sid = identity.sessionID { return "{\"session\":\(JSONText.quoted(sid))}" }
+        if let hash = identity.credentialHash { return "{\"jti\":\(JSONText.quoted(hash))}   (the credential hash: it has no jti)" }
+        return "none (no jti, session or hash)"
+    }
+
+    /// What was pasted: a token (bare, `Bearer …`, or `Authorization: Bearer …`), or cookies
+    /// (`Cookie: a=b; c=d`, or `name=value` naming a configured session cookie).
+    enum Presented {
+        case token(String)
+        case cookies([(name: Substring, value: Substring)])
+
+        init(_ text: String, cookieNames: [String]) {
+            var rest = Substring(text.trimmingCharacters(in: .whitespacesAndNewlines))
+            if rest.lowercased().hasPrefix("authorization:") { rest = rest.dropFirst(14).drop { $0 == " " } }
+            if rest.lowercased().hasPrefix("bearer ") { self = .token(String(rest.dropFirst(7).drop { $0 == " " })); return }
+            var isCookieLine = false
+            if rest.lowercased().hasPrefix("cookie:") { rest = rest.dropFirst(7); isCookieLine = true }
+            let pairs: [(name: Substring, value: Substring)] = rest.split(separator: ";").compactMap { piece in
+                let trimmed = piece.drop { $0 == " " }
+                guard let equals = trimmed.firstIndex(of: "=") else { return nil }
+                return (trimmed[..<equals], trimmed[trimmed.index(after: equals)...])
+            }
+            let namesACookie = pairs.contains { pair in cookieNames.contains { pair.name == $0 || pair.name.hasPrefix($0 + ".") } }
+            if isCookieLine || namesACookie {
+                self = .cookies(pairs)
+            } else {
+                self = .token(String(rest))
+            }
         }
     }
 }

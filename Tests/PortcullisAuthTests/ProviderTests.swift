@@ -161,7 +161,7 @@ import Testing
         #expect(throws: AuthConfigurationError.missingSetting(provider: "g", setting: "audiences")) {
             try CredentialVerifier(providers: [ProviderConfiguration(name: "g", kind: .google)], keys: [:])
         }
-        #expect(throws: AuthConfigurationError.missingSetting(provider: "f", setting: "projectID")) {
+        #expect(throws: AuthConfigurationError.missingSetting(provider: "f", setting: "project_id")) {
             try CredentialVerifier(providers: [ProviderConfiguration(name: "f", kind: .firebase)], keys: [:])
         }
         var short = ProviderConfiguration(name: "app", kind: .hs256)

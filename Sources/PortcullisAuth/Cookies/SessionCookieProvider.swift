@@ -94,7 +94,9 @@ final class SessionCookieProvider: Sendable {
         }
         // v4 writes A256GCM only; v5 writes A256CBC-HS512 and reads A256GCM too.
         if isV4 && jwe.encryption != .a256gcm { return fail(.algorithmNotAllowed) }
-        if isV4 && jwe.keyID != nil { return fail(.unknownKey) }
+        // A `kid` that names none of our secrets' keys: sealed under another secret (or one
+        // rotated out). That is a cookie that cannot be decrypted, not a signing key to fetch.
+        if isV4 && jwe.keyID != nil { return fail(.decryptionFailed) }
 
         let candidates = keys[nameIndex]
         let key: DerivedKey?
@@ -105,7 +107,7 @@ final class SessionCookieProvider: Sendable {
         } else {
             key = candidates.first { $0.decryptor.encryption == jwe.encryption }  // the first secret
         }
-        guard let key else { return fail(.unknownKey) }
+        guard let key else { return fail(.decryptionFailed) }
 
         let encryption = jwe.encryption
         guard let ivLength = Base64URL.decodedLength(jwe.iv.count), ivLength == encryption.ivLength,

@@ -191,7 +191,7 @@ final class ProviderPolicy: Sendable {
             self.userIdClaim = nil
         }
         if self.leeway < 0 || self.leeway > 600 {
-            throw .invalidSetting(provider: name, setting: "leewaySeconds", reason: "must be between 0 and 600")
+            throw .invalidSetting(provider: name, setting: "leeway", reason: "must be between 0 and 600")
         }
     }
 }

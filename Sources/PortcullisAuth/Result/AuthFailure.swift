@@ -39,6 +39,8 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case requiredClaimMismatch
         case hostedDomainMismatch
         case noMatchingProvider
+        /// The token looks like one of a provider the route does not accept.
+        case providerNotAccepted
         /// Verified, but on a revocation list (decided by the caller's store).
         case revoked
         case internalError
@@ -115,6 +117,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case .requiredClaimMismatch: return "The token lacks a required claim"
         case .hostedDomainMismatch: return "The account domain is not allowed"
         case .noMatchingProvider: return "No provider accepts this token"
+        case .providerNotAccepted: return "The token is from a provider this route does not accept"
         case .revoked: return "The token has been revoked"
         case .internalError: return "The token could not be verified"
         }

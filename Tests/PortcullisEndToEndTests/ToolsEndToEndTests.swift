@@ -1,0 +1,104 @@
+import Foundation
+import PortcullisTestSupport
+import Testing
+
+/// Tools that tell the truth (issue 15, item 7), through the real binary: `verify` takes a
+/// credential as pasted and prints the handle that revokes it; refusals name the real
+/// cause; `check-config` points at the key meant; `mint` seals Auth.js v5 cookies as Auth.js does.
+@Suite(.serialized) struct ToolsEndToEndTests {
+    static let adminToken = "admin-token-0123456789abcdef"
+
+    @Test func verifyTakesWhatIsPastedAndItsRevocationHandleRevokes() throws {
+        let upstream = try EchoUpstream()
+        let gateway = try GatewayProcess("""
+        \(AuthFixtures.providers)
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /google-only, upstream: app, auth: required, providers: [google]}
+          - {path: /, upstream: app, auth: required}
+        """, adminToken: Self.adminToken)
+        func verify(_ arguments: [String]) -> (Int32, String) {
+            let (status, out, err) = E2E.run(E2E.binary, ["verify", "--config", gateway.configPath] + arguments)
+            return (status, out + err)
+        }
+        // A Google ID token has no jti: the handle is the credential hash, and it revokes it.
+        let google = try AuthFixtures.mint(gateway, "google", ["--sub", "g-1"])  // "Authorization: Bearer …"
+        let token = String(google.dropFirst("Authorization: Bearer ".count))
+        for pasted in [token, "Bearer \(token)", google] {
+            let (status, out) = verify([pasted])
+            #expect(status == 0 && out.contains("provider=google sub=g-1"), "\(pasted.prefix(30)): \(out)")
+        }
+        let (_, out) = verify([token])
+        let handle = try #require(out.split(separator: "\n").first { $0.hasPrefix("revocation handle: ") })
+        let body = String(handle.dropFirst("revocation handle: ".count).prefix { $0 != " " })
+        #expect(body.hasPrefix("{\"jti\":\""), "\(handle)")
+        #expect(E2E.curl(["-H", google, "\(gateway.url)/x"]).status == 200)
+        #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(Self.adminToken)", "-d", body,
+                          "http://127.0.0.1:\(gateway.adminPort)/revocations"]).status == 201)
+        #expect(E2E.curl(["-H", google, "\(gateway.url)/x"]).status == 401, "the printed handle revoked the token")
+
+        // Cookies as pasted: a whole Cookie line, or name=value.
+        let cookie = try AuthFixtures.mint(gateway, "webv5", ["--sub", "w-1"])  // "Cookie: authjs.session-token=…"
+        #expect(cookie.contains("authjs.session-token="))
+        for pasted in [cookie, String(cookie.dropFirst("Cookie: ".count)), cookie + "; theme=dark"] {
+            let (status, out) = verify([pasted])
+            #expect(status == 0 && out.contains("provider=webv5 sub=w-1") && out.contains("revocation handle: {\"jti\""), "\(out)")
+        }
+        // Auth.js v5 cookies are sealed as Auth.js seals them.
+        let value = String(cookie.split(separator: "=", maxSplits: 1)[1])
+        let header = try #require(Data(base64Encoded: Self.padded(String(value.prefix { $0 != "." }))))
+        #expect(String(decoding: header, as: UTF8.self).contains("\"enc\":\"A256CBC-HS512\""))
+        #expect(E2E.curl(["-H", cookie, "\(gateway.url)/x"]).status == 200)
+
+        // An unknown provider is a usage error, not a refusal.
+        let (usage, message) = verify(["--provider", "nobody", token])
+        #expect(usage == 64 && message.contains("unknown provider 'nobody'"), "\(usage) \(message)")
+
+        // Refusals name the real cause.
+        let appToken = try AuthFixtures.mint(gateway, "app")
+        let wrongProvider = E2E.curl(["-H", appToken, "\(gateway.url)/google-only"])
+        #expect(wrongProvider.status == 401 && wrongProvider.body.contains("does not accept"), "\(wrongProvider)")
+        let other = try GatewayProcess("""
+        providers:
+          - {name: webv5, type: authjs, secret: "another-secret-0123456789abcdef0123456"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """)
+        let undecryptable = E2E.curl(["-H", cookie, "\(other.url)/x"])
+        #expect(undecryptable.status == 401 && undecryptable.body.contains("could not be decrypted"), "\(undecryptable)")
+    }
+
+    @Test func checkConfigPointsAtTheKeyMeant() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("tools-\(UUID().uuidString).yaml").path
+        try """
+        providers:
+          - {name: fb, type: firebase, projectId: vc-notebook}
+        upstreams:
+          app: {url: "http://127.0.0.1:1"}
+        routes:
+          - {path: /, upstream: app}
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        let (status, _, err) = E2E.run(E2E.binary, ["check-config", path])
+        #expect(status != 0)
+        #expect(err.contains("providers[0].projectId: unknown key (did you mean 'project_id'?)"), "\(err)")
+        try """
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)", leeway: 20m}
+        upstreams:
+          app: {url: "http://127.0.0.1:1"}
+        routes:
+          - {path: /, upstream: app}
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        let (status2, _, err2) = E2E.run(E2E.binary, ["check-config", path])
+        #expect(status2 != 0 && err2.contains("leeway") && !err2.contains("leewaySeconds"), "\(err2)")
+    }
+
+    static func padded(_ base64url: String) -> String {
+        var text = base64url.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while text.count % 4 != 0 { text += "=" }
+        return text
+    }
+}
