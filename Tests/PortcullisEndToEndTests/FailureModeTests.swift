@@ -26,6 +26,32 @@ struct FailureModeTests {
         #expect(g.log.components(separatedBy: "upstream unreachable").count - 1 == 1)
     }
 
+    /// An upstream whose response heads are refused, arriving over several reads: each is a
+    /// 502 and the gateway lives on (a refusal after a buffered partial head used to crash it).
+    @Test func badResponseHeadsInPiecesAre502AndTheGatewayLivesOn() throws {
+        let badPort = Loopback.freePort()
+        let bad = Process()
+        bad.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        bad.arguments = ["python3", E2E.packageRoot.appendingPathComponent("Tests/PortcullisEndToEndTests/Fixtures/bad_upstream.py").path,
+                         "\(badPort)"]
+        try bad.run()
+        defer { E2E.stop(bad, signal: SIGKILL) }
+        #expect(Loopback.waitForPort(badPort))
+        let good = try EchoUpstream()
+        let g = try GatewayProcess("""
+        upstreams:
+          bad: {url: "http://127.0.0.1:\(badPort)"}
+          good: {url: "http://127.0.0.1:\(good.port)"}
+        routes:
+          - {path: /bad, upstream: bad, auth: none}
+          - {path: /, upstream: good, auth: none}
+        """, workers: 1)
+        for _ in 0..<3 {
+            #expect(E2E.curl(["\(g.url)/bad/x"]).status == 502)
+            #expect(E2E.curl(["\(g.url)/alive"]).status == 200, "the gateway is still up")
+        }
+    }
+
     @Test func exhaustedPoolGets503() throws {
         let upstream = try EchoUpstream()
         let g = try GatewayProcess("""

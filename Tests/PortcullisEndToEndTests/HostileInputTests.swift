@@ -54,6 +54,51 @@ struct HostileInputTests {
         #expect(try upstream.seen().isEmpty, "\(name) reached the upstream")
     }
 
+    /// The same hostile requests arriving in pieces (the head spread over several reads, as
+    /// a slow or hostile client sends it): each is refused the same way, and the gateway
+    /// lives on (a refusal after a buffered partial head used to crash the process).
+    @Test(arguments: 0..<HostileInputTests.cases.count)
+    func hostileRequestInPiecesIsRefusedAndTheGatewayLivesOn(_ index: Int) throws {
+        let (name, request, status) = Self.cases[index]
+        _ = try upstream.seen()
+        let c = try RawConnection(port: gateway.port)
+        let bytes = Array(request.utf8)
+        let piece = max(1, bytes.count / 3)
+        var offset = 0
+        while offset < bytes.count {
+            c.send(bytes: Array(bytes[offset..<min(offset + piece, bytes.count)]))
+            offset += piece
+            usleep(20_000)
+        }
+        let text = c.readAll()
+        #expect(text.hasPrefix("HTTP/1.1 \(status) "), "\(name): \(text.prefix(80))")
+        #expect(try upstream.seen().isEmpty, "\(name) reached the upstream")
+        #expect(E2E.curl(["\(gateway.url)/alive"]).status == 200, "\(name): the gateway is still up")
+    }
+
+    /// A header section past limits.max_header_bytes sent in 4 KiB writes (a large cookie): 431,
+    /// and the gateway lives on. Also a request line past its limit, and a bad line after 6 KB.
+    @Test func oversizedHeadsInManyReadsAreRefusedAndTheGatewayLivesOn() throws {
+        let g = try GatewayProcess(upstream.openRoute)
+        for (request, status) in [
+            ("GET / HTTP/1.1\r\nHost: x\r\nCookie: " + String(repeating: "a", count: 40_000) + "\r\n\r\n", 431),
+            ("GET /" + String(repeating: "b", count: 10_000) + " HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+            ("GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + String(repeating: "c", count: 6_000) + "\r\nno colon here\r\n\r\n", 400),
+        ] {
+            let c = try RawConnection(port: g.port)
+            let bytes = Array(request.utf8)
+            var offset = 0
+            while offset < bytes.count {
+                c.send(bytes: Array(bytes[offset..<min(offset + 4096, bytes.count)]))
+                offset += 4096
+                usleep(5_000)
+            }
+            let text = c.readAll()
+            #expect(text.hasPrefix("HTTP/1.1 \(status) "), "\(text.prefix(80))")
+            #expect(E2E.curl(["\(g.url)/alive"]).status == 200, "the gateway is still up after the \(status)")
+        }
+    }
+
     @Test func chunkedBodyWithSmuggledRequestIsNotForwardedAsTwo() throws {
         _ = try upstream.seen()
         let c = try RawConnection(port: gateway.port)

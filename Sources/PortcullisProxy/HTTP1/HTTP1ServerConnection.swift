@@ -158,6 +158,9 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
                 } else {
                     inbound.commitWrite(n)
                     let used = process(inbound.readable)
+                    // A refusal closes the connection inside `process` and empties `inbound`:
+                    // nothing is left to consume then (consuming crashed the process).
+                    if isClosed { return }
                     inbound.consume(used)
                 }
                 if isClosed { return }

@@ -243,6 +243,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         while !inBody.isEmpty && exchange.isActive && exchange.canTakeRequestBody {
             let n = inBody.readableBytes
             exchange.requestBody(inBody.readable)
+            guard inBody.readableBytes == n else { break }  // the stream ended meanwhile: nothing left to take
             inBody.consume(n)
             consume(n)
         }

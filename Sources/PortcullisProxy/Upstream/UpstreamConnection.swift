@@ -194,6 +194,8 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
                 } else {
                     inbound.commitWrite(n)
                     let used = process(inbound.readable)
+                    // A bad response closes the connection inside `process` and empties `inbound`.
+                    if state == .closed { return }
                     inbound.consume(used)
                 }
                 if fromScratch && n < loop.readScratch.count / 2 { return }
