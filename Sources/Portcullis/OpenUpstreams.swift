@@ -4,7 +4,9 @@ import PortcullisProxy
 ///
 /// An upstream is left open when its host is neither loopback (`127.0.0.0/8`, `::1`,
 /// `localhost`), nor private (RFC 1918 `10/8`, `172.16/12`, `192.168/16`; ULA
-/// `fc00::/7`), nor a `*.internal` name (Fly.io private networking, GCP internal DNS),
+/// `fc00::/7`), nor a `*.internal` name (Fly.io private networking, GCP internal DNS), nor a
+/// single-label name (`visits-api`, `notes:10000`: a private network's service name, as
+/// Render, Docker and Kubernetes give them; no public DNS name has one label),
 /// and it has none of the locks the gateway offers: `request_headers` (a platform's
 /// secret header), a client certificate, or the signed identity assertion
 /// (`identity.assertion`). Any other host name is assumed public: the gateway cannot
@@ -29,6 +31,6 @@ extension GatewayConfiguration {
             return privateNetworks.contains { $0.contains(bytes) }
         }
         let host = url.host.hasSuffix(".") ? String(url.host.dropLast()) : url.host
-        return host == "localhost" || host.hasSuffix(".localhost") || host.hasSuffix(".internal")
+        return host == "localhost" || host.hasSuffix(".localhost") || host.hasSuffix(".internal") || !host.contains(".")
     }
 }

@@ -2,7 +2,7 @@
 /// number of seconds. Returns nil on anything else.
 public func parseDurationSeconds(_ text: String) -> Double? {
     let t = text.trimmingPrefixAndSuffixSpaces()
-    let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
+    let units: [(String, Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600), ("d", 86_400)]
     for (suffix, factor) in units where t.hasSuffix(suffix) {
         let number = t.dropLast(suffix.count)
         // "ms" must not be read as "m" of "…s": the ms entry is checked first.

@@ -41,6 +41,13 @@ import Testing
         let numeric = get("/rounds", try Self.mint(#"{"userId": 42, "exp": "+600"}"#))
         #expect(numeric.status == 200)
         #expect(try Echo(numeric.body).values("x-user-id") == ["42"])
+        // `portcullis mint` puts the user in the provider's user_id_claim, nested for a dotted one.
+        let minted = get("/rounds", String(try gateway.mint(["--provider", "app", "--sub", "golfer-9"]).dropFirst("Authorization: Bearer ".count)))
+        let mintedUser = try Echo(minted.body).values("x-user-id")
+        #expect(minted.status == 200 && mintedUser == ["golfer-9"], "\(minted)")
+        let nestedMint = get("/other", String(try gateway.mint(["--provider", "nested", "--sub", "acct-9"]).dropFirst("Authorization: Bearer ".count)))
+        let nestedUser = try Echo(nestedMint.body).values("x-user-id")
+        #expect(nestedMint.status == 200 && nestedUser == ["acct-9"], "\(nestedMint)")
         // No `userId`: refused, even with a `sub`.
         let missing = get("/rounds", try Self.mint(#"{"sub": "someone", "exp": "+600"}"#))
         #expect(missing.status == 401, "\(missing)")
@@ -278,6 +285,7 @@ import Testing
         let config = """
         providers:
           - {name: app, type: hs256, secret: "\(Self.secret)"}
+        revocation: {max_staleness: 1d}
         store: {redis: "redis://127.0.0.1:\(redis.port)/0"}
         upstreams:
           app: {url: "http://127.0.0.1:\(upstream.port)"}

@@ -135,6 +135,7 @@ import Testing
           ula: {url: "http://[fd12::5]:3000"}
           loop: {url: "http://127.0.0.1:3000"}
           local: {url: "http://localhost:3000"}
+          service: {url: "http://vcnotebook-api:10000"}
         routes:
           - {path: /, upstream: open, auth: none}
         """.write(toFile: config, atomically: true, encoding: .utf8)

@@ -68,6 +68,13 @@ public struct CredentialMinter {
             break
         }
         claims.append(("sub", .string(subject)))
+        // An app JWT that names its user in another claim (user_id_claim: userId, account.id).
+        if let userClaim = c.userIdClaim, userClaim != "sub" {
+            let parts = userClaim.split(separator: ".").map(String.init)
+            var value = JSONValue.string(subject)
+            for part in parts.dropFirst().reversed() { value = .object([(part, value)]) }
+            claims.append((parts.first ?? userClaim, value))
+        }
         claims.append(("iat", .integer(now)))
         claims.append(("exp", .integer(now + lifetime)))
         claims.append(("jti", .string(tokenID)))
