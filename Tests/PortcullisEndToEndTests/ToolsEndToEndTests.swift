@@ -94,6 +94,16 @@ import Testing
         """.write(toFile: path, atomically: true, encoding: .utf8)
         let (status2, _, err2) = E2E.run(E2E.binary, ["check-config", path])
         #expect(status2 != 0 && err2.contains("leeway") && !err2.contains("leewaySeconds"), "\(err2)")
+        // A claim header path no token could carry has no effect: refused, naming the key.
+        try """
+        identity: {claims: {"firebase..sign_in_provider": X-Sign-In-Provider}}
+        upstreams:
+          app: {url: "http://127.0.0.1:1"}
+        routes:
+          - {path: /, upstream: app}
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        let (status3, _, err3) = E2E.run(E2E.binary, ["check-config", path])
+        #expect(status3 != 0 && err3.contains("identity.claims.firebase..sign_in_provider"), "\(err3)")
     }
 
     static func padded(_ base64url: String) -> String {

@@ -47,7 +47,10 @@ extension ConfigurationLoader {
             }
             if let n = try node.optional("hosted_domain") { c.hostedDomain = try n.string() }
             if let n = try node.optional("max_lifetime") { c.maxLifetimeSeconds = Int(try n.duration()) }
-            if let n = try node.optional("forward_claims") { c.forwardedClaims = try n.stringList() }
+            if let n = try node.optional("forward_claims") {
+                c.forwardedClaims = try n.stringList()
+                for claim in c.forwardedClaims { try checkClaimPath(claim, n) }
+            }
             if let n = try node.optional("user_id_claim") { c.userIdClaim = try n.string() }
             if let n = try node.optional("key_id") { c.keyID = try n.string() }
             if let n = try node.optional("accepted_types") { c.acceptedTypes = try n.stringList() }
@@ -217,6 +220,17 @@ extension ConfigurationLoader {
         return (providers, settings)
     }
 
+    /// A claim name or dotted path the gateway can look up: no empty name or empty segment
+    /// (`a..b`, `.a`, `a.`), no spaces or control characters. Anything else could never be
+    /// found in a token, so the header it feeds would never be sent: refused at start.
+    static func checkClaimPath(_ claim: String, _ node: ConfigNode) throws(ConfigurationError) {
+        let segments = claim.split(separator: ".", omittingEmptySubsequences: false)
+        let printable = claim.utf8.allSatisfy { $0 > 0x20 && $0 != 0x7F }
+        guard !claim.isEmpty, printable, segments.allSatisfy({ !$0.isEmpty }) || segments.count == 1 else {
+            throw node.error("'\(claim)' is not a claim name or dotted claim path (no empty parts, spaces or control characters): no token could ever carry it")
+        }
+    }
+
     /// `revoke_on_success`: true (2xx), false, or a list of statuses and classes (`[2xx, 302, 303]`).
     static func statusSet(_ node: ConfigNode) throws(ConfigurationError) -> StatusSet {
         var set = StatusSet()
@@ -327,7 +341,10 @@ extension ConfigurationLoader {
             }
         }
         if let n = try node.optional("claims") {
-            for (claim, value) in try n.entries() { identity.claimHeaders.append((claim, try headerName(value))) }
+            for (claim, value) in try n.entries() {
+                try checkClaimPath(claim, value)
+                identity.claimHeaders.append((claim, try headerName(value)))
+            }
         }
         if let n = try node.optional("prefix_provider") { identity.settings.prefixProvider = try n.bool() }
         if let n = try node.optional("error_body") { identity.settings.errorBody = try errorBody(n) }
