@@ -160,12 +160,20 @@ enum ForwardedHead {
 
     /// Appends an injected value; control characters (claims come from tokens)
     /// become spaces so no value can split the head.
+    ///
+    /// One pass over the value's contiguous UTF-8 (a native string's own storage): checked
+    /// and copied as bytes. Iterating `String.UTF8View` byte by byte cost about 1 µs per
+    /// request for a 400-byte identity assertion (perf: the hottest symbol of the gateway).
     private static func appendFieldValue(_ value: String, to buffer: inout ByteBuffer) {
-        if value.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x7F }) {
-            buffer.append(value)
-        } else {
-            buffer.append(String(decoding: value.utf8.map { $0 < 0x20 || $0 == 0x7F ? 0x20 : $0 }, as: UTF8.self))
+        let appended: Bool? = value.utf8.withContiguousStorageIfAvailable { bytes in
+            var clean = true
+            for byte in bytes where byte < 0x20 || byte == 0x7F { clean = false; break }
+            guard clean else { return false }
+            buffer.append(UnsafeRawBufferPointer(bytes))
+            return true
         }
+        if appended == true { return }
+        buffer.append(String(decoding: value.utf8.map { $0 < 0x20 || $0 == 0x7F ? 0x20 : $0 }, as: UTF8.self))
     }
 
     private static func sameNameIgnoringCase(_ bytes: UnsafeRawBufferPointer, _ a: Range<Int>, _ b: Range<Int>) -> Bool {
