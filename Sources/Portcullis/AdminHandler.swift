@@ -111,32 +111,18 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
             return nil
         case ("POST", "/revocations"):
             guard let revoke = actions.revoke, let reply else { return .error(501, "revocation is not available") }
-            let revocation: AdminRevocation
-            switch Self.parseRevocation(body) {
-            case .success(let value): revocation = value
-            case .failure(let error): return .error(400, error.message)
-            }
-            revoke(revocation) { result in
-                switch result {
-                case .success: reply.send(.json(201, "{\"status\":\"revoked\"}\n"))
-                case .failure(let error): reply.send(.error(error.status, error.message))
+            return Self.withRevocation(body, forUndo: false) { revocation in
+                revoke(revocation) { result in
+                    reply.send(Self.response(result) { .json(201, "{\"status\":\"revoked\"}\n") })
                 }
             }
-            return nil
         case ("DELETE", "/revocations"):
             guard let undo = actions.undo, let reply else { return .error(501, "revocation is not available") }
-            let revocation: AdminRevocation
-            switch Self.parseRevocation(body, forUndo: true) {
-            case .success(let value): revocation = value
-            case .failure(let error): return .error(400, error.message)
-            }
-            undo(revocation) { result in
-                switch result {
-                case .success(let found): reply.send(.json(200, "{\"status\":\"unrevoked\",\"found\":\(found)}\n"))
-                case .failure(let error): reply.send(.error(error.status, error.message))
+            return Self.withRevocation(body, forUndo: true) { revocation in
+                undo(revocation) { result in
+                    reply.send(Self.response(result) { found in .json(200, "{\"status\":\"unrevoked\",\"found\":\(found)}\n") })
                 }
             }
-            return nil
         case ("GET", "/revocations"):
             guard let list = actions.listRevocations, let reply else { return .error(501, "revocation is not available") }
             guard let subject = Self.queryValue(request.query, "subject"), !subject.isEmpty else {
@@ -153,6 +139,24 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
             return .error(405, "method not allowed on \(request.path)")
         default:
             return .error(404, "no such admin endpoint")
+        }
+    }
+
+    /// `POST` / `DELETE /revocations`: 400 with the reason for a body that names no
+    /// revocation, else `act` runs with it (and answers later).
+    private static func withRevocation(_ body: UnsafeRawBufferPointer, forUndo: Bool,
+                                       _ act: (AdminRevocation) -> Void) -> LocalResponse? {
+        switch parseRevocation(body, forUndo: forUndo) {
+        case .failure(let error): return .error(400, error.message)
+        case .success(let revocation): act(revocation); return nil
+        }
+    }
+
+    /// A store's answer: `success` for its value, else the failure's status and message.
+    private static func response<T>(_ result: Result<T, AdminError>, _ success: (T) -> LocalResponse) -> LocalResponse {
+        switch result {
+        case .success(let value): return success(value)
+        case .failure(let error): return .error(error.status, error.message)
         }
     }
 

@@ -19,9 +19,9 @@ public final class CredentialVerifier: Sendable {
 
     let providers: [Provider]
     private let indexByName: [String: Int]
-    /// Per provider: the cookies a JWS provider reads its credential from (Firebase
-    /// session cookies); empty for the others.
-    private let jwsCookieNames: [[String]]
+    /// JWS providers whose credential is a cookie (Firebase session cookies): the cookie's
+    /// name and the provider alone as the allowed set, both made once.
+    private let jwsCookies: [(index: Int, cookie: String, only: Set<String>)]
     let cache: VerifiedTokenCache
     /// Largest Bearer credential considered; longer ones fail with `tooLarge`.
     public let maxTokenSize: Int
@@ -33,7 +33,7 @@ public final class CredentialVerifier: Sendable {
                 cacheCapacity: Int = 16_384, maxTokenSize: Int = 16 * 1024) throws(AuthConfigurationError) {
         var providers = [Provider]()
         var indexByName = [String: Int]()
-        var jwsCookieNames = [[String]]()
+        var jwsCookies: [(index: Int, cookie: String, only: Set<String>)] = []
         for configuration in configurations {
             guard indexByName[configuration.name] == nil else { throw .duplicateProvider(configuration.name) }
             let policy = try ProviderPolicy(configuration)
@@ -59,12 +59,15 @@ public final class CredentialVerifier: Sendable {
                 providers.append(.jws(JWTProvider(policy: policy, keys: keys[configuration.name] ?? .empty)))
             }
             indexByName[configuration.name] = providers.count - 1
-            jwsCookieNames.append(configuration.kind == .firebaseSession ? [configuration.cookieName ?? "__session"] : [])
+            if configuration.kind == .firebaseSession {
+                jwsCookies.append((providers.count - 1, configuration.cookieName ?? ProviderConfiguration.firebaseSessionCookie,
+                                   [configuration.name]))
+            }
         }
         for name in keys.keys where indexByName[name] == nil { throw .unknownProvider(name) }
         self.providers = providers
         self.indexByName = indexByName
-        self.jwsCookieNames = jwsCookieNames
+        self.jwsCookies = jwsCookies
         self.cache = VerifiedTokenCache(capacity: cacheCapacity, providerCount: providers.count)
         self.maxTokenSize = maxTokenSize
     }
@@ -208,18 +211,17 @@ public final class CredentialVerifier: Sendable {
         func record(_ failure: AuthFailure) {
             if best == nil || failure.stage > best!.stage { best = failure }
         }
-        for index in providers.indices where isAllowed(index, allowed) {
-            if !jwsCookieNames[index].isEmpty {
-                // A JWS in a cookie: verified as a Bearer token of this provider only.
-                for name in jwsCookieNames[index] {
-                    guard let pair = cookies.first(where: { $0.name == name && !$0.value.isEmpty }) else { continue }
-                    switch verifyBearer(String(pair.value), providers: [providers[index].name], now: now) {
-                    case .verified(let identity): return .verified(identity)
-                    case .failed(let failure): record(failure)
-                    }
-                }
-                continue
+        // A JWS in a cookie: verified as a Bearer token of that provider only, from the
+        // cookie's own bytes.
+        for entry in jwsCookies where isAllowed(entry.index, allowed) {
+            guard let pair = cookies.first(where: { $0.name == entry.cookie && !$0.value.isEmpty }) else { continue }
+            var value = pair.value
+            switch value.withUTF8({ verifyBearer(UnsafeRawBufferPointer($0), providers: entry.only, now: now) }) {
+            case .verified(let identity): return .verified(identity)
+            case .failed(let failure): record(failure)
             }
+        }
+        for index in providers.indices where isAllowed(index, allowed) {
             guard case .cookie(let provider) = providers[index] else { continue }
             for (nameIndex, name) in provider.cookieNames.enumerated() {
                 let candidates: [SessionCookieChunks.Candidate]

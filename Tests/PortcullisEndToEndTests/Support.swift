@@ -76,6 +76,15 @@ enum E2E {
         return (code, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
     }
 
+    /// `portcullis check-config` on `yaml`: "" when it passes, else its standard error.
+    static func configErrors(_ yaml: String) -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("check-\(UUID().uuidString).yaml").path
+        try? yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        defer { unlink(path) }
+        let (status, _, err) = run(binary, ["check-config", path])
+        return status == 0 ? "" : err
+    }
+
     /// Signals a child and polls until Foundation has seen it exit. (Foundation's
     /// `waitUntilExit` can hang on Linux when many children come and go.)
     /// User plus system CPU time of `pid` so far, in clock ticks (`/proc/PID/stat`).

@@ -32,7 +32,6 @@ extension Array where Element == ProviderSettings {
     }
 }
 
-/// What happens to a request on `auth: required` without a credential.
 /// What an `auth: optional` route does with a session cookie that fails verification.
 public enum InvalidCredentialAction: String, Sendable, Equatable {
     case refuse
@@ -51,6 +50,7 @@ public struct StatusSet: Sendable, Equatable {
     public func contains(_ status: Int) -> Bool { codes.contains(status) || classes.contains(status / 100) }
 }
 
+/// What happens to a request on `auth: required` without a credential.
 public enum UnauthenticatedAction: Sendable, Equatable {
     /// 401 with `WWW-Authenticate: Bearer realm="…"` (APIs; the default).
     case challenge

@@ -109,7 +109,7 @@ extension ConfigurationLoader {
                 cookieNames = [base, "__Secure-" + base]
             case .firebaseSession:
                 // Firebase Hosting forwards only the cookie named __session to the app.
-                cookieNames = [c.cookieName ?? "__session"]
+                cookieNames = [c.cookieName ?? ProviderConfiguration.firebaseSessionCookie]
             default:
                 cookieNames = []
             }
@@ -170,12 +170,7 @@ extension ConfigurationLoader {
         var settings = RouteAuthSettings()
         var providers: [String]?
         if let n = try node.optional("providers") {
-            let list = try n.stringList()
-            for name in list where !providerNames.contains(name) {
-                throw n.error("names no provider '\(name)' (known: \(providerNames.sorted().joined(separator: ", ")))")
-            }
-            guard !list.isEmpty else { throw n.error("needs at least one provider (omit the key to accept all)") }
-            providers = list
+            providers = try providerList(n, providerNames: providerNames, omitted: "to accept all")
         }
         if let n = try node.optional("require_claims") { settings.requiredClaims = try claimRules(n) }
         if let n = try node.optional("error_body") { settings.errorBody = try errorBody(n) }
@@ -231,6 +226,17 @@ extension ConfigurationLoader {
         }
     }
 
+    /// A non-empty list of configured provider names (`omitted`: what leaving the key out means).
+    static func providerList(_ node: ConfigNode, providerNames: Set<String>,
+                             omitted: String) throws(ConfigurationError) -> [String] {
+        let list = try node.stringList()
+        for name in list where !providerNames.contains(name) {
+            throw node.error("names no provider '\(name)' (known: \(providerNames.sorted().joined(separator: ", ")))")
+        }
+        guard !list.isEmpty else { throw node.error("needs at least one provider (omit the key \(omitted))") }
+        return list
+    }
+
     /// `revoke_on_success`: true (2xx), false, or a list of statuses and classes (`[2xx, 302, 303]`).
     static func statusSet(_ node: ConfigNode) throws(ConfigurationError) -> StatusSet {
         var set = StatusSet()
@@ -263,11 +269,7 @@ extension ConfigurationLoader {
         }
         var settings = BodyCredentialSettings(field: field)
         if let n = try node.optional("providers") {
-            let list = try n.stringList()
-            guard !list.isEmpty else { throw n.error("needs at least one provider (omit the key for the route's)") }
-            for name in list where !providerNames.contains(name) {
-                throw n.error("names no provider '\(name)' (known: \(providerNames.sorted().joined(separator: ", ")))")
-            }
+            let list = try providerList(n, providerNames: providerNames, omitted: "for the route's")
             if let routeProviders {
                 for name in list where !routeProviders.contains(name) {
                     throw n.error("'\(name)' is not among the route's providers (\(routeProviders.joined(separator: ", ")))")

@@ -64,13 +64,13 @@ public final class StoreRevocations: RevocationChecking {
         case .session(let id, let until): revocation = .session(id: id, until: until ?? now + maxCredentialLifetime)
         case .subject(let subject, let before): revocation = .subject(subject, before: before, until: nil)
         }
-        store.revoke(revocation) { result in
-            switch result {
-            case .success: completion(.success(()))
-            case .failure(.invalid(let why)): completion(.failure(AdminError(status: 400, message: why)))
-            case .failure(let error): completion(.failure(AdminError(status: 503, message: error.description)))
-            }
-        }
+        store.revoke(revocation) { result in completion(result.mapError(Self.adminError)) }
+    }
+
+    /// A store failure as the admin API answers it: 400 for an unusable revocation, else 503.
+    static func adminError(_ error: StoreError) -> AdminError {
+        if case .invalid(let why) = error { return AdminError(status: 400, message: why) }
+        return AdminError(status: 503, message: error.description)
     }
 
     /// `DELETE /revocations`: the revocation the body names is undone on every instance
@@ -82,13 +82,7 @@ public final class StoreRevocations: RevocationChecking {
         case .session(let id, _): target = .session(id)
         case .subject(let subject, _): target = .subject(subject)
         }
-        store.undo(target) { result in
-            switch result {
-            case .success(let found): completion(.success(found))
-            case .failure(.invalid(let why)): completion(.failure(AdminError(status: 400, message: why)))
-            case .failure(let error): completion(.failure(AdminError(status: 503, message: error.description)))
-            }
-        }
+        store.undo(target) { result in completion(result.mapError(Self.adminError)) }
     }
 
     func list(subject: String, completion: @escaping @Sendable (Result<String, AdminError>) -> Void) {

@@ -12,6 +12,9 @@ public struct ProviderConfiguration: Sendable {
         public var readsCookies: Bool { self == .nextauth || self == .authjs || self == .firebaseSession }
     }
 
+    /// The cookie Firebase Hosting forwards to the app, and so the default of `firebase_session`.
+    public static let firebaseSessionCookie = "__session"
+
     public var name: String
     public var kind: Kind
     /// hs256 / nextauth / authjs secret (UTF-8 bytes are the key material).

@@ -83,7 +83,9 @@ final class Exchange: @unchecked Sendable {
     /// A local handler's body, or the body of a route whose credential travels in it
     /// (read whole before the decision, then forwarded from here).
     private var localBody = ByteBuffer()
-    private var localBodyLimit = 64 * 1024
+    /// What a local handler reads at most (a route's `credentialBodyLimit` replaces it).
+    private static let localHandlerBodyLimit = 64 * 1024
+    private var localBodyLimit = Exchange.localHandlerBodyLimit
     private var localBodyTooLarge = false
     /// The route whose credential is in the body being read (`credentialBodyLimit`).
     private var bodyCredentialRoute: Route?
@@ -161,7 +163,7 @@ final class Exchange: @unchecked Sendable {
             savedHead.append(view.bytes)
             parkedView = view
             pendingLocal = handler
-            localBodyLimit = 64 * 1024
+            localBodyLimit = Self.localHandlerBodyLimit
             responder.localBodyStarts(self)
             return
         }
@@ -227,19 +229,19 @@ final class Exchange: @unchecked Sendable {
             return
         }
         bodyHeld = true
+        // Forwarded with the length of the body read (a chunked upload included).
+        let held = view.rebased(onto: savedHead.readable, framing: .contentLength(localBody.readableBytes))
         generation &+= 1
         let resumption = AuthResumption(handle: handle, generation: generation, loop: loop)
-        let outcome = context.authenticator.authenticate(view.rebased(onto: savedHead.readable), route: route,
-                                                         body: localBody.readable, resumption: resumption)
+        let outcome = context.authenticator.authenticate(held, route: route, body: localBody.readable, resumption: resumption)
         guard case .deferred = outcome else {
             parkedView = nil
-            apply(outcome, view.rebased(onto: savedHead.readable, framing: .contentLength(localBody.readableBytes)),
-                  route: route)
+            apply(outcome, held, route: route)
             savedHead.clear()
             return
         }
         // `savedHead` and `parkedView` stay; the body waits in `localBody`.
-        parkedView = view.rebased(onto: savedHead.readable, framing: .contentLength(localBody.readableBytes))
+        parkedView = held
         parkedRoute = route
     }
 

@@ -332,24 +332,18 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
 
     // MARK: Request body
 
-    func forwardingStarts(_ exchange: Exchange) {
-        continueIfExpected()
-        startBody()
-    }
-
-    /// A local handler, or a route whose credential is in the body, reads the body first.
-    func localBodyStarts(_ exchange: Exchange) {
-        continueIfExpected()
-        startBody()
-    }
-
     /// The gateway answers `Expect: 100-continue` itself when it wants the body (as nginx
     /// does) and strips Expect upstream.
-    private func continueIfExpected() {
+    func forwardingStarts(_ exchange: Exchange) {
         if head.expectContinue && head.framing != .none && head.framing != .contentLength(0) {
             sendToClient(UnsafeRawBufferPointer(start: Self.continueLine.utf8Start, count: Self.continueLine.utf8CodeUnitCount))
         }
+        startBody()
     }
+
+    /// A local handler, or a route whose credential is in the body, reads the body first:
+    /// the same as forwarding it, from the client's side.
+    func localBodyStarts(_ exchange: Exchange) { forwardingStarts(exchange) }
 
     private static let continueLine: StaticString = "HTTP/1.1 100 Continue\r\n\r\n"
 

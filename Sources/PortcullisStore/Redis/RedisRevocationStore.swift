@@ -161,20 +161,32 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     static let replicationWaitMilliseconds = 1000
 
     private func write(_ r: Revocation, done: @escaping @Sendable (RedisError?) -> Void) {
-        var commands = RedisRevocationSchema.writeCommands(for: r)
+        writeDurably(RedisRevocationSchema.writeCommands(for: r)) { _, error in done(error) }
+    }
+
+    /// Runs a write whose first command decides (a failed PUBLISH after it is repaired by the
+    /// periodic resync) and, with Sentinel, checks a replica took it (see `confirmReplication`).
+    /// `done` gets the first command's integer reply (a `DEL`'s count) and nil, or the reason
+    /// the write is not durable.
+    private func writeDurably(_ commands: [[String]], done: @escaping @Sendable (Int64?, RedisError?) -> Void) {
+        var commands = commands
         let confirm = confirmReplication
         if confirm { commands += [["WAIT", "1", "\(Self.replicationWaitMilliseconds)"], ["ROLE"]] }
+        let count = commands.count
         client.pipeline(commands, timeout: confirm ? Double(Self.replicationWaitMilliseconds) / 1000 + 2 : nil) { results in
-            // The SET decides; a failed PUBLISH is repaired by the periodic resync.
-            if case .failure(let e) = results[0] { return done(e) }
-            guard confirm else { return done(nil) }
-            let replicated = (try? results[2].get())?.integer ?? 0
-            let role = (try? results[3].get())?.array
+            let first: Int64?
+            switch results[0] {
+            case .failure(let e): return done(nil, e)
+            case .success(let reply): first = reply.integer
+            }
+            guard confirm else { return done(first, nil) }
+            let replicated = (try? results[count - 2].get())?.integer ?? 0
+            let role = (try? results[count - 1].get())?.array
             let isMaster = role?.first?.string == "master"
             let replicas = role.flatMap { $0.count > 2 ? $0[2].array?.count : nil } ?? 0
-            if replicated >= 1 || (isMaster && replicas == 0) { return done(nil) }
-            done(.disconnected(reason: isMaster ? "no replica confirmed the write within \(Self.replicationWaitMilliseconds) ms (a failover may be under way)"
-                                                : "the server is no longer the master"))
+            if replicated >= 1 || (isMaster && replicas == 0) { return done(first, nil) }
+            done(first, .disconnected(reason: isMaster ? "no replica confirmed the write within \(Self.replicationWaitMilliseconds) ms (a failover may be under way)"
+                                                       : "the server is no longer the master"))
         }
     }
 
@@ -193,26 +205,12 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     /// rewrite of the same revocation (made during an outage) is dropped.
     public func undo(_ target: RevocationTarget, completion: @escaping @Sendable (Result<Bool, StoreError>) -> Void) {
         ioLoop.execute { [self] in
-            let key = RedisRevocationSchema.key(for: target)
-            var commands: [[String]] = [["DEL", key], ["PUBLISH", RedisRevocationSchema.channel, RedisRevocationSchema.message(undo: target)]]
-            let confirm = confirmReplication
-            if confirm { commands += [["WAIT", "1", "\(Self.replicationWaitMilliseconds)"], ["ROLE"]] }
-            client.pipeline(commands, timeout: confirm ? Double(Self.replicationWaitMilliseconds) / 1000 + 2 : nil) { [self] results in
-                let deleted: Int64
-                switch results[0] {
-                case .failure(let error): return completion(.failure(.unavailable("\(error); the revocation stays")))
-                case .success(let reply): deleted = reply.integer ?? 0
-                }
+            let commands = [["DEL", RedisRevocationSchema.key(for: target)],
+                            ["PUBLISH", RedisRevocationSchema.channel, RedisRevocationSchema.message(undo: target)]]
+            writeDurably(commands) { [self] deleted, error in
+                guard let deleted else { return completion(.failure(.unavailable("\(error.map { "\($0)" } ?? "no reply"); the revocation stays"))) }
                 let found = removeLocally(target) || deleted > 0
-                if confirm {
-                    let replicated = (try? results[2].get())?.integer ?? 0
-                    let role = (try? results[3].get())?.array
-                    let isMaster = role?.first?.string == "master"
-                    let replicas = role.flatMap { $0.count > 2 ? $0[2].array?.count : nil } ?? 0
-                    guard replicated >= 1 || (isMaster && replicas == 0) else {
-                        return completion(.failure(.unavailable("no replica confirmed the undo (a failover may be under way); try again")))
-                    }
-                }
+                if let error { return completion(.failure(.unavailable("\(error); try the undo again"))) }
                 completion(.success(found))
             }
         }

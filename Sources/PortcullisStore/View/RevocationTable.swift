@@ -113,11 +113,9 @@ struct RevocationTable: Sendable {
     }
 
     private static func key(_ revocation: Revocation) -> (id: String, kind: Kind, before: Int64) {
-        switch revocation {
-        case .token(let t, _): return (t, .token, 0)
-        case .session(let s, _): return (s, .session, 0)
-        case .subject(let s, let b, _): return (s, .subject, b)
-        }
+        let (id, kind) = key(revocation.target)
+        if case .subject(_, let before, _) = revocation { return (id, kind, before) }
+        return (id, kind, 0)
     }
 }
 
