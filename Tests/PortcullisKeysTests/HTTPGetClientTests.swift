@@ -147,7 +147,7 @@ final class LoopTicks: @unchecked Sendable {
         loop.queue.sync {
             let timer = DispatchSource.makeTimerSource(queue: loop.queue)
             timer.schedule(deadline: .now() + .milliseconds(10), repeating: .milliseconds(10), leeway: .milliseconds(1))
-            timer.setEventHandler { [unowned self] in self.count += 1 }
+            timer.setEventHandler { [weak self] in self?.count += 1 }
             timer.resume()
             self.timer = timer
         }

@@ -31,7 +31,9 @@ import Glibc
             self.done = done
         }
 
-        func start() { socket.startReading { [unowned self] in self.readable() } }
+        // Weak: the socket can report once more (the other side's close) after the test let
+        // go of this peer; an unowned reference then crashed the whole test process.
+        func start() { socket.startReading { [weak self] in self?.readable() } }
 
         func readable() {
             while !socket.isReadingPaused && !socket.isClosed {
@@ -58,7 +60,8 @@ import Glibc
                 // Back-pressure on the echoing side: read no more until the peer drains.
                 // (The sender keeps reading: it must take the echo while it sends.)
                 if echo { socket.pauseReading() }
-                socket.waitUntilWritable { [unowned self] in
+                socket.waitUntilWritable { [weak self] in
+                    guard let self else { return }
                     switch self.socket.flush(&self.pending) {
                     case .pending: return
                     case .failed: self.failed = true; self.done(self)
