@@ -117,6 +117,11 @@ identity: {assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}" ""
     if [[ -n "$BASELINE_BIN" ]]; then
         start_portcullis "$PROVIDERS" "$BASELINE_BIN" baseline required
         BASE_PORT="$PORTCULLIS_PORT"; BASE_PID="$PORTCULLIS_PID"
+        if wants assert1 || wants assertN; then
+            start_portcullis "$PROVIDERS
+identity: {assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}" "$BASELINE_BIN" baseline-assert required
+            BASE_ASSERT_PORT="$PORTCULLIS_PORT"; BASE_ASSERT_PID="$PORTCULLIS_PID"
+        fi
     fi
     echo "minting 1 + $DISTINCT RS256 tokens ..." >&2
     "$PORTCULLIS_BIN" mint --config "$CONFIG" --provider corp --key "$K/rsa.key.pem" --kid k1 --ttl 2h --format header > "$WORKDIR/one.txt"
@@ -151,6 +156,8 @@ identity: {assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}" ""
     if [[ -n "$BASELINE_BIN" ]]; then
         add_row base1 "Portcullis baseline, 1 token" "http://127.0.0.1:$BASE_PORT/" "$BASE_PID" "$WORKDIR/one.lua"
         add_row baseN "Portcullis baseline, $DISTINCT tokens" "http://127.0.0.1:$BASE_PORT/" "$BASE_PID" "$WORKDIR/many.lua"
+        wants assert1 && add_row baseA1 "Portcullis baseline + assertion, 1 token" "http://127.0.0.1:$BASE_ASSERT_PORT/" "$BASE_ASSERT_PID" "$WORKDIR/one.lua"
+        wants assertN && add_row baseAN "Portcullis baseline + assertion, $DISTINCT tokens" "http://127.0.0.1:$BASE_ASSERT_PORT/" "$BASE_ASSERT_PID" "$WORKDIR/many.lua"
     fi
     wants portcullisCold && add_row portcullisCold "Portcullis RS256, cache off, $DISTINCT tokens" "http://127.0.0.1:$COLD_PORT/" "$COLD_PID" "$WORKDIR/many.lua"
 fi

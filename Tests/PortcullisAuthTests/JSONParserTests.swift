@@ -1,9 +1,27 @@
 import Testing
 @testable import PortcullisAuth
+import PortcullisCore
 
 @Suite struct JSONParserTests {
     func parse(_ text: String) throws(JSONError) -> JSONDocument { try JSONDocument.parsingObject(Array(text.utf8)) }
     func parse(bytes: [UInt8]) throws(JSONError) -> JSONDocument { try JSONDocument.parsingObject(bytes) }
+
+    /// The serializer writes bytes: quotes, backslashes and every C0 control escaped,
+    /// everything else (DEL, non-ASCII, astral scalars) copied; the parser reads back what
+    /// it wrote, and `quoted` is the same text.
+    @Test func serializationEscapesAndRoundTrips() throws {
+        var tricky = "q\"b\\n\nr\rt\tdel\u{7F} é ✓ 🎉"
+        for scalar in 0..<0x20 { tricky.unicodeScalars.append(Unicode.Scalar(UInt8(scalar))) }
+        let value: JSONValue = .object([("s", .string(tricky)), ("i", -42), ("f", 1.5), ("b", true), ("z", nil),
+                                        ("a", [1, "x", .object([])]), ("é", "")])
+        let text = value.serialized
+        #expect(text.hasPrefix(#"{"s":"q\"b\\n\nr\rt\tdel"# + "\u{7F} é ✓ 🎉" + #"\u0000\u0001\u0002"#))
+        #expect(text.hasSuffix(#"\u001e\u001f","i":-42,"f":1.5,"b":true,"z":null,"a":[1,"x",{}],"é":""}"#))
+        #expect(text.contains(#"\u0008\t\n\u000b\u000c\r\u000e"#))
+        #expect(Array(text.utf8) == value.serializedBytes)
+        #expect(JSONText.quoted(tricky) == String(text.dropFirst(5).prefix { $0 != "," }))
+        #expect(try parse(text).value(0) == value)
+    }
 
     @Test func parsesEveryValueKind() throws {
         let document = try parse(#" {"s":"a\"b\\c\u00e9\ud83d\ude00","n":-12.5e1,"i":1700000000,"t":true,"f":false,"z":null,"a":[1,[2],{"k":"v"}],"o":{}} "#)

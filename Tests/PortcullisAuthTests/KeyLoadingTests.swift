@@ -77,6 +77,66 @@ import Testing
     }
 }
 
+extension KeyLoadingTests {
+    /// The prepared signing contexts (set up once per key, pooled) are what every
+    /// signature goes through; each algorithm's signatures verify, ECDSA's DER becomes
+    /// fixed-size r ‖ s whatever the lengths of r and s, and a key that does not fit its
+    /// algorithm gets no prepared signer.
+    @Test func preparedSignersSignForEveryAlgorithm() throws {
+        let input = Array("eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJzIn0".utf8)
+        let cases: [(JWSAlgorithm, String, String)] = [
+            (.rs256, "rsa1.pub.pem", "rsa1.key.pem"), (.ps256, "rsa1.pub.pem", "rsa1.key.pem"),
+            (.es256, "p256.pub.pem", "p256.key.pem"), (.es384, "p384.pub.pem", "p384.key.pem"),
+            (.edDSA, "ed25519.pub.pem", "ed25519.key.pem"),
+        ]
+        for (algorithm, pub, privateFile) in cases {
+            let signing = try SigningKey(privateKeyPEM: Fixture.text(privateFile), algorithm: algorithm)
+            #expect(signing.prepared != nil, "\(algorithm)")
+            let verifying = try VerificationKey(pem: Fixture.text(pub), algorithm: algorithm)
+            // ECDSA: r or s shorter than the coordinate comes up once in 256 signatures per
+            // integer; 600 signatures meet it with high odds, the DER test below always.
+            let rounds = algorithm.isECDSA ? 600 : 3
+            for _ in 0..<rounds {
+                let signature = try signing.sign(input)
+                #expect(signature.count == (algorithm.curve.map { 2 * $0.coordinateSize } ?? (algorithm == .edDSA ? 64 : 256)))
+                let valid = signature.withUnsafeBytes { s in input.withUnsafeBytes { verifying.isValidSignature(s, for: $0) } }
+                #expect(valid, "\(algorithm)")
+            }
+        }
+        let hmac = SigningKey(hmacSecret: Array(String(repeating: "k", count: 32).utf8), algorithm: .hs256)
+        #expect(hmac.prepared != nil)
+        let mac = try hmac.sign(input)
+        let hmacKey = try VerificationKey(hmacSecret: Array(String(repeating: "k", count: 32).utf8), algorithm: .hs256)
+        #expect(mac.withUnsafeBytes { m in input.withUnsafeBytes { hmacKey.isValidSignature(m, for: $0) } })
+
+        // A P-256 key named RS256 (negative-test tokens): no prepared signer; the one-shot
+        // path signs with what the key is (a DER ECDSA signature), as before, and the
+        // verifier refuses it as RS256.
+        let mismatched = try SigningKey(privateKeyPEM: Fixture.text("p256.key.pem"), algorithm: .rs256)
+        #expect(mismatched.prepared == nil)
+        let forged = try mismatched.sign(input)
+        #expect(forged.first == 0x30)
+        let rsa = try VerificationKey(pem: Fixture.text("rsa1.pub.pem"), algorithm: .rs256)
+        #expect(!forged.withUnsafeBytes { f in input.withUnsafeBytes { rsa.isValidSignature(f, for: $0) } })
+    }
+
+    @Test func ecdsaDERBecomesFixedSizeRawSignatures() {
+        func raw(_ der: [UInt8], coordinate: Int = 4) -> [UInt8]? {
+            var out = [UInt8](repeating: 0xEE, count: 2 * coordinate)
+            let ok = der.withUnsafeBufferPointer { d in out.withUnsafeMutableBufferPointer { ECDSASignature.raw(fromDER: d, coordinate: coordinate, into: $0.baseAddress!) } }
+            return ok ? out : nil
+        }
+        // r with a sign byte (0x00 0x80…), s shorter than the coordinate.
+        #expect(raw([0x30, 0x0A, 0x02, 0x05, 0x00, 0x80, 1, 2, 3, 0x02, 0x01, 0x07]) == [0x80, 1, 2, 3, 0, 0, 0, 7])
+        #expect(raw([0x30, 0x0C, 0x02, 0x04, 9, 8, 7, 6, 0x02, 0x04, 5, 4, 3, 2]) == [9, 8, 7, 6, 5, 4, 3, 2])
+        #expect(raw([0x30, 0x0A, 0x02, 0x05, 1, 2, 3, 4, 5, 0x02, 0x01, 0x07]) == nil)   // r too long
+        #expect(raw([0x30, 0x06, 0x02, 0x01, 0x01, 0x03, 0x01, 0x07]) == nil)             // s not an INTEGER
+        #expect(raw([0x30, 0x06, 0x02, 0x00, 0x02, 0x01, 0x07]) == nil)                   // empty r
+        #expect(raw([0x31, 0x06, 0x02, 0x01, 0x01, 0x02, 0x01, 0x07]) == nil)             // not a SEQUENCE
+        #expect(raw([0x30, 0x06, 0x02, 0x01]) == nil)                                      // cut short
+    }
+}
+
 struct JSONAlgorithmCase {
     let algorithm: JWSAlgorithm
     let pub: String

@@ -57,7 +57,7 @@ final class AssertionIssuer: Sendable {
         members += [("iat", .integer(issuedAt)), ("exp", .integer(issuedAt + Int64(lifetime))), ("jti", .string(JWTText.randomID()))]
         let token: String
         do {
-            token = try TokenMinter.sign(claims: .object(members), key: key.signing, keyID: key.kid)
+            token = try TokenMinter.sign(encodedHeader: key.encodedHeader, rawClaims: JSONValue.object(members).serializedBytes, key: key.signing)
         } catch {
             logger.error("cannot sign the identity assertion; the request goes without it", metadata: ["reason": "\(error)"])
             return nil

@@ -21,6 +21,16 @@ public final class AssertionKeys: @unchecked Sendable {
     public struct Key: Sendable {
         public let signing: SigningKey
         public let kid: String
+        /// The base64url of `{"alg":…,"typ":"JWT","kid":…}`: the same for every assertion
+        /// this key signs, so encoded once.
+        let encodedHeader: [UInt8]
+
+        public init(signing: SigningKey, kid: String) {
+            self.signing = signing
+            self.kid = kid
+            let header = JSONValue.object([("alg", .string(signing.algorithm.rawValue)), ("typ", .string("JWT")), ("kid", .string(kid))])
+            self.encodedHeader = TokenMinter.encodedHeader(header.serializedBytes)
+        }
     }
 
     public struct LoadError: Error, CustomStringConvertible, Sendable {

@@ -122,11 +122,19 @@ enum Base64URL {
 
     /// Encodes without padding.
     static func encode<Bytes: Collection<UInt8>>(_ input: Bytes) -> String {
-        let bytes = Array(input)
         var out = [UInt8]()
-        out.reserveCapacity((bytes.count + 2) / 3 * 4)
-        var index = 0
-        while index + 3 <= bytes.count {
+        if input.withContiguousStorageIfAvailable({ encode($0, appendingTo: &out) }) == nil {
+            encode(Array(input), appendingTo: &out)
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends the unpadded encoding of `bytes` to `out`.
+    static func encode<Source: Collection<UInt8>>(_ bytes: Source, appendingTo out: inout [UInt8]) where Source.Index == Int {
+        out.reserveCapacity(out.count + (bytes.count + 2) / 3 * 4)
+        var index = bytes.startIndex
+        let end = bytes.endIndex
+        while index + 3 <= end {
             let word = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
             out.append(encodeTable[Int(word >> 18 & 63)])
             out.append(encodeTable[Int(word >> 12 & 63)])
@@ -134,7 +142,7 @@ enum Base64URL {
             out.append(encodeTable[Int(word & 63)])
             index += 3
         }
-        switch bytes.count - index {
+        switch end - index {
         case 1:
             let word = UInt32(bytes[index]) << 16
             out.append(encodeTable[Int(word >> 18 & 63)])
@@ -147,6 +155,5 @@ enum Base64URL {
         default:
             break
         }
-        return String(decoding: out, as: UTF8.self)
     }
 }

@@ -27,41 +27,41 @@ public enum JSONValue: Sendable, Equatable {
     }
 
     /// Compact serialization (no whitespace), members in the given order.
-    public var serialized: String {
-        var out = ""
+    public var serialized: String { String(decoding: serializedBytes, as: UTF8.self) }
+
+    /// `serialized` as UTF-8 bytes, written straight into one buffer.
+    public var serializedBytes: [UInt8] {
+        var out = [UInt8]()
+        out.reserveCapacity(256)
         write(to: &out)
         return out
     }
 
-    private func write(to out: inout String) {
+    private func write(to out: inout [UInt8]) {
         switch self {
-        case .string(let value): JSONValue.writeString(value, to: &out)
+        case .string(let value): JSONText.appendQuoted(value, to: &out)
         case .number(let value):
-            if value.rounded() == value && abs(value) < 1e15 { out += String(Int64(value)) } else { out += "\(value)" }
-        case .integer(let value): out += String(value)
-        case .bool(let value): out += value ? "true" : "false"
-        case .null: out += "null"
+            if value.rounded() == value && abs(value) < 1e15 { out += String(Int64(value)).utf8 } else { out += "\(value)".utf8 }
+        case .integer(let value): out += String(value).utf8
+        case .bool(let value): out += (value ? "true" : "false").utf8
+        case .null: out += "null".utf8
         case .array(let values):
-            out += "["
+            out.append(UInt8(ascii: "["))
             for (index, value) in values.enumerated() {
-                if index > 0 { out += "," }
+                if index > 0 { out.append(UInt8(ascii: ",")) }
                 value.write(to: &out)
             }
-            out += "]"
+            out.append(UInt8(ascii: "]"))
         case .object(let members):
-            out += "{"
+            out.append(UInt8(ascii: "{"))
             for (index, (name, value)) in members.enumerated() {
-                if index > 0 { out += "," }
-                JSONValue.writeString(name, to: &out)
-                out += ":"
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                JSONText.appendQuoted(name, to: &out)
+                out.append(UInt8(ascii: ":"))
                 value.write(to: &out)
             }
-            out += "}"
+            out.append(UInt8(ascii: "}"))
         }
-    }
-
-    private static func writeString(_ value: String, to out: inout String) {
-        out += JSONText.quoted(value)
     }
 }
 

@@ -30,7 +30,7 @@ public enum SessionCookieMinter {
         guard key.count == 64, RAND_bytes(&iv, 16) == 1, let context = CipherContext() else {
             throw .openSSL(OpenSSLError.drain("RAND_bytes / EVP_CIPHER_CTX_new"))
         }
-        let plaintext = Array(claims.serialized.utf8)
+        let plaintext = claims.serializedBytes
         var ciphertext = [UInt8](repeating: 0, count: plaintext.count + 16)
         var length: Int32 = 0
         var final: Int32 = 0
@@ -64,7 +64,7 @@ public enum SessionCookieMinter {
         guard RAND_bytes(&iv, 12) == 1, let context = CipherContext() else {
             throw .openSSL(OpenSSLError.drain("RAND_bytes / EVP_CIPHER_CTX_new"))
         }
-        let plaintext = Array(claims.serialized.utf8)
+        let plaintext = claims.serializedBytes
         var ciphertext = [UInt8](repeating: 0, count: plaintext.count + 16)
         var tag = [UInt8](repeating: 0, count: 16)
         var length: Int32 = 0

@@ -10,16 +10,21 @@ public final class SigningKey: Sendable {
 
     public let algorithm: JWSAlgorithm
     let material: Material
+    /// Contexts set up once (see `PreparedSigner`); nil when the key does not fit the
+    /// algorithm, and `sign` then takes the one-shot path, which says why it fails.
+    let prepared: PreparedSigner?
 
     init(algorithm: JWSAlgorithm, key: EVPKey) {
         self.algorithm = algorithm
         self.material = .privateKey(key)
+        self.prepared = PreparedSigner.make(algorithm: algorithm, material: material)
     }
 
     /// An HMAC secret (any length: minting weak-key tokens is a test need).
     public init(hmacSecret: [UInt8], algorithm: JWSAlgorithm = .hs256) {
         self.algorithm = algorithm
         self.material = .hmac(hmacSecret)
+        self.prepared = PreparedSigner.make(algorithm: algorithm, material: material)
     }
 
     /// A PEM private key (PKCS #8 or traditional). The algorithm defaults
@@ -34,10 +39,34 @@ public final class SigningKey: Sendable {
         guard let algorithm = algorithm ?? key.defaultAlgorithm(rsa: .rs256) else { throw .unsupported("private key type") }
         self.algorithm = algorithm
         self.material = .privateKey(key)
+        self.prepared = PreparedSigner.make(algorithm: algorithm, material: material)
     }
 
     /// The JWS signature of `input` (raw r ‖ s for ECDSA).
     func sign(_ input: [UInt8]) throws(KeyLoadingError) -> [UInt8] {
+        try input.withUnsafeBytes { input in
+            Result { () throws(KeyLoadingError) in try withSignature(of: input) { Array($0) } }
+        }.get()
+    }
+
+    /// Calls `body` with the JWS signature of `input` (raw r ‖ s for ECDSA), written on
+    /// the stack by the prepared contexts when there are some.
+    func withSignature<Result>(of input: UnsafeRawBufferPointer, _ body: (UnsafeBufferPointer<UInt8>) -> Result) throws(KeyLoadingError) -> Result {
+        guard let prepared else {
+            let signature = try signOneShot(input)
+            return signature.withUnsafeBufferPointer { body($0) }
+        }
+        let signed = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: prepared.maxSignatureLength) { output -> Result? in
+            guard let length = prepared.sign(input, into: output.baseAddress!) else { return nil }
+            return body(UnsafeBufferPointer(rebasing: output[0..<length]))
+        }
+        guard let signed else { throw .openSSL(OpenSSLError.drain("sign (\(algorithm.rawValue))")) }
+        return signed
+    }
+
+    /// One signature with contexts made for it: keys that do not fit their algorithm.
+    private func signOneShot(_ inputBuffer: UnsafeRawBufferPointer) throws(KeyLoadingError) -> [UInt8] {
+        let input = Array(inputBuffer)
         switch material {
         case .hmac(let secret):
             guard let digest = algorithm.digest, algorithm.isHMAC else { throw .algorithmMismatch(algorithm.rawValue, keyType: "oct") }

@@ -11,14 +11,36 @@ public enum TokenMinter {
 
     /// Signs with an explicit header (negative tests: any `alg`, `crit`, …).
     public static func sign(header: JSONValue, claims: JSONValue, key: SigningKey) throws(KeyLoadingError) -> String {
-        try sign(rawHeader: Array(header.serialized.utf8), rawClaims: Array(claims.serialized.utf8), key: key)
+        try sign(rawHeader: header.serializedBytes, rawClaims: claims.serializedBytes, key: key)
     }
 
     /// Signs exact header and claim bytes (duplicate members, odd JSON, …).
     public static func sign(rawHeader: [UInt8], rawClaims: [UInt8], key: SigningKey) throws(KeyLoadingError) -> String {
-        let input = Base64URL.encode(rawHeader) + "." + Base64URL.encode(rawClaims)
-        let signature = try key.sign(Array(input.utf8))
-        return input + "." + Base64URL.encode(signature)
+        try sign(encodedHeader: encodedHeader(rawHeader), rawClaims: rawClaims, key: key)
+    }
+
+    /// The base64url of a header, for `sign(encodedHeader:…)` (a signer whose header is
+    /// the same for every token encodes it once).
+    public static func encodedHeader(_ rawHeader: [UInt8]) -> [UInt8] {
+        var out = [UInt8]()
+        Base64URL.encode(rawHeader, appendingTo: &out)
+        return out
+    }
+
+    /// `header.payload.signature` from an already encoded header: one buffer, the
+    /// signature written on the stack and encoded straight into it.
+    public static func sign(encodedHeader: [UInt8], rawClaims: [UInt8], key: SigningKey) throws(KeyLoadingError) -> String {
+        var token = [UInt8]()
+        token.reserveCapacity(encodedHeader.count + (rawClaims.count + 2) / 3 * 4 + 2 + 700)
+        token += encodedHeader
+        token.append(UInt8(ascii: "."))
+        Base64URL.encode(rawClaims, appendingTo: &token)
+        let signature = try token.withUnsafeBytes { input in
+            Result { () throws(KeyLoadingError) in try key.withSignature(of: input) { Array($0) } }
+        }.get()
+        token.append(UInt8(ascii: "."))
+        Base64URL.encode(signature, appendingTo: &token)
+        return String(decoding: token, as: UTF8.self)
     }
 
     /// An HS256 app token signed with the UTF-8 bytes of `secret`
