@@ -35,8 +35,23 @@ public final class TLSSession: StreamSecurity {
     /// The socket reported end of file or an error inside a BIO call.
     fileprivate var socketEnded = false
     fileprivate var socketErrno: Int32 = 0
-    /// Why the session failed, for the owner's log line or 502 reason.
-    public private(set) var lastFailure: TLSError?
+    /// Why the session failed, for the owner's log line or 502 reason. Only client
+    /// sessions' owners read it, so a socket error's text (strerror, which goes through
+    /// gettext) is made when asked for, not on every reset connection.
+    public var lastFailure: TLSError? {
+        switch failureState {
+        case .none: return nil
+        case .described(let error): return error
+        case .socket(let operation, let code): return TLSError(operation, reason: IOError("socket", errno: code).description)
+        }
+    }
+    private enum FailureState {
+        case none
+        case described(TLSError)
+        case socket(operation: String, errno: Int32)
+    }
+    private var failureState = FailureState.none
+    private var hasFailed: Bool { if case .none = failureState { return false } else { return true } }
     /// The first bytes from the client were plain HTTP, not a TLS record (a client
     /// that used http:// on the TLS port): the owner may answer 400 in plain text.
     public private(set) var sawPlaintextHTTP = false
@@ -75,7 +90,7 @@ public final class TLSSession: StreamSecurity {
     // MARK: StreamSecurity
 
     public func read(into buffer: UnsafeMutableRawBufferPointer) -> SecureIOResult {
-        guard let ssl, lastFailure == nil else { return .failed }  // the first failure is the reason
+        guard let ssl, !hasFailed else { return .failed }  // the first failure is the reason
         clearStaleErrors()
         var n = 0
         let ok = SSL_read_ex(ssl, buffer.baseAddress, buffer.count, &n)
@@ -85,7 +100,7 @@ public final class TLSSession: StreamSecurity {
     }
 
     public func write(_ bytes: UnsafeRawBufferPointer) -> SecureIOResult {
-        guard let ssl, lastFailure == nil else { return .failed }
+        guard let ssl, !hasFailed else { return .failed }
         guard outbox.isEmpty else { return .wantWrite }
         guard !bytes.isEmpty else { return .bytes(0) }
         clearStaleErrors()
@@ -197,19 +212,19 @@ public final class TLSSession: StreamSecurity {
         case SSL_ERROR_SYSCALL where socketErrno == 0:
             TLSError.discardQueue()
             if socketEnded { return .closed }
-            lastFailure = TLSError(handshakeDone ? operation : "handshake", reason: "connection closed")
+            failureState = .described(TLSError(handshakeDone ? operation : "handshake", reason: "connection closed"))
             return .failed
         default:
             let verify = SSL_get_verify_result(ssl)
             if verify != X509_V_OK && !portcullisIsServer(ssl) {
                 let text = X509_verify_cert_error_string(verify).map { String(cString: $0) } ?? "code \(verify)"
                 TLSError.discardQueue()
-                lastFailure = TLSError("certificate verification failed", reason: text)
+                failureState = .described(TLSError("certificate verification failed", reason: text))
             } else if socketErrno != 0 {
                 TLSError.discardQueue()
-                lastFailure = TLSError(operation, reason: IOError("socket", errno: socketErrno).description)
+                failureState = .socket(operation: operation, errno: socketErrno)
             } else {
-                lastFailure = .drain(handshakeDone ? operation : "handshake")
+                failureState = .described(.drain(handshakeDone ? operation : "handshake"))
             }
             return .failed
         }

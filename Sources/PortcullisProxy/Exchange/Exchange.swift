@@ -24,8 +24,10 @@ final class Exchange: @unchecked Sendable {
     /// away); every entry point from elsewhere checks `isActive` first.
     unowned(unsafe) let responder: any ExchangeResponder
     let peer: SocketAddress
-    /// The peer's address as text, computed once (X-Forwarded-For, access log).
-    let peerText: String
+    /// The peer's address as text (X-Forwarded-For, access log), made on the first
+    /// request: a connection that never sends one (a TLS resumption probe, a port check)
+    /// costs no `inet_ntop` (which formats through `sprintf`).
+    private(set) lazy var peerText: String = peer.host
 
     /// Between `begin` and `finish`/`cancel`.
     private(set) var isActive = false
@@ -104,7 +106,6 @@ final class Exchange: @unchecked Sendable {
         self.context = context
         self.responder = responder
         self.peer = peer
-        self.peerText = peer.host
         handle.exchange = self
     }
 
