@@ -38,20 +38,22 @@ public enum TargetNormalizer {
         }
         var pathEnd = start
         while pathEnd < target.count && target[pathEnd] != 0x3F { pathEnd &+= 1 }
-        do {
+        do throws(HTTPParseError) {
             let raw = UnsafeRawBufferPointer(rebasing: target[start..<pathEnd])
             // The output never exceeds the input plus a leading '/' (one spare byte for safety).
-            let path = try String(unsafeUninitializedCapacity: raw.count &+ 2) { (out) throws(HTTPParseError) in
-                try normalizePath(raw, into: out)
+            // Written on the stack and copied into the String once: a path of up to 15 bytes
+            // then costs no allocation (String(unsafeUninitializedCapacity:) allocated one
+            // per request even for "/").
+            let path = try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: raw.count &+ 2) { out throws(HTTPParseError) -> String in
+                let length = try normalizePath(raw, into: out)
+                return String(decoding: UnsafeBufferPointer(rebasing: out[0..<length]), as: UTF8.self)
             }
             let query: String? = pathEnd < target.count
                 ? String(decoding: UnsafeRawBufferPointer(rebasing: target[(pathEnd &+ 1)...]), as: UTF8.self)
                 : nil
             return .success(NormalizedTarget(path: path, query: query))
-        } catch let error as HTTPParseError {
-            return .failure(error)
         } catch {
-            return .failure(.bad("invalid request target"))
+            return .failure(error)
         }
     }
 

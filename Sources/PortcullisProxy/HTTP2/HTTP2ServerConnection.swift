@@ -40,6 +40,12 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     private var spareStreams: [HTTP2Stream] = []
     /// Spares kept while streams are open: as many as may be open at once, at most 64.
     private let maxSpares: Int
+    /// When the spares beyond a few are let go: `spareTrimDelay` after the last stream
+    /// closed, if none opened since (0: no trim pending). Trimming at once made a client
+    /// whose burst of streams all finished in one read (h2load -m32 does) allocate its
+    /// streams again for the next burst.
+    private var trimSparesAt: UInt64 = 0
+    private static let spareTrimDelay: UInt64 = 2_000_000_000
     private var outbound = ByteBuffer()
     private(set) var isClosed = false
     /// GOAWAY was queued: no new streams; the connection closes when the last one ends.
@@ -258,6 +264,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
 
     func beginStream(_ id: Int32) -> HTTP2Stream? {
         if goingAway { return nil }
+        trimSparesAt = 0
         let stream = spareStreams.popLast() ?? HTTP2Stream(connection: self)
         stream.open(id: id)
         streams[id] = stream
@@ -288,7 +295,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         // once; an idle connection keeps a few (a sequential client needs one).
         if spareStreams.count < maxSpares { spareStreams.append(stream) }
         if streams.isEmpty {
-            if spareStreams.count > 4 { spareStreams.removeLast(spareStreams.count - 4) }
+            if spareStreams.count > 4 { trimSparesAt = loop.lastNow &+ Self.spareTrimDelay }
             lastActivity = loop.lastNow
             updateDeadline()
         }
@@ -369,6 +376,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     /// ticker reads this, so streams need no registration of their own.
     var deadline: UInt64 {
         var earliest = ownDeadline
+        if trimSparesAt != 0 && (earliest == 0 || trimSparesAt < earliest) { earliest = trimSparesAt }
         for stream in streams.values {
             let d = stream.deadline
             if d != 0 && (earliest == 0 || d < earliest) { earliest = d }
@@ -377,6 +385,12 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     }
 
     func deadlineExpired(now: UInt64) {
+        if trimSparesAt != 0 && trimSparesAt <= now {
+            trimSparesAt = 0
+            // Still idle since the last stream closed: keep a few spares (a sequential
+            // client needs one), free the rest.
+            if streams.isEmpty && spareStreams.count > 4 { spareStreams.removeLast(spareStreams.count - 4) }
+        }
         if ownDeadline != 0 && ownDeadline <= now {
             ownDeadline = 0
             if sendBlockedSince != 0 {
