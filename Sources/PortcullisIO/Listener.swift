@@ -60,7 +60,11 @@ public final class Listener: @unchecked Sendable {
     /// the loop polls again after each pass, and each poll reports the listener anew.
     /// Out of descriptors (`EMFILE`), the poller's reports are turned off for
     /// `backOffMilliseconds` rather than spinning, and the connections stay queued.
+    ///
+    /// `handOff`, when given, sees each accepted descriptor first and may take it (true):
+    /// the server hands it to a less loaded loop (see `ProxyServer`).
     public func start(_ onAccept: @escaping (StreamSocket, SocketAddress) -> Void,
+                      handOff: ((Int32, SocketAddress) -> Bool)? = nil,
                       onFailure: ((IOError?) -> Void)? = nil) {
         loop.assertInLoop()
         let socket = StreamSocket(listening: fd, loop: loop)
@@ -78,6 +82,7 @@ public final class Listener: @unchecked Sendable {
                     onFailure?(nil)
                 }
                 System.setOption(client, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
+                if let handOff, handOff(client, peer) { return }
                 onAccept(StreamSocket(fd: client, loop: loop), peer)
             case .none:
                 break

@@ -13,12 +13,13 @@ import Testing
 struct ProxyPathTests {
     /// A gateway in this process forwarding every path to `upstream` without authentication.
     final class Gateway {
-        let group = EventLoopGroup(count: 1)
+        let group: EventLoopGroup
         let server: ProxyServer
         let port: UInt16
 
-        init(upstream: UInt16, auth: AuthMode = .none,
+        init(upstream: UInt16, auth: AuthMode = .none, loops: Int = 1,
              configure: (inout ProxyConfiguration) -> Void = { _ in }) throws {
+            group = EventLoopGroup(count: loops)
             let address = try SocketAddress(parsing: "127.0.0.1:\(upstream)")
             var configuration = ProxyConfiguration(
                 routes: [RouteConfiguration(pathPrefix: "/", upstream: "app", auth: auth)],
@@ -399,6 +400,48 @@ struct ProxyPathTests {
         client.send("GET /private HTTP/1.1\r\nHost: a\r\n\r\n")
         #expect(client.readMessage()?.status == 401)
         #expect(upstream.acceptedCount == 0)
+    }
+
+    /// The kernel spreads connections over the loops' listeners by a hash, so a few
+    /// long-lived ones can pile up on one loop; a loop that accepts one while it has 3 or
+    /// more, and more than another, hands it over. However the hash fell, 40 connections
+    /// end 20 and 20 (give or take one or two crossing while on their way; by the hash
+    /// alone, a split this even or better comes up about half the time), and every
+    /// connection is served wherever it ended.
+    @Test func acceptedConnectionsAreSpreadOverTheLoops() throws {
+        let gateway = try Gateway(upstream: 9, auth: .required, loops: 2)
+        var clients: [RawConnection] = []
+        for _ in 0..<40 { clients.append(try gateway.connect()) }
+        let deadline = Date().addingTimeInterval(5)
+        while gateway.server.openConnectionsByLoop.reduce(0, +) < 40 && Date() < deadline { usleep(10_000) }
+        let counts = gateway.server.openConnectionsByLoop
+        #expect(counts.reduce(0, +) == 40)
+        #expect(counts.allSatisfy { $0 >= 19 }, "\(counts)")
+        for client in clients {
+            client.send("GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n")
+            #expect(try #require(client.readMessage()).status == 401)
+        }
+    }
+
+    @Test func aLoopHandsANewConnectionToTheLeastLoadedLoopOnlyFromThreeUp() {
+        #expect(ProxyServer.handOffTarget(load: 0, others: [0]) == nil)
+        #expect(ProxyServer.handOffTarget(load: 2, others: [0]) == nil)   // below the floor: no hop
+        #expect(ProxyServer.handOffTarget(load: 3, others: [0]) == 0)
+        #expect(ProxyServer.handOffTarget(load: 3, others: [2]) == 0)
+        #expect(ProxyServer.handOffTarget(load: 3, others: [3]) == nil)   // level: stays
+        #expect(ProxyServer.handOffTarget(load: 5, others: [9, 4, 2, 2]) == 2)
+        #expect(ProxyServer.handOffTarget(load: 5, others: [5, 6]) == nil)
+        // Whatever loop the kernel picks, the loads never drift apart by more than one from
+        // the floor up: simulated over every 12-connection arrival order for two loops.
+        for order in 0..<(1 << 12) {
+            var loads = [0, 0]
+            for bit in 0..<12 {
+                let picked = order >> bit & 1
+                let target = ProxyServer.handOffTarget(load: loads[picked], others: [loads[1 - picked]]).map { _ in 1 - picked } ?? picked
+                loads[target] += 1
+            }
+            #expect(abs(loads[0] - loads[1]) <= 1 || min(loads[0], loads[1]) == 0 && max(loads[0], loads[1]) < 3, "\(loads)")
+        }
     }
 
     @Test func anUpstreamThatRefusesConnectionsIs502AndOneThatNeverAnswersIs504() throws {

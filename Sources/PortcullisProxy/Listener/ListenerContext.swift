@@ -1,4 +1,5 @@
 import Logging
+import Synchronization
 import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
@@ -47,8 +48,17 @@ public final class ListenerContext: @unchecked Sendable {
     let published: (any PublishedDocument)?
     /// `published`'s path length, checked first so other requests pay one comparison.
     let publishedPathLength: Int
-    /// Open client connections on this loop for this listener.
-    public internal(set) var openConnections = 0
+    /// Open client connections on this loop for this listener. Written on `loop.queue`
+    /// only; other loops read it (relaxed) to balance accepted connections.
+    public internal(set) var openConnections: Int {
+        get { openCount.load(ordering: .relaxed) }
+        set { openCount.store(newValue, ordering: .relaxed) }
+    }
+    private let openCount = Atomic<Int>(0)
+    /// Connections another loop accepted and handed to this one, not yet taken.
+    let incoming = Atomic<Int>(0)
+    /// What the balancer compares: open connections plus those on their way.
+    var load: Int { openConnections + incoming.load(ordering: .relaxed) }
     /// Requests in flight (for graceful shutdown).
     public internal(set) var activeRequests = 0
     /// True once shutdown began: keep-alive is turned off on the next response.
@@ -110,6 +120,12 @@ public final class ListenerContext: @unchecked Sendable {
             }
             buffer.append(UnsafeRawBufferPointer(rebasing: scratch[0..<16]))
         }
+    }
+
+    /// Takes a connection another loop accepted (see `ProxyServer.balancedHandOff`).
+    func acceptHandedOff(_ fd: Int32, peer: SocketAddress) {
+        incoming.subtract(1, ordering: .relaxed)
+        accept(StreamSocket(fd: fd, loop: loop), peer: peer)
     }
 
     /// Takes ownership of an accepted socket.

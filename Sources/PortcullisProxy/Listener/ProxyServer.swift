@@ -23,6 +23,8 @@ public final class ProxyServer: @unchecked Sendable {
     private var accessLogs: [AccessLog?] = []
     private var listeners: [Listener] = []
     private var contexts: [ListenerContext] = []
+    /// For each listener, its address's contexts on every loop (the hand-off candidates).
+    private var siblings: [[ListenerContext]] = []
     private let routes: RouteTable
 
     /// Upstreams shared by every loop's pools (addresses, TLS, reachability).
@@ -77,6 +79,8 @@ public final class ProxyServer: @unchecked Sendable {
                             h2c: Bool = false) throws(IOError) -> UInt16 {
         var port: UInt16 = 0
         var bound = address
+        var added: [ListenerContext] = []
+        defer { for _ in added { siblings.append(added) } }
         for loop in group.loops {
             let listener = try Listener(address: bound, loop: loop)
             if port == 0 {
@@ -96,17 +100,21 @@ public final class ProxyServer: @unchecked Sendable {
                                           http2: isGateway ? http2 : nil, h2c: h2c, logger: logger)
             listeners.append(listener)
             contexts.append(context)
+            added.append(context)
         }
         return port
     }
 
     public func start() {
         for target in targets { target.startResolving() }
-        for (listener, context) in zip(listeners, contexts) {
+        for (index, (listener, context)) in zip(listeners, contexts).enumerated() {
             let logger = self.logger
             let address = listener.address.description
+            let others = siblings[index].filter { $0 !== context }
             listener.loop.execute {
-                listener.start({ socket, peer in context.accept(socket, peer: peer) }, onFailure: { error in
+                listener.start({ socket, peer in context.accept(socket, peer: peer) },
+                               handOff: others.isEmpty ? nil : { fd, peer in Self.balancedHandOff(fd, peer, from: context, to: others) },
+                               onFailure: { error in
                     if let error {
                         logger.error("cannot accept connections; new connections wait in the kernel's queue", metadata: [
                             "listen": "\(address)", "loop": "\(listener.loop.index)", "reason": "\(error)",
@@ -118,6 +126,47 @@ public final class ProxyServer: @unchecked Sendable {
                 })
             }
         }
+    }
+
+    /// Connections are spread over the loops by the kernel (each loop listens on the port
+    /// with SO_REUSEPORT, and a connection goes by the hash of its addresses), which leaves
+    /// a few long-lived connections unevenly spread: with 8 HTTP/2 connections one loop
+    /// usually has 5 or 6, and its thread is the bottleneck while the other idles. So a
+    /// loop that accepts a connection while it already has `handOffFloor` or more, and more
+    /// than another loop (counting connections handed over but not yet taken), hands the
+    /// descriptor to the least loaded one, as HAProxy gives each accepted connection to its
+    /// least loaded thread. Below the floor a connection stays where it was accepted: a
+    /// handshake load of a few clients at a time would otherwise pay a queue hop and a
+    /// thread wake-up per connection. Runs on the accepting loop.
+    static func balancedHandOff(_ fd: Int32, _ peer: SocketAddress, from context: ListenerContext,
+                                to others: [ListenerContext]) -> Bool {
+        guard let index = handOffTarget(load: context.load, others: others.map(\.load)) else { return false }
+        let target = others[index]
+        target.incoming.add(1, ordering: .relaxed)
+        target.loop.execute { target.acceptHandedOff(fd, peer: peer) }
+        return true
+    }
+
+    static let handOffFloor = 3
+
+    /// Which of `others` (their loads) a loop with `load` connections hands a new one to:
+    /// the least loaded, if it has fewer and this loop has at least `handOffFloor`.
+    static func handOffTarget(load: Int, others: [Int]) -> Int? {
+        guard load >= handOffFloor else { return nil }
+        var least = load
+        var target: Int?
+        for (index, other) in others.enumerated() where other < least {
+            least = other
+            target = index
+        }
+        return target
+    }
+
+    /// Open client connections on each loop, over all listeners (tests, diagnostics).
+    public var openConnectionsByLoop: [Int] {
+        var counts = [Int](repeating: 0, count: group.loops.count)
+        for context in contexts { counts[context.loop.index] += context.openConnections }
+        return counts
     }
 
     /// Request counts and pool usage summed over every loop, read on each
