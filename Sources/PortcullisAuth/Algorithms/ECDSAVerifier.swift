@@ -10,7 +10,7 @@ final class ECDSAVerifier: SignatureVerifier {
     private let curve: ECCurve
     private let order: [UInt8]
     private let digest: FetchedDigest
-    private let pool: ContextPool<PublicKeyVerifyContext>
+    private let pool: ContextPool<DigestedPKeyContext>
 
     init(key: EVPKey, algorithm: JWSAlgorithm) throws(KeyLoadingError) {
         guard let curve = algorithm.curve, let digest = algorithm.digest else { throw .algorithmMismatch(algorithm.rawValue, keyType: "EC") }
@@ -23,7 +23,7 @@ final class ECDSAVerifier: SignatureVerifier {
         self.digest = digest
         self.maxSignatureLength = 2 * curve.coordinateSize
         self.pool = ContextPool {
-            PublicKeyVerifyContext.make(key: key, digest: digest) { _ in true }
+            DigestedPKeyContext.make(key: key, digest: digest, for: .verify) { _ in true }
         }
         guard pool.prime() else { throw .openSSL(OpenSSLError.drain("EVP_PKEY_verify_init(EC)")) }
     }

@@ -39,6 +39,7 @@ public enum JWSAlgorithm: String, Sendable, CaseIterable, Hashable {
 
     var isHMAC: Bool { self == .hs256 || self == .hs384 || self == .hs512 }
     var isRSA: Bool { [.rs256, .rs384, .rs512, .ps256, .ps384, .ps512].contains(self) }
+    var isPSS: Bool { self == .ps256 || self == .ps384 || self == .ps512 }
     var isECDSA: Bool { self == .es256 || self == .es384 }
 
     /// The OpenSSL group an ECDSA algorithm requires.

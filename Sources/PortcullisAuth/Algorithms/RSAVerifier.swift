@@ -12,7 +12,7 @@ final class RSAVerifier: SignatureVerifier {
     let maxSignatureLength: Int
     private let key: EVPKey
     private let digest: FetchedDigest
-    private let pool: ContextPool<PublicKeyVerifyContext>
+    private let pool: ContextPool<DigestedPKeyContext>
 
     init(key: EVPKey, algorithm: JWSAlgorithm) throws(KeyLoadingError) {
         guard algorithm.isRSA, let digest = algorithm.digest else { throw .algorithmMismatch(algorithm.rawValue, keyType: "RSA") }
@@ -22,9 +22,9 @@ final class RSAVerifier: SignatureVerifier {
         self.key = key
         self.digest = digest
         self.maxSignatureLength = (key.bits + 7) / 8
-        let pss = [.ps256, .ps384, .ps512].contains(algorithm)
+        let pss = algorithm.isPSS
         self.pool = ContextPool {
-            PublicKeyVerifyContext.make(key: key, digest: digest) { context in
+            DigestedPKeyContext.make(key: key, digest: digest, for: .verify) { context in
                 guard EVP_PKEY_CTX_set_rsa_padding(context, pss ? RSA_PKCS1_PSS_PADDING : RSA_PKCS1_PADDING) > 0 else { return false }
                 if pss {
                     return EVP_PKEY_CTX_set_rsa_pss_saltlen(context, RSA_PSS_SALTLEN_DIGEST) > 0
@@ -39,42 +39,5 @@ final class RSAVerifier: SignatureVerifier {
     func verify(signingInput: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> SignatureCheck {
         guard signature.count == maxSignatureLength else { return .malformed }
         return pool.withContext { $0.verify(digest: digest, signingInput: signingInput, signature: signature) } ?? .internalError
-    }
-}
-
-/// An `EVP_PKEY_CTX` set up for `EVP_PKEY_verify` on a digest, and a digest
-/// context. Used by one thread at a time (handed out by `ContextPool`).
-final class PublicKeyVerifyContext {
-    let verify: PKeyContext
-    let digestContext: DigestContext
-
-    private init(verify: PKeyContext, digestContext: DigestContext) {
-        self.verify = verify
-        self.digestContext = digestContext
-    }
-
-    static func make(key: EVPKey, digest: FetchedDigest, configure: (OpaquePointer) -> Bool) -> PublicKeyVerifyContext? {
-        guard let raw = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else { return nil }
-        let context = PKeyContext(takingOwnershipOf: raw)
-        guard EVP_PKEY_verify_init(raw) == 1,
-              EVP_PKEY_CTX_set_signature_md(raw, digest.pointer) > 0,
-              configure(raw),
-              let digestContext = DigestContext() else { return nil }
-        return PublicKeyVerifyContext(verify: context, digestContext: digestContext)
-    }
-
-    @inline(__always)
-    func verify(digest: FetchedDigest, signingInput: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> SignatureCheck {
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { hash -> SignatureCheck in
-            guard let length = digestContext.digest(digest, signingInput, into: hash.baseAddress!) else {
-                OpenSSLError.clearQueue()
-                return .internalError
-            }
-            let result = EVP_PKEY_verify(verify.pointer, signature.baseAddress?.assumingMemoryBound(to: UInt8.self),
-                                         signature.count, hash.baseAddress, length)
-            if result == 1 { return .valid }
-            OpenSSLError.clearQueue()
-            return result == 0 ? .invalid : .invalid
-        }
     }
 }

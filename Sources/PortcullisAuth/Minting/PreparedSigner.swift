@@ -11,7 +11,7 @@ internal import COpenSSL
 ///
 /// - ECDSA, RSA PKCS #1 v1.5 and PSS: the signing input is hashed with a pooled digest
 ///   context and a pre-fetched `EVP_MD`, and `EVP_PKEY_sign` runs on a pooled context whose
-///   padding and digest were set once (as `PublicKeyVerifyContext` does for verification).
+///   padding and digest were set once (`DigestedPKeyContext`, as the verifiers use).
 ///   ECDSA's DER output becomes raw `r ‖ s` on the stack.
 /// - Ed25519: `EVP_DigestSign` one-shot (the only form OpenSSL offers), on a pooled context.
 /// - HMAC: the keyed inner/outer digest states of `HMACContext`.
@@ -20,7 +20,7 @@ internal import COpenSSL
 final class PreparedSigner: Sendable {
     private enum Kind {
         case hmac(ContextPool<HMACContext>)
-        case digestThenSign(ContextPool<PrivateKeySignContext>, FetchedDigest, ecdsaCoordinate: Int?)
+        case digestThenSign(ContextPool<DigestedPKeyContext>, FetchedDigest, ecdsaCoordinate: Int?)
         case oneShot(ContextPool<DigestContext>, EVPKey)
     }
 
@@ -33,8 +33,8 @@ final class PreparedSigner: Sendable {
         self.maxSignatureLength = maxSignatureLength
     }
 
-    /// nil when OpenSSL refuses the combination (a key of another type than the algorithm
-    /// names: negative-test tokens); the caller then signs the slow way, which reports why.
+    /// nil when the key is not of the type the algorithm names (negative-test tokens): the
+    /// caller then signs with what the key is, one-shot.
     static func make(algorithm: JWSAlgorithm, material: SigningKey.Material) -> PreparedSigner? {
         defer { OpenSSLError.clearQueue() }
         switch material {
@@ -57,9 +57,9 @@ final class PreparedSigner: Sendable {
             } else {
                 guard key.isA("RSA") else { return nil }
             }
-            let pss = [.ps256, .ps384, .ps512].contains(algorithm)
+            let pss = algorithm.isPSS
             let pool = ContextPool {
-                PrivateKeySignContext.make(key: key, digest: digest) { context in
+                DigestedPKeyContext.make(key: key, digest: digest, for: .sign) { context in
                     !pss || (EVP_PKEY_CTX_set_rsa_padding(context, RSA_PKCS1_PSS_PADDING) > 0
                         && EVP_PKEY_CTX_set_rsa_pss_saltlen(context, RSA_PSS_SALTLEN_DIGEST) > 0)
                 }
@@ -94,39 +94,17 @@ final class PreparedSigner: Sendable {
                     guard let hashLength = context.digestContext.digest(digest, input, into: hash) else { return nil }
                     guard let coordinate else {
                         var length = maxSignatureLength
-                        guard EVP_PKEY_sign(context.sign.pointer, output, &length, hash, hashLength) == 1 else { return nil }
+                        guard EVP_PKEY_sign(context.pkey.pointer, output, &length, hash, hashLength) == 1 else { return nil }
                         return length
                     }
                     var length = 160
-                    guard EVP_PKEY_sign(context.sign.pointer, der, &length, hash, hashLength) == 1,
+                    guard EVP_PKEY_sign(context.pkey.pointer, der, &length, hash, hashLength) == 1,
                           ECDSASignature.raw(fromDER: UnsafeBufferPointer(start: der, count: length), coordinate: coordinate, into: output)
                     else { return nil }
                     return 2 * coordinate
                 }
             } ?? nil
         }
-    }
-}
-
-/// An `EVP_PKEY_CTX` set up for `EVP_PKEY_sign` with its digest (and padding) chosen,
-/// plus a digest context for the signing input. Not thread-safe (see `ContextPool`).
-final class PrivateKeySignContext {
-    let sign: PKeyContext
-    let digestContext: DigestContext
-
-    private init(sign: PKeyContext, digestContext: DigestContext) {
-        self.sign = sign
-        self.digestContext = digestContext
-    }
-
-    static func make(key: EVPKey, digest: FetchedDigest, configure: (OpaquePointer) -> Bool) -> PrivateKeySignContext? {
-        guard let raw = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else { return nil }
-        let context = PKeyContext(takingOwnershipOf: raw)
-        guard EVP_PKEY_sign_init(raw) == 1,
-              configure(raw),
-              EVP_PKEY_CTX_set_signature_md(raw, digest.pointer) > 0,
-              let digestContext = DigestContext() else { return nil }
-        return PrivateKeySignContext(sign: context, digestContext: digestContext)
     }
 }
 

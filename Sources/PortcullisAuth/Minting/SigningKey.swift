@@ -83,7 +83,7 @@ public final class SigningKey: Sendable {
             guard EVP_DigestSignInit_ex(context, &pkeyContext, algorithm.digest?.name, nil, nil, key.pointer, nil) == 1 else {
                 throw .openSSL(OpenSSLError.drain("EVP_DigestSignInit_ex"))
             }
-            if [.ps256, .ps384, .ps512].contains(algorithm), let pkeyContext {
+            if algorithm.isPSS, let pkeyContext {
                 guard EVP_PKEY_CTX_set_rsa_padding(pkeyContext, RSA_PKCS1_PSS_PADDING) > 0,
                       EVP_PKEY_CTX_set_rsa_pss_saltlen(pkeyContext, RSA_PSS_SALTLEN_DIGEST) > 0 else {
                     throw .openSSL(OpenSSLError.drain("EVP_PKEY_CTX_set_rsa_padding"))
@@ -97,39 +97,14 @@ public final class SigningKey: Sendable {
             }
             signature.removeLast(signature.count - length)
             if let curve = algorithm.curve {
-                guard let raw = SigningKey.rawECDSA(fromDER: signature, size: curve.coordinateSize) else {
-                    throw .unsupported("unexpected ECDSA signature encoding")
+                var raw = [UInt8](repeating: 0, count: 2 * curve.coordinateSize)
+                let converted = signature.withUnsafeBufferPointer { der in
+                    raw.withUnsafeMutableBufferPointer { ECDSASignature.raw(fromDER: der, coordinate: curve.coordinateSize, into: $0.baseAddress!) }
                 }
+                guard converted else { throw .unsupported("unexpected ECDSA signature encoding") }
                 return raw
             }
             return signature
         }
-    }
-
-    /// DER `SEQUENCE { INTEGER r, INTEGER s }` → fixed-size r ‖ s.
-    static func rawECDSA(fromDER der: [UInt8], size: Int) -> [UInt8]? {
-        var index = 0
-        func readLength() -> Int? {
-            guard index < der.count else { return nil }
-            let first = der[index]; index += 1
-            if first < 0x80 { return Int(first) }
-            guard first == 0x81, index < der.count else { return nil }
-            let value = der[index]; index += 1
-            return Int(value)
-        }
-        func readInteger() -> [UInt8]? {
-            guard index < der.count, der[index] == 0x02 else { return nil }
-            index += 1
-            guard let length = readLength(), index + length <= der.count else { return nil }
-            var value = Array(der[index..<(index + length)])
-            index += length
-            while value.count > size, value.first == 0 { value.removeFirst() }
-            guard value.count <= size else { return nil }
-            return [UInt8](repeating: 0, count: size - value.count) + value
-        }
-        guard der.first == 0x30 else { return nil }
-        index = 1
-        guard readLength() != nil, let r = readInteger(), let s = readInteger() else { return nil }
-        return r + s
     }
 }

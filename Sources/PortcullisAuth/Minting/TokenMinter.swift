@@ -27,8 +27,8 @@ public enum TokenMinter {
         return out
     }
 
-    /// `header.payload.signature` from an already encoded header: one buffer, the
-    /// signature written on the stack and encoded straight into it.
+    /// `header.payload.signature` from an already encoded header, built in one buffer (the
+    /// signature is written on the stack, copied once, and encoded onto the end).
     public static func sign(encodedHeader: [UInt8], rawClaims: [UInt8], key: SigningKey) throws(KeyLoadingError) -> String {
         var token = [UInt8]()
         token.reserveCapacity(encodedHeader.count + (rawClaims.count + 2) / 3 * 4 + 2 + 700)

@@ -172,3 +172,47 @@ func stringFromCBuffer(_ buffer: [CChar]) -> String {
     let bytes = buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
     return String(decoding: bytes, as: UTF8.self)
 }
+
+/// An `EVP_PKEY_CTX` through `EVP_PKEY_sign_init` or `EVP_PKEY_verify_init` with its digest
+/// and padding (`configure`) set once, and a digest context for the signing input: per
+/// token the input is hashed and `EVP_PKEY_sign` / `EVP_PKEY_verify` runs on the digest.
+/// Used by one thread at a time (handed out by `ContextPool`): the RSA and ECDSA verifiers
+/// and `PreparedSigner`.
+final class DigestedPKeyContext {
+    enum Operation { case sign, verify }
+
+    let pkey: PKeyContext
+    let digestContext: DigestContext
+
+    private init(pkey: PKeyContext, digestContext: DigestContext) {
+        self.pkey = pkey
+        self.digestContext = digestContext
+    }
+
+    static func make(key: EVPKey, digest: FetchedDigest, for operation: Operation,
+                     configure: (OpaquePointer) -> Bool) -> DigestedPKeyContext? {
+        guard let raw = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else { return nil }
+        let context = PKeyContext(takingOwnershipOf: raw)
+        let initialized = operation == .sign ? EVP_PKEY_sign_init(raw) : EVP_PKEY_verify_init(raw)
+        guard initialized == 1,
+              EVP_PKEY_CTX_set_signature_md(raw, digest.pointer) > 0,
+              configure(raw),
+              let digestContext = DigestContext() else { return nil }
+        return DigestedPKeyContext(pkey: context, digestContext: digestContext)
+    }
+
+    @inline(__always)
+    func verify(digest: FetchedDigest, signingInput: UnsafeRawBufferPointer, signature: UnsafeRawBufferPointer) -> SignatureCheck {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { hash -> SignatureCheck in
+            guard let length = digestContext.digest(digest, signingInput, into: hash.baseAddress!) else {
+                OpenSSLError.clearQueue()
+                return .internalError
+            }
+            let result = EVP_PKEY_verify(pkey.pointer, signature.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                                         signature.count, hash.baseAddress, length)
+            if result == 1 { return .valid }
+            OpenSSLError.clearQueue()
+            return .invalid
+        }
+    }
+}

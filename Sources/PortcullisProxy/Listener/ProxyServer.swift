@@ -80,7 +80,8 @@ public final class ProxyServer: @unchecked Sendable {
         var port: UInt16 = 0
         var bound = address
         var added: [ListenerContext] = []
-        defer { for _ in added { siblings.append(added) } }
+        // One entry per context added (also when a later loop's bind throws), same order.
+        defer { siblings += repeatElement(added, count: added.count) }
         for loop in group.loops {
             let listener = try Listener(address: bound, loop: loop)
             if port == 0 {
@@ -140,7 +141,7 @@ public final class ProxyServer: @unchecked Sendable {
     /// thread wake-up per connection. Runs on the accepting loop.
     static func balancedHandOff(_ fd: Int32, _ peer: SocketAddress, from context: ListenerContext,
                                 to others: [ListenerContext]) -> Bool {
-        guard let index = handOffTarget(load: context.load, others: others.map(\.load)) else { return false }
+        guard let index = handOffTarget(load: context.load, others: others.lazy.map(\.load)) else { return false }
         let target = others[index]
         target.incoming.add(1, ordering: .relaxed)
         target.loop.execute { target.acceptHandedOff(fd, peer: peer) }
@@ -151,7 +152,7 @@ public final class ProxyServer: @unchecked Sendable {
 
     /// Which of `others` (their loads) a loop with `load` connections hands a new one to:
     /// the least loaded, if it has fewer and this loop has at least `handOffFloor`.
-    static func handOffTarget(load: Int, others: [Int]) -> Int? {
+    static func handOffTarget(load: Int, others: some Sequence<Int>) -> Int? {
         guard load >= handOffFloor else { return nil }
         var least = load
         var target: Int?
