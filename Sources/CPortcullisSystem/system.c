@@ -15,6 +15,8 @@ int portcullis_set_nonblocking(int fd) {
     return fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
+int portcullis_duplicate(int fd) { return fcntl(fd, F_DUPFD_CLOEXEC, 0); }
+
 void portcullis_ignore_sigpipe(void) { signal(SIGPIPE, SIG_IGN); }
 
 int portcullis_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
@@ -26,18 +28,25 @@ int portcullis_epoll_add(int epfd, int fd, unsigned long long token) {
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+/* A listening socket is shared by every loop's poller: EPOLLEXCLUSIVE wakes one
+   waiting loop per new connection, not all of them (nginx does the same). */
 int portcullis_epoll_add_listener(int epfd, int fd, unsigned long long token) {
     struct epoll_event ev;
-    ev.events = EPOLLIN;
+    ev.events = EPOLLIN | EPOLLEXCLUSIVE;
     ev.data.u64 = token;
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+/* EPOLL_CTL_MOD is refused for an EPOLLEXCLUSIVE entry: reports are turned off by
+   removing it and on by adding it again. */
 int portcullis_epoll_listen(int epfd, int fd, unsigned long long token, int on) {
-    struct epoll_event ev;
-    ev.events = on ? EPOLLIN : 0;
-    ev.data.u64 = token;
-    return epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev);
+    if (!on) {
+        struct epoll_event unused;
+        int rc = epoll_ctl(epfd, EPOLL_CTL_DEL, fd, &unused);
+        return rc == 0 || errno == ENOENT ? 0 : rc;
+    }
+    int rc = portcullis_epoll_add_listener(epfd, fd, token);
+    return rc == 0 || errno == EEXIST ? 0 : rc;
 }
 
 int portcullis_epoll_wait(int epfd, unsigned long long *tokens, unsigned int *ready, int max, int timeout_ms) {

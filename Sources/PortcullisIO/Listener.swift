@@ -3,9 +3,20 @@ import Dispatch
 import Glibc
 #endif
 
-/// A listening TCP socket on one event loop. Several listeners (one per loop) bind
-/// the same address with `SO_REUSEPORT`, so the kernel spreads new connections across
-/// loops and an accepted socket never hops queues.
+/// A listening TCP socket on one event loop. The listeners of one address (one per
+/// loop) share one socket, each through its own descriptor (`init(sharing:loop:)`), and
+/// each loop's poller watches it with `EPOLLEXCLUSIVE`: a new connection wakes one
+/// waiting loop, so it is taken by a loop that is free, as nginx's workers share their
+/// listening sockets.
+///
+/// Why not one `SO_REUSEPORT` socket per loop (the first design): the kernel then picks
+/// the loop by a hash of the addresses, whether or not that loop is busy. Under full TLS
+/// handshakes (4 `s_time` clients, each connection ~0.7 ms of the loop's CPU) connections
+/// queued behind a handshake on one loop while the other loop slept: 63 µs of idle
+/// machine per handshake against nginx's 10, and 0.91× nginx's handshakes per second
+/// (see `Benchmarks/load/tls.sh`). A loop that ends up with more connections than
+/// another hands them over (`ProxyServer.balancedHandOff`). Without `SO_REUSEPORT` an
+/// address another process listens on is refused at start (`EADDRINUSE`), not shared.
 public final class Listener: @unchecked Sendable {
     // @unchecked Sendable: `socket` and `onAccept` are used only on `loop.queue`;
     // `stop()` hops there.
@@ -21,11 +32,18 @@ public final class Listener: @unchecked Sendable {
         self.loop = loop
         fd = try System.tcpSocket(family: address.family)
         System.setOption(fd, SOL_SOCKET, SO_REUSEADDR, 1)
-        System.setOption(fd, SOL_SOCKET, SO_REUSEPORT, 1)
         if address.family == AF_INET6 { System.setOption(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, 1) }
         let rc = address.withSockAddr { Glibc.bind(fd, $0, $1) }
         if rc != 0 { let e = errno; System.close(fd); throw IOError("bind", errno: e) }
         if Glibc.listen(fd, backlog) != 0 { let e = errno; System.close(fd); throw IOError("listen", errno: e) }
+    }
+
+    /// A listener on `loop` for the socket `first` listens on (a duplicate descriptor of
+    /// it, so each listener closes its own).
+    public init(sharing first: Listener, loop: EventLoop) throws(IOError) {
+        address = first.address
+        self.loop = loop
+        fd = try System.duplicate(first.fd)
     }
 
     /// The port actually bound (useful with port 0).
@@ -103,7 +121,9 @@ public final class Listener: @unchecked Sendable {
 
     /// Stops accepting and closes the listening socket. On the loop's queue.
     public func stop() {
-        if let socket { socket.close() } else if !closed { System.close(fd) }
+        // The socket lives on in the other loops' descriptors, and epoll forgets an entry
+        // only when the socket itself closes: remove it from this loop's poller first.
+        if let socket { socket.setListening(false); socket.close() } else if !closed { System.close(fd) }
         socket = nil
         closed = true
     }

@@ -97,6 +97,13 @@ public enum System {
         return fd
     }
 
+    /// A second, close-on-exec descriptor for the socket `fd` refers to.
+    static func duplicate(_ fd: Int32) throws(IOError) -> Int32 {
+        let copy = portcullis_duplicate(fd)
+        if copy < 0 { throw IOError("fcntl(F_DUPFD_CLOEXEC)", errno: Glibc.errno) }
+        return copy
+    }
+
     public static func setOption(_ fd: Int32, _ level: Int32, _ name: Int32, _ value: Int32) {
         var v = value
         _ = setsockopt(fd, level, name, &v, socklen_t(MemoryLayout<Int32>.size))

@@ -164,7 +164,7 @@ import Testing
           - {path: /, upstream: app, auth: none}
         """, workers: 2)
         for round in 0..<3 {
-            // Six clients on six connections (spread over both loops by SO_REUSEPORT), all
+            // Six clients on six connections (on either loop), all
             // connected first, then six requests sent back to back.
             let clients = try (0..<6).map { _ in try RawConnection(port: g.port, timeout: 15) }
             for (i, c) in clients.enumerated() {

@@ -402,12 +402,11 @@ struct ProxyPathTests {
         #expect(upstream.acceptedCount == 0)
     }
 
-    /// The kernel spreads connections over the loops' listeners by a hash, so a few
-    /// long-lived ones can pile up on one loop; a loop that accepts one while it has 3 or
-    /// more, and more than another, hands it over. However the hash fell, 40 connections
-    /// end 20 and 20 (give or take one or two crossing while on their way; by the hash
-    /// alone, a split this even or better comes up about half the time), and every
-    /// connection is served wherever it ended.
+    /// Whichever loop is waiting takes a new connection, so a burst of long-lived ones can
+    /// pile up on one loop; a loop that accepts one while it has 3 or more, and more than
+    /// another, hands it over. However the accepts fell, 40 connections end 20 and 20 (give
+    /// or take one or two crossing while on their way), and every connection is served
+    /// wherever it ended.
     @Test func acceptedConnectionsAreSpreadOverTheLoops() throws {
         let gateway = try Gateway(upstream: 9, auth: .required, loops: 2)
         var clients: [RawConnection] = []
@@ -421,6 +420,46 @@ struct ProxyPathTests {
             client.send("GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n")
             #expect(try #require(client.readMessage()).status == 401)
         }
+    }
+
+    /// The loops listen on one socket (see `Listener`): while the gateway runs, no other
+    /// socket can bind its port, not even one asking for `SO_REUSEPORT` (which would take a
+    /// share of the connections); both loops serve; after shutdown the port is free again
+    /// (no loop kept a descriptor of the socket open).
+    @Test func theLoopsShareOneListeningSocket() throws {
+        var gateway: Gateway? = try Gateway(upstream: 9, auth: .required, loops: 2)
+        let port = try #require(gateway?.port)
+        #expect(Self.bindError(port: port, reusePort: true) == EADDRINUSE)
+        var clients: [RawConnection] = []
+        for _ in 0..<8 { clients.append(try RawConnection(port: port)) }
+        let deadline = Date().addingTimeInterval(5)
+        while gateway!.server.openConnectionsByLoop.reduce(0, +) < 8 && Date() < deadline { usleep(10_000) }
+        #expect(gateway!.server.openConnectionsByLoop.allSatisfy { $0 > 0 }, "\(gateway!.server.openConnectionsByLoop)")
+        for client in clients {
+            client.send("GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n")
+            #expect(try #require(client.readMessage()).status == 401)
+        }
+        clients.removeAll()
+        gateway = nil
+        #expect(Self.bindError(port: port, reusePort: false) == 0)
+    }
+
+    /// errno of binding and listening on 127.0.0.1:`port` (0: it worked), with SO_REUSEADDR.
+    static func bindError(port: UInt16, reusePort: Bool) -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        if reusePort { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<Int32>.size)) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        if rc != 0 { return errno }
+        return listen(fd, 1) == 0 ? 0 : errno
     }
 
     @Test func aLoopHandsANewConnectionToTheLeastLoadedLoopOnlyFromThreeUp() {

@@ -8,6 +8,7 @@
 int portcullis_accept_nonblocking(int fd, struct sockaddr *addr, socklen_t *len);
 /// Sets O_NONBLOCK (fcntl is variadic in C and awkward from Swift).
 int portcullis_set_nonblocking(int fd);
+int portcullis_duplicate(int fd);
 /// Ignores SIGPIPE process-wide: write errors come back as EPIPE instead.
 void portcullis_ignore_sigpipe(void);
 

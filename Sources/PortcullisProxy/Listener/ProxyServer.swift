@@ -70,26 +70,25 @@ public final class ProxyServer: @unchecked Sendable {
     /// Served by every gateway listener added after it is set (see `PublishedDocument`).
     public var published: (any PublishedDocument)?
 
-    /// Binds `address` once per loop (SO_REUSEPORT). Returns the bound port.
+    /// Binds `address` once; every loop listens on that socket (see `Listener`). Returns
+    /// the bound port.
     @discardableResult
     /// `http2`: HTTP/2 settings when the listener offers it (ALPN `h2` on TLS; with `h2c`,
     /// prior knowledge on a plain listener).
     public func addListener(address: SocketAddress, mode: ListenerMode, tls: TLSServerEndpoint? = nil,
                             redirectsToHTTPS: Bool = false, http2: HTTP2Settings? = nil,
                             h2c: Bool = false) throws(IOError) -> UInt16 {
-        var port: UInt16 = 0
-        var bound = address
+        var first: Listener?
         var added: [ListenerContext] = []
-        // One entry per context added (also when a later loop's bind throws), same order.
+        // One entry per context added (also when a later loop's descriptor fails), same order.
         defer { siblings += repeatElement(added, count: added.count) }
         for loop in group.loops {
-            let listener = try Listener(address: bound, loop: loop)
-            if port == 0 {
-                port = listener.boundPort
-                if address.port == 0 {
-                    // Every loop must bind the same port the kernel picked for the first.
-                    bound = (try? SocketAddress(parsing: address.family == 10 ? "[\(address.host)]:\(port)" : "\(address.host):\(port)")) ?? address
-                }
+            let listener: Listener
+            if let first {
+                listener = try Listener(sharing: first, loop: loop)
+            } else {
+                listener = try Listener(address: address, loop: loop)
+                first = listener
             }
             let isGateway: Bool
             if case .gateway = mode { isGateway = true } else { isGateway = false }
@@ -103,7 +102,7 @@ public final class ProxyServer: @unchecked Sendable {
             contexts.append(context)
             added.append(context)
         }
-        return port
+        return first?.boundPort ?? 0
     }
 
     public func start() {
@@ -129,10 +128,11 @@ public final class ProxyServer: @unchecked Sendable {
         }
     }
 
-    /// Connections are spread over the loops by the kernel (each loop listens on the port
-    /// with SO_REUSEPORT, and a connection goes by the hash of its addresses), which leaves
-    /// a few long-lived connections unevenly spread: with 8 HTTP/2 connections one loop
-    /// usually has 5 or 6, and its thread is the bottleneck while the other idles. So a
+    /// Connections are taken by whichever loop is waiting when they arrive (see `Listener`),
+    /// which can leave a few long-lived connections unevenly spread: a burst of 8 HTTP/2
+    /// connections may be accepted mostly by one loop, whose thread is then the bottleneck
+    /// while the other idles. (With the earlier `SO_REUSEPORT` listeners the kernel's hash
+    /// usually gave one loop 5 or 6 of h2load's 8.) So a
     /// loop that accepts a connection while it already has `handOffFloor` or more, and more
     /// than another loop (counting connections handed over but not yet taken), hands the
     /// descriptor to the least loaded one, as HAProxy gives each accepted connection to its
