@@ -4,7 +4,8 @@
 # same certificate, rows interleaved in one run:
 #   h2 over TLS 1.3 (ALPN h2)          nginx, HAProxy, h2o, Portcullis [, baseline]
 #   h2c with prior knowledge           nginx, HAProxy, h2o, Portcullis [, baseline]
-#   h2 over TLS 1.3 + RS256 Bearer     Portcullis [, baseline] (token on every stream)
+#   h2 over TLS 1.3 + RS256 Bearer     Portcullis [, baseline] (token on every stream),
+#                                      HAProxy passing the same header through unchecked
 # A row that cannot be measured (its server does not start, does not speak h2, dies, or
 # h2load fails) is printed as failed with the reason; the other rows still run.
 # Every run has a fixed duration; the script stops by itself. See README.md.
@@ -210,6 +211,13 @@ for entry in "${PORTCULLIS_BINS[@]}"; do
         fi
     fi
 done
+# What carrying the token costs a proxy that does nothing with it: HAProxy (the h2 row's
+# instance) with the same authorization header on every stream, passed to the upstream.
+if wants auth && wants haproxy && wants_proto h2; then
+    add_row haproxy-auth auth "HAProxy, same header passed through" "https://127.0.0.1:${HAPROXY_PORT-}/" "${HAPROXY_PID-}" "$TOKEN_HEADER"
+    if [[ -n "${START_FAIL[haproxy]-}" ]]; then fail_row haproxy-auth "${START_FAIL[haproxy]}"
+    elif [[ -z "$TOKEN_HEADER" ]]; then fail_row haproxy-auth "${MINT_FAIL:-token not minted}"; fi
+fi
 [[ ${#ROW_NAMES[@]} -gt 0 ]] || { echo "error: no rows selected" >&2; exit 2; }
 
 # server_log ROW -> the last line of the row's server output (its directory in $WORKDIR).
@@ -252,7 +260,7 @@ for row in "${ROW_NAMES[@]}"; do
         continue
     fi
     ROW_NEGOTIATED[$row]="$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(", ".join(x for x in (r["tls"], r["cipher"], r["temp_key"], "ALPN " + r["protocol"] if r["tls"] else r["protocol"] + " prior knowledge") if x))' "$probe")"
-    if [[ "${ROW_SECTION[$row]}" == auth ]]; then
+    if [[ "${ROW_SECTION[$row]}" == auth && "$row" != haproxy-auth ]]; then
         timeout -k 2 10 h2load "${H2LOAD_ARGS[@]}" -n1 -c1 -m1 "${ROW_URL[$row]}" > "$WORKDIR/probe-$row-notoken.txt" 2>&1 || true
         grep -q '^status codes: 0 2xx, 0 3xx, 1 4xx' "$WORKDIR/probe-$row-notoken.txt" \
             || fail_row "$row" "probe: a request without the token was not refused with 4xx ($(grep -m1 '^status codes' "$WORKDIR/probe-$row-notoken.txt" || last_line "$WORKDIR/probe-$row-notoken.txt"))"

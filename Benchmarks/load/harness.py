@@ -365,13 +365,14 @@ def h2table(rows_path, results_path):
         line += f" {s['errors']} | {', '.join(f'{x:,.0f}' for x in s['rps_all'])} |"
         print(line)
     # Authentication cost: each authenticated row against the same binary's unauthenticated h2 row.
-    pairs = [("portcullis-auth", "portcullis-tls"), ("baseline-auth", "baseline-tls")]
+    pairs = [("portcullis-auth", "portcullis-tls"), ("baseline-auth", "baseline-tls"), ("haproxy-auth", "haproxy-tls")]
     notes = []
     for a, b in pairs:
         sa, sb = summary.get(a), summary.get(b)
         if sa and sb and sb["rps"]:
             label = next(r["label"] for r in rows if r["row"] == a)
-            text = f"- {label} against the same binary without auth (h2, TLS): req/s x{sa['rps'] / sb['rps']:.2f}"
+            against = "the same instance without the header" if a == "haproxy-auth" else "the same binary without auth"
+            text = f"- {label} against {against} (h2, TLS): req/s x{sa['rps'] / sb['rps']:.2f}"
             if sa["p99"] is not None and sb["p99"] is not None:
                 text += f", p99 {sa['p99'] - sb['p99']:+.2f} ms"
             if sa["cpu"] is not None and sb["cpu"] is not None:

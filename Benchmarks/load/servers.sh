@@ -90,6 +90,12 @@ http {
     scgi_temp_path $d/scgi;
     keepalive_requests 1000000000;
     keepalive_timeout 300s;
+    # The app stand-in reads a request head of a few KB in one buffer, as app servers do
+    # (Node's limit is 16 KB). With nginx's default of 1 KB, a head past 1 KB is copied
+    # into a large buffer and parsed again: the assertion rows (a 661-byte Authorization
+    # plus a 434-byte assertion) cost this upstream +3.4-4.5 µs per request that way,
+    # which the rows without an assertion never pay (+0.6-0.9 µs with 4 KB).
+    client_header_buffer_size 4k;
     server {
         listen 127.0.0.1:$UPSTREAM_PORT backlog=4096;
         location / { default_type text/plain; return 200 "ok"; }
