@@ -15,11 +15,20 @@ fi
 # Serial: Foundation.Process on Linux crashes when suites spawn children concurrently.
 # On failure the failing tests and their recorded issues are repeated at the end, so a
 # CI log cut to its tail still names them.
+# Bounded: a hung test ends the run (exit 124) after TEST_TIMEOUT seconds (the suite takes
+# about 5 minutes), naming the tests that started and never finished.
 log="$(mktemp /tmp/portcullis-test.XXXXXX)"
+limit="${TEST_TIMEOUT:-2400}"
 set +e
-swift test --skip-build --no-parallel 2>&1 | tee "$log"
+timeout --kill-after=30 "$limit" swift test --skip-build --no-parallel 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
+if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+  echo "=== the test run did not finish within $limit s; started and not finished: ==="
+  awk '/◇ Test .* started\./ { name = $0; sub(/.*◇ Test /, "", name); sub(/ started\..*/, "", name); open[name] = 1 }
+       /[✔✘] Test .* (passed|failed)/ { name = $0; sub(/.*[✔✘] Test /, "", name); sub(/ (passed|failed).*/, "", name); delete open[name] }
+       END { for (n in open) print "  " n }' "$log"
+fi
 if [ "$status" -ne 0 ]; then
   echo "=== failing tests (from $log) ==="
   grep -E "✘|recorded an issue|error:|Fatal error|Exited with signal|Test .* failed" "$log" | head -60 || true

@@ -51,9 +51,21 @@ struct CheckConfig: ParsableCommand {
         commandName: "check-config",
         abstract: "Validate a configuration file; exits non-zero with file, line, key and reason on error.")
     @Argument(help: "Path to the YAML configuration.")
-    var file: String
+    var file: String?
+    /// `check-config --config FILE` works too, the form `run` takes.
+    @Option(name: .long, help: "Path to the YAML configuration (the same as FILE).")
+    var config: String?
+
+    func validate() throws {
+        switch (file, config) {
+        case (nil, nil): throw ValidationError("Missing the configuration file: portcullis check-config FILE")
+        case (.some, .some): throw ValidationError("Give the configuration file once: FILE or --config FILE")
+        default: break
+        }
+    }
 
     func run() throws {
+        let file = self.file ?? config ?? ""
         let configuration = loadOrExit(file)
         print("\(file): ok (\(configuration.listen.count) listener(s), \(configuration.proxy.upstreams.count) upstream(s), \(configuration.proxy.routes.count) route(s))")
         // Every certificate was loaded and checked by the loader; say what each listener serves.

@@ -31,7 +31,8 @@ enum E2E {
     /// in a `memmove` inside `Process.run`, seen in CI) while its own monitor thread handled
     /// other children. Most of the suite's children come through here (curl above all).
     @discardableResult
-    static func run(_ path: String, _ arguments: [String], timeout: Double = 60) -> (Int32, String, String) {
+    static func run(_ path: String, _ arguments: [String], timeout: Double = 60,
+                    environment: [String: String] = [:]) -> (Int32, String, String) {
         let dir = FileManager.default.temporaryDirectory
         let outPath = dir.appendingPathComponent("run-\(UUID().uuidString).out").path
         let errPath = dir.appendingPathComponent("run-\(UUID().uuidString).err").path
@@ -50,7 +51,8 @@ enum E2E {
             if let fd = Int32(name), fd > 2 { posix_spawn_file_actions_addclose(&actions, fd) }
         }
         let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
-        let envp: [UnsafeMutablePointer<CChar>?] = ProcessInfo.processInfo.environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        let variables = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let envp: [UnsafeMutablePointer<CChar>?] = variables.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { argv.forEach { free($0) }; envp.forEach { free($0) } }
         var pid: pid_t = 0
         let spawned = posix_spawn(&pid, path, &actions, nil, argv, envp)

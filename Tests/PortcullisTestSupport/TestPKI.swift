@@ -99,7 +99,7 @@ public final class TestPKI: @unchecked Sendable {
 
     /// Runs `openssl` with `arguments`; stdout on success.
     @discardableResult
-    func run(_ arguments: [String]) throws -> String {
+    public func run(_ arguments: [String]) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         process.arguments = arguments

@@ -1,0 +1,90 @@
+import Foundation
+import PortcullisTestSupport
+import Testing
+
+/// The configurations we ship stay valid as the loader changes: `Config/portcullis.yaml`,
+/// `Config/demo.yaml` and every file in `Config/examples/` pass `portcullis check-config`
+/// (both spellings of its argument) once the files and environment variables they name
+/// exist. They are made here: the `/etc/portcullis`, `/run/secrets` and `/var/lib/portcullis`
+/// paths are moved into a temporary folder, where each `X.pem` with an `X.key` beside it
+/// becomes a certificate and key from a test CA (a client certificate when the name says
+/// "client"), `*-ca.pem` the CA's certificate, `assertion-*.pem` an EC private key, and any
+/// other file a secret; each `${NAME}` without a default is set to a random 48-character value.
+@Suite(.serialized) struct ExampleConfigurationTests {
+    static let root = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    static let files: [String] = {
+        let examples = (try? FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("Config/examples").path)) ?? []
+        return ["Config/portcullis.yaml", "Config/demo.yaml"]
+            + examples.filter { $0.hasSuffix(".yaml") }.sorted().map { "Config/examples/\($0)" }
+    }()
+
+    @Test func theExamplesAreAllThere() {
+        // The five teams' configurations: a missing file would silently shrink the test below.
+        #expect(Self.files.count >= 7, "\(Self.files)")
+    }
+
+    @Test(arguments: files)
+    func passesCheckConfig(_ relative: String) throws {
+        let original = try String(contentsOf: Self.root.appendingPathComponent(relative), encoding: .utf8)
+        let pki = try TestPKI()
+        let dir = pki.directory + "/config"
+        var text = original
+        for (from, to) in [("/etc/portcullis/", "\(dir)/etc/"), ("/run/secrets/", "\(dir)/secrets/"),
+                           ("/var/lib/portcullis", "\(dir)/var")] {
+            text = text.replacingOccurrences(of: from, with: to)
+        }
+        for sub in ["etc", "secrets", "var"] {
+            try FileManager.default.createDirectory(atPath: "\(dir)/\(sub)", withIntermediateDirectories: true)
+        }
+        let escaped = NSRegularExpression.escapedPattern(for: dir)
+        let paths = Set(Self.matches(of: "\(escaped)/(etc|secrets)/[A-Za-z0-9._-]+", in: text))
+        for path in paths.sorted() where !path.hasSuffix(".key") {
+            let name = (path as NSString).lastPathComponent
+            let stem = String(path.dropLast(4))
+            if name.hasSuffix(".pem") && name.hasPrefix("assertion") {
+                _ = try pki.run(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path])
+            } else if name.hasSuffix("-ca.pem") {
+                try FileManager.default.copyItem(atPath: pki.caCertificate, toPath: path)
+            } else if name.hasSuffix(".pem") {
+                let leaf = try pki.leaf(["example.test"], clientAuth: name.contains("client"))
+                try FileManager.default.copyItem(atPath: leaf.certificate, toPath: path)
+                if paths.contains(stem + ".key") { try FileManager.default.copyItem(atPath: leaf.key, toPath: stem + ".key") }
+            } else {
+                try (Self.randomValue() + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+            }
+        }
+        var environment: [String: String] = [:]
+        for name in Self.matches(of: #"\$\{([A-Z][A-Z0-9_]*)\}"#, in: text, group: 1)
+            + Self.matches(of: #"\benv: *([A-Z][A-Z0-9_]*)"#, in: text, group: 1) {
+            environment[name] = Self.randomValue()
+        }
+        let file = "\(dir)/\((relative as NSString).lastPathComponent)"
+        try text.write(toFile: file, atomically: true, encoding: .utf8)
+        for arguments in [["check-config", file], ["check-config", "--config", file]] {
+            let (status, out, err) = E2E.run(E2E.binary, arguments, environment: environment)
+            #expect(status == 0, "\(relative): \(arguments[1]): \(err)")
+            #expect(out.contains(": ok ("), "\(relative): \(out)")
+        }
+    }
+
+    @Test func checkConfigWantsExactlyOneFile() {
+        let (none, _, noneErr) = E2E.run(E2E.binary, ["check-config"])
+        #expect(none != 0 && noneErr.contains("Missing the configuration file"), "\(noneErr)")
+        let demo = Self.root.appendingPathComponent("Config/demo.yaml").path
+        let (both, _, bothErr) = E2E.run(E2E.binary, ["check-config", demo, "--config", demo])
+        #expect(both != 0 && bothErr.contains("once"), "\(bothErr)")
+    }
+
+    static func matches(of pattern: String, in text: String, group: Int = 0) -> [String] {
+        guard let regex = try? NSRegularExpression(pattern: pattern) else { return [] }
+        let range = NSRange(text.startIndex..., in: text)
+        return regex.matches(in: text, range: range).compactMap { Range($0.range(at: group), in: text).map { String(text[$0]) } }
+    }
+
+    static func randomValue() -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+        return String((0..<48).map { _ in alphabet.randomElement()! })
+    }
+}
