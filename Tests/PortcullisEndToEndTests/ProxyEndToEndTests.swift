@@ -185,3 +185,56 @@ struct ProxyEndToEndTests {
         #expect(out.contains("Requests/sec"))
     }
 }
+
+/// Every request the gateway answers is one access-log line with a request id and a path,
+/// whoever answered: the upstream, a refusal (401), a redirect to https (308, the request's
+/// path), a request refused before routing (400, path "-"). A response the gateway made
+/// itself carries the logged id in `x-request-id`, so a client quoting it finds the line.
+@Suite(.serialized)
+struct AccessLogEndToEndTests {
+    @Test func everyAnsweredRequestIsLoggedWithAnIdAndAPath() throws {
+        let upstream = try EchoUpstream()
+        let redirectPort = Loopback.freePort()
+        let g = try GatewayProcess("""
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /open, upstream: app, auth: none}
+          - {path: /, upstream: app, auth: required}
+        providers:
+          - {name: app, type: hs256, secret: "0123456789abcdef0123456789abcdef", issuer: "visits-api"}
+        """, listen: """
+          - {address: "127.0.0.1:PORT"}
+          - {address: "127.0.0.1:\(redirectPort)", redirect_https: true}
+        """)
+        let client = try RawConnection(port: g.port)
+        client.send("GET /open/ok HTTP/1.1\r\nHost: a\r\n\r\n")
+        client.send("GET /private/x HTTP/1.1\r\nHost: a\r\n\r\n")
+        let answered = client.readResponses(2)
+        #expect(answered.map(\.status) == [200, 401])
+        let refusedId = try #require(answered.last?.header("x-request-id"))
+        let redirect = try RawConnection(port: redirectPort)
+        redirect.send("GET /moved/here?q=1 HTTP/1.1\r\nHost: a.example\r\n\r\n")
+        let moved = try #require(redirect.readResponses(1).first)
+        #expect(moved.status == 308)
+        let redirectId = try #require(moved.header("x-request-id"))
+        let bad = try RawConnection(port: g.port)
+        bad.send("GET /has space HTTP/1.1\r\nHost: a\r\n\r\n")
+        let refused = try #require(bad.readResponses(1).first)
+        #expect(refused.status == 400)
+        #expect(waitUntil(5) { g.log.components(separatedBy: "\"status\":").count - 1 >= 4 })
+        let lines = g.log.split(separator: "\n").filter { $0.contains("\"status\":") }.map(String.init)
+        func line(_ status: Int) -> String? { lines.first { $0.contains("\"status\":\(status),") } }
+        #expect(lines.count == 4, "\(lines)")
+        for l in lines {
+            #expect(!l.contains("\"request_id\":\"\""), "no id: \(l)")
+            #expect(!l.contains("\"path\":\"\""), "no path: \(l)")
+        }
+        #expect(line(200)?.contains("\"path\":\"/open/ok\"") == true)
+        #expect(line(401)?.contains("\"request_id\":\"\(refusedId)\"") == true, "\(lines)")
+        #expect(line(401)?.contains("\"path\":\"/private/x\"") == true)
+        #expect(line(308)?.contains("\"request_id\":\"\(redirectId)\"") == true, "\(lines)")
+        #expect(line(308)?.contains("\"path\":\"/moved/here\"") == true, "\(lines)")
+        #expect(line(400)?.contains("\"path\":\"-\"") == true, "\(lines)")
+    }
+}

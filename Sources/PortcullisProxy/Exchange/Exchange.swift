@@ -148,7 +148,7 @@ final class Exchange: @unchecked Sendable {
         responseObserver = nil
         routeUpstreamName = ""
         routeSlot = 0
-        logPath = ""
+        logPath = "-"  // until routing names the normalized path (a request refused before it logs "-")
         upgradeForwarded = false
         requestId.clear()
         bodyCredentialRoute = nil
@@ -523,8 +523,9 @@ final class Exchange: @unchecked Sendable {
     // MARK: Ending
 
     /// Answers locally (errors, auth challenges) and ends the exchange.
-    func reject(_ response: LocalResponse) {
+    func reject(_ response: LocalResponse, path: String? = nil) {
         if !isActive { beginUnparsed() }
+        if let path { logPath = path }
         detachUpstream()
         parkedView = nil
         parkedRoute = nil
@@ -535,6 +536,10 @@ final class Exchange: @unchecked Sendable {
     }
 
     private func answer(_ response: LocalResponse) {
+        // Every answer has a request id, in the access log and the response (`x-request-id`),
+        // also one the gateway gave itself (a 401, a redirect, a 400): a client quoting it
+        // finds the log line.
+        if requestId.readableBytes == 0 { context.nextRequestId(into: &requestId) }
         responseStarted = true
         responseStatus = response.status
         responseBytes = response.body.count

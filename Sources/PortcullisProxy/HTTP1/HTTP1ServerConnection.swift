@@ -323,11 +323,11 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     private func redirectToHTTPS(_ view: RequestView) {
         guard let host = view.host(), !host.isEmpty,
               host.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "@") }) else {
-            exchange.reject(.error(400, "a Host is required to redirect to https"))
+            exchange.reject(.error(400, "a Host is required to redirect to https"), path: view.path)
             return
         }
         let location = "https://\(host)\(view.path)\(view.query.map { "?\($0)" } ?? "")"
-        exchange.reject(LocalResponse.error(308, "use https", headers: [("location", location)]))
+        exchange.reject(LocalResponse.error(308, "use https", headers: [("location", location)]), path: view.path)
     }
 
     // MARK: Request body
