@@ -62,6 +62,19 @@ static inline int portcullis_ssl_tlsext_err_ok(void) { return SSL_TLSEXT_ERR_OK;
 static inline int portcullis_ssl_tlsext_err_noack(void) { return SSL_TLSEXT_ERR_NOACK; }
 static inline long portcullis_ssl_ctx_add_chain_cert(SSL_CTX *ctx, X509 *x) { return SSL_CTX_add1_chain_cert(ctx, x); }
 
+// Client certificates: a client without one notes (in the SSL's app data) that the
+// server asked for one, so a failure that follows can say why (under TLS 1.3 the server
+// refuses after the client's handshake is done, often with a reset before its alert).
+static int portcullis_client_certificate_requested(SSL *ssl, X509 **x509, EVP_PKEY **pkey) {
+    (void)x509; (void)pkey;
+    SSL_set_app_data(ssl, (void *)1);
+    return 0;  // no certificate to send
+}
+static inline void portcullis_ssl_ctx_note_certificate_requests(SSL_CTX *ctx) {
+    SSL_CTX_set_client_cert_cb(ctx, portcullis_client_certificate_requested);
+}
+static inline int portcullis_ssl_certificate_was_requested(SSL *ssl) { return SSL_get_app_data(ssl) != NULL; }
+
 // Ticket keys: HMAC-SHA256 over the ticket (the parameters are an OSSL_PARAM array).
 static inline int portcullis_ticket_mac_init(EVP_MAC_CTX *mac, const unsigned char *key, size_t length) {
     OSSL_PARAM params[2];

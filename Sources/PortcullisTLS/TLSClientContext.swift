@@ -46,6 +46,8 @@ public final class TLSClientContext: @unchecked Sendable {
                   SSL_CTX_use_PrivateKey(context, certificate.key) == 1 else {
                 throw TLSFileError(file: certificate.certificateFile, reason: "cannot use the client certificate (\(TLSError.drainQueue()))")
             }
+        } else {
+            portcullis_ssl_ctx_note_certificate_requests(context)  // see `TLSSession.lastFailure`
         }
         _ = portcullis_ssl_ctx_set_session_cache_mode(context, Int(SSL_SESS_CACHE_CLIENT) | Int(SSL_SESS_CACHE_NO_INTERNAL_STORE))
         _ = SSL_CTX_set_ex_data(context, 0, Unmanaged.passUnretained(self).toOpaque())

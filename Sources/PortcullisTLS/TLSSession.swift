@@ -38,13 +38,24 @@ public final class TLSSession: StreamSecurity {
     /// Why the session failed, for the owner's log line or 502 reason. Only client
     /// sessions' owners read it, so a socket error's text (strerror, which goes through
     /// gettext) is made when asked for, not on every reset connection.
+    ///
+    /// A client without a certificate whose server asked for one says so: under TLS 1.3 the
+    /// server checks the certificate after the client's handshake is done and refuses it
+    /// with an alert, often followed by a reset that arrives first ("connection reset by
+    /// peer" alone would hide the reason).
     public var lastFailure: TLSError? {
+        let error: TLSError
         switch failureState {
         case .none: return nil
-        case .described(let error): return error
-        case .socket(let operation, let code): return TLSError(operation, reason: IOError("socket", errno: code).description)
+        case .described(let described): error = described
+        case .socket(let operation, let code): error = TLSError(operation, reason: IOError("socket", errno: code).description)
         }
+        guard certificateRequested else { return error }
+        return TLSError(error.operation, reason: "the server asked for a client certificate and none is configured (\(error.reason))")
     }
+    /// Set when the session fails: the server had asked for a client certificate and this
+    /// client (a `TLSClientContext` without one) sent none.
+    private var certificateRequested = false
     private enum FailureState {
         case none
         case described(TLSError)
@@ -202,7 +213,11 @@ public final class TLSSession: StreamSecurity {
     }
 
     private func failure(_ ssl: OpaquePointer, _ rc: Int32, _ operation: String) -> SecureIOResult {
-        switch SSL_get_error(ssl, rc) {
+        let code = SSL_get_error(ssl, rc)
+        if code != SSL_ERROR_WANT_READ && code != SSL_ERROR_WANT_WRITE {
+            certificateRequested = portcullis_ssl_certificate_was_requested(ssl) == 1
+        }
+        switch code {
         case SSL_ERROR_WANT_READ:
             return .wantRead
         case SSL_ERROR_WANT_WRITE:
