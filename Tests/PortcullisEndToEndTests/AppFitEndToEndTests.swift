@@ -83,6 +83,7 @@ import Testing
         routes:
           - {path: /express, upstream: app, auth: required, error_body: '{"ok": false, "error": {"code": {error}, "status": {status}, "message": {description}}}'}
           - {path: /oauth, upstream: app, auth: required, error_body: oauth}
+          - {path: /web, upstream: app, auth: required, on_unauthenticated: redirect, sign_in_url: /signin}
           - {path: /, upstream: app, auth: required}
         """)
         func refusal(_ path: String, _ arguments: [String] = []) throws -> (status: Int, body: [String: Any], challenge: String) {
@@ -107,6 +108,9 @@ import Testing
         let error = express.body["error"] as? [String: Any]
         #expect(express.status == 401 && express.body["ok"] as? Bool == false)
         #expect(error?["code"] as? String == "invalid_token" && error?["status"] as? Int == 401, "\(express.body)")
+        // A sign-in redirect's body has the same shape (browsers follow the Location).
+        let signIn = try refusal("/web/page")
+        #expect(signIn.status == 302 && signIn.body as? [String: String] == ["detail": "Sign in required"], "\(signIn.body)")
         let oauth = try refusal("/oauth/x")
         #expect(oauth.body["error"] as? String == "unauthorized" && oauth.body["error_description"] as? String == "No credentials")
     }

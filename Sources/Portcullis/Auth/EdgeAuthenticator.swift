@@ -291,8 +291,9 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             let secure = name.hasPrefix("__Secure-") || name.hasPrefix("__Host-") ? "; Secure" : ""
             headers.append(("set-cookie", "\(name)=; Path=/; Max-Age=0; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; SameSite=Lax\(secure)"))
         }
-        return .reject(LocalResponse(status: 302, headers: headers,
-                                     body: Array("{\"error\":\"unauthorized\",\"error_description\":\"Sign in required\"}\n".utf8)))
+        // The body takes the route's `error_body` shape, as every refusal's does.
+        let body = policy.errorBody.render(status: 302, code: "unauthorized", description: "Sign in required")
+        return .reject(LocalResponse(status: 302, headers: headers, body: Array(body.utf8)))
     }
 
     private func rejectFailure(_ failure: AuthFailure, loopIndex: Int, body: ErrorBodyTemplate) -> AuthOutcome {
