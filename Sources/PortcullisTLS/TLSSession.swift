@@ -213,11 +213,7 @@ public final class TLSSession: StreamSecurity {
     }
 
     private func failure(_ ssl: OpaquePointer, _ rc: Int32, _ operation: String) -> SecureIOResult {
-        let code = SSL_get_error(ssl, rc)
-        if code != SSL_ERROR_WANT_READ && code != SSL_ERROR_WANT_WRITE {
-            certificateRequested = portcullis_ssl_certificate_was_requested(ssl) == 1
-        }
-        switch code {
+        switch SSL_get_error(ssl, rc) {
         case SSL_ERROR_WANT_READ:
             return .wantRead
         case SSL_ERROR_WANT_WRITE:
@@ -227,22 +223,29 @@ public final class TLSSession: StreamSecurity {
         case SSL_ERROR_SYSCALL where socketErrno == 0:
             TLSError.discardQueue()
             if socketEnded { return .closed }
-            failureState = .described(TLSError(handshakeDone ? operation : "handshake", reason: "connection closed"))
+            failed(ssl, .described(TLSError(handshakeDone ? operation : "handshake", reason: "connection closed")))
             return .failed
         default:
             let verify = SSL_get_verify_result(ssl)
             if verify != X509_V_OK && !portcullisIsServer(ssl) {
                 let text = X509_verify_cert_error_string(verify).map { String(cString: $0) } ?? "code \(verify)"
                 TLSError.discardQueue()
-                failureState = .described(TLSError("certificate verification failed", reason: text))
+                failed(ssl, .described(TLSError("certificate verification failed", reason: text)))
             } else if socketErrno != 0 {
                 TLSError.discardQueue()
-                failureState = .socket(operation: operation, errno: socketErrno)
+                failed(ssl, .socket(operation: operation, errno: socketErrno))
             } else {
-                failureState = .described(.drain(handshakeDone ? operation : "handshake"))
+                failed(ssl, .described(.drain(handshakeDone ? operation : "handshake")))
             }
             return .failed
         }
+    }
+
+    /// Records why the session failed, and whether the server had asked for a client
+    /// certificate this client did not have (see `lastFailure`).
+    private func failed(_ ssl: OpaquePointer, _ state: FailureState) {
+        failureState = state
+        certificateRequested = portcullis_ssl_certificate_was_requested(ssl) == 1
     }
 
     private func portcullisIsServer(_ ssl: OpaquePointer) -> Bool { portcullis_ssl_is_server(ssl) == 1 }

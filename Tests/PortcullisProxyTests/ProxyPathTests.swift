@@ -429,7 +429,7 @@ struct ProxyPathTests {
     @Test func theLoopsShareOneListeningSocket() throws {
         var gateway: Gateway? = try Gateway(upstream: 9, auth: .required, loops: 2)
         let port = try #require(gateway?.port)
-        #expect(Self.bindError(port: port, reusePort: true) == EADDRINUSE)
+        #expect(Loopback.bindError(port: port, reusePort: true) == EADDRINUSE)
         var clients: [RawConnection] = []
         for _ in 0..<8 { clients.append(try RawConnection(port: port)) }
         let deadline = Date().addingTimeInterval(5)
@@ -441,25 +441,7 @@ struct ProxyPathTests {
         }
         clients.removeAll()
         gateway = nil
-        #expect(Self.bindError(port: port, reusePort: false) == 0)
-    }
-
-    /// errno of binding and listening on 127.0.0.1:`port` (0: it worked), with SO_REUSEADDR.
-    static func bindError(port: UInt16, reusePort: Bool) -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        if reusePort { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<Int32>.size)) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        if rc != 0 { return errno }
-        return listen(fd, 1) == 0 ? 0 : errno
+        #expect(Loopback.bindError(port: port, reusePort: false) == 0)
     }
 
     @Test func aLoopHandsANewConnectionToTheLeastLoadedLoopOnlyFromThreeUp() {

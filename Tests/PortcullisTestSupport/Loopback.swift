@@ -28,6 +28,22 @@ public enum Loopback {
         return fd
     }
 
+    /// errno of binding and listening on 127.0.0.1:`port` with SO_REUSEADDR (and
+    /// SO_REUSEPORT when asked), 0 when it worked; the socket is closed again.
+    public static func bindError(port: UInt16, reusePort: Bool) -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        if reusePort { setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, socklen_t(MemoryLayout<Int32>.size)) }
+        var addr = address(port: port)
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        if rc != 0 { return errno }
+        return listen(fd, 1) == 0 ? 0 : errno
+    }
+
     /// True once something accepts connections on `port`, false after `timeout` seconds.
     public static func waitForPort(_ port: UInt16, timeout: Double = 10) -> Bool {
         let end = Date().addingTimeInterval(timeout)

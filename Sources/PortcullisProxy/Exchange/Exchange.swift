@@ -155,9 +155,26 @@ final class Exchange: @unchecked Sendable {
         releaseHeldBody()
     }
 
+    /// `redirect_https` (plain HTTP/1.1 listeners only: the configuration refuses it with TLS
+    /// or h2c): 308 (method and body kept, RFC 9110 §15.4.9) to the same host and normalized
+    /// target over https, on the default port.
+    private func redirectToHTTPS(_ view: RequestView) {
+        guard let host = view.host(), !host.isEmpty,
+              host.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "@") }) else {
+            reject(.error(400, "a Host is required to redirect to https"))
+            return
+        }
+        let location = "https://\(host)\(view.path)\(view.query.map { "?\($0)" } ?? "")"
+        reject(LocalResponse.error(308, "use https", headers: [("location", location)]))
+    }
+
     /// Routes, authenticates and forwards (or answers) a request whose target was normalized.
     func start(_ view: RequestView) {
         logPath = view.path
+        if context.redirectsToHTTPS {
+            redirectToHTTPS(view)
+            return
+        }
         bodyFraming = view.framing
         if case .local(let handler) = context.mode {
             savedHead.clear()
@@ -523,9 +540,8 @@ final class Exchange: @unchecked Sendable {
     // MARK: Ending
 
     /// Answers locally (errors, auth challenges) and ends the exchange.
-    func reject(_ response: LocalResponse, path: String? = nil) {
+    func reject(_ response: LocalResponse) {
         if !isActive { beginUnparsed() }
-        if let path { logPath = path }
         detachUpstream()
         parkedView = nil
         parkedRoute = nil

@@ -308,26 +308,10 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         }
         let view = RequestView(http1: head, bytes: headBytes, path: normalized.path, query: normalized.query,
                                peer: peer, loop: loop)
-        if context.redirectsToHTTPS {
-            redirectToHTTPS(view)
-            return
-        }
         exchange.start(view)
         if phase == .deciding && exchange.isAuthenticating {
             setDeadline(context.configuration.timeouts.header)
         }
-    }
-
-    /// `redirect_https`: 308 (method and body kept, RFC 9110 §15.4.9) to the same
-    /// host and normalized target over https, on the default port.
-    private func redirectToHTTPS(_ view: RequestView) {
-        guard let host = view.host(), !host.isEmpty,
-              host.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "@") }) else {
-            exchange.reject(.error(400, "a Host is required to redirect to https"), path: view.path)
-            return
-        }
-        let location = "https://\(host)\(view.path)\(view.query.map { "?\($0)" } ?? "")"
-        exchange.reject(LocalResponse.error(308, "use https", headers: [("location", location)]), path: view.path)
     }
 
     // MARK: Request body
