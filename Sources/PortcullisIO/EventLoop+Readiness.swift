@@ -1,3 +1,4 @@
+import PortcullisCore
 import CPortcullisSystem
 import Dispatch
 import Glibc
@@ -53,10 +54,11 @@ extension EventLoop {
     /// libdispatch executes on the calling thread when the queue is free. The thread and
     /// the loop live as long as the process.
     func startPolling() {
-        let loop = Unmanaged.passRetained(self).toOpaque()
+        // Retained and never released: the thread runs as long as the process.
+        let loop = CallbackContext.retained(self)
         var thread = pthread_t()
         let rc = pthread_create(&thread, nil, { raw in
-            Unmanaged<EventLoop>.fromOpaque(raw!).takeUnretainedValue().pollForever()
+            CallbackContext<EventLoop>.target(raw!).pollForever()
         }, loop)
         precondition(rc == 0, "cannot start the poller thread of loop: \(rc)")
         pthread_detach(thread)
@@ -108,7 +110,7 @@ extension EventLoop {
         deferred.append(socket)
         if !polling && !deferredScheduled {
             deferredScheduled = true
-            queue.async { [unowned self] in
+            queue.async { [self] in
                 self.deferredScheduled = false
                 self.polling = true
                 self.finishPass()

@@ -120,7 +120,7 @@ public final class EventLoop: @unchecked Sendable {
         timer.schedule(deadline: .now() + .nanoseconds(Int(tickNanoseconds)),
                        repeating: .nanoseconds(Int(tickNanoseconds)),
                        leeway: .nanoseconds(Int(tickNanoseconds / 4)))
-        timer.setEventHandler { [unowned self] in self.tick() }
+        timer.setEventHandler { [weak self] in self?.tick() }
         timer.resume()
         ticker = timer
     }

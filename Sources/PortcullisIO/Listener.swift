@@ -21,7 +21,7 @@ public final class Listener: @unchecked Sendable {
     // @unchecked Sendable: `socket` and `onAccept` are used only on `loop.queue`;
     // `stop()` hops there.
     public let address: SocketAddress
-    public unowned let loop: EventLoop
+    public let loop: EventLoop
     private let fd: Int32
     /// The listening descriptor as the loop's poller sees it (owns `fd` once started).
     private var socket: StreamSocket?
@@ -91,7 +91,8 @@ public final class Listener: @unchecked Sendable {
         // Whether accepting is failing (for want of descriptors or memory): only this
         // handler reads and writes it, so it lives in the closure, not on `self`.
         var failing = false
-        socket.startReading { [unowned socket] in
+        socket.startReading { [weak socket] in
+            guard let socket else { return }
             socket.markReadDrained()
             switch System.accept(fd) {
             case .connection(let client, let peer):

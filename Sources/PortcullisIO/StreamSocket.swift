@@ -31,8 +31,7 @@ public final class StreamSocket: @unchecked Sendable {
     // @unchecked Sendable: confined to `loop.queue` (see type comment).
 
     public let fd: Int32
-    /// Loops live as long as the process; unowned(unsafe) skips the runtime check per access.
-    public unowned(unsafe) let loop: EventLoop
+    public let loop: EventLoop
     private var readHandler: (() -> Void)?
     private var writeHandler: (() -> Void)?
     private var readPaused = false

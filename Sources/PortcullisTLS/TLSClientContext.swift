@@ -50,7 +50,9 @@ public final class TLSClientContext: @unchecked Sendable {
             portcullis_ssl_ctx_note_certificate_requests(context)  // see `TLSSession.lastFailure`
         }
         _ = portcullis_ssl_ctx_set_session_cache_mode(context, Int(SSL_SESS_CACHE_CLIENT) | Int(SSL_SESS_CACHE_NO_INTERNAL_STORE))
-        _ = SSL_CTX_set_ex_data(context, 0, Unmanaged.passUnretained(self).toOpaque())
+        // Unretained: this owns the SSL_CTX, and its callback runs only inside the handshake
+        // of an SSL made from it, whose `TLSSession` retains this context (see `CallbackContext`).
+        _ = SSL_CTX_set_ex_data(context, 0, CallbackContext.unretained(self))
         SSL_CTX_sess_set_new_cb(context, newSessionCallback)
     }
 
@@ -99,6 +101,6 @@ public final class TLSClientContext: @unchecked Sendable {
 /// `SSL_CTX_sess_set_new_cb`: keep the newest ticket; returning 1 takes the reference.
 private let newSessionCallback: @convention(c) (OpaquePointer?, OpaquePointer?) -> Int32 = { ssl, session in
     guard let ssl, let session, let ctx = SSL_get_SSL_CTX(ssl), let raw = SSL_CTX_get_ex_data(ctx, 0) else { return 0 }
-    Unmanaged<TLSClientContext>.fromOpaque(raw).takeUnretainedValue().store(session)
+    CallbackContext<TLSClientContext>.target(raw).store(session)
     return 1
 }

@@ -1,3 +1,4 @@
+import PortcullisCore
 internal import COpenSSL
 #if canImport(Glibc)
 import Glibc
@@ -104,8 +105,9 @@ public final class TLSServerContext: @unchecked Sendable {
         }
         self.contexts = contexts
         // SNI is decided on the context the handshake starts with: the default one.
-        _ = portcullis_ssl_ctx_set_servername_callback(contexts[0], serverNameCallback,
-                                                       Unmanaged.passUnretained(self).toOpaque())
+        // Unretained: this owns the SSL_CTX, and the callback runs only inside the handshake
+        // of an SSL made from it, whose `TLSSession` retains this context (see `CallbackContext`).
+        _ = portcullis_ssl_ctx_set_servername_callback(contexts[0], serverNameCallback, CallbackContext.unretained(self))
         TicketKeys.shared.refresh()
     }
 
@@ -178,6 +180,6 @@ public final class TLSServerContext: @unchecked Sendable {
 /// `SSL_CTX_set_tlsext_servername_callback`: switch to the certificate the name selects.
 private let serverNameCallback: @convention(c) (OpaquePointer?, UnsafeMutablePointer<Int32>?, UnsafeMutableRawPointer?) -> Int32 = { ssl, _, arg in
     guard let ssl, let arg else { return portcullis_ssl_tlsext_err_ok() }
-    Unmanaged<TLSServerContext>.fromOpaque(arg).takeUnretainedValue().selectCertificate(ssl)
+    CallbackContext<TLSServerContext>.target(arg).selectCertificate(ssl)
     return portcullis_ssl_tlsext_err_ok()
 }

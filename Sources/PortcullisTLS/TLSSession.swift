@@ -27,7 +27,10 @@ import PortcullisIO
 /// Threading: confined to the socket's loop queue.
 public final class TLSSession: StreamSecurity {
     private var ssl: OpaquePointer?
-    private unowned(unsafe) let socket: StreamSocket
+    /// The socket owns this session (`StreamSocket.security`) and is the only caller of
+    /// its reads and writes, so it is alive whenever the BIO reaches it; `unowned` (checked)
+    /// states that, and a reference counted the other way would be a cycle.
+    private unowned let socket: StreamSocket
     private let retainedContext: AnyObject
     /// Ciphertext the kernel did not take yet, in order.
     private var outbox = ByteBuffer()
@@ -73,7 +76,9 @@ public final class TLSSession: StreamSecurity {
         self.socket = socket
         self.retainedContext = context
         let bio = BIO_new(socketBIOMethod)!
-        BIO_set_data(bio, Unmanaged.passUnretained(self).toOpaque())
+        // Unretained: the session owns the SSL, which owns the BIO, and the BIO is called only
+        // inside the session's own SSL calls (see `CallbackContext`).
+        BIO_set_data(bio, CallbackContext.unretained(self))
         BIO_set_init(bio, 1)
         SSL_set_bio(ssl, bio, bio)  // the SSL owns the BIO (one reference for both directions)
     }
@@ -297,7 +302,7 @@ nonisolated(unsafe) private let socketBIOMethod: OpaquePointer = {  // immutable
     let method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "portcullis socket")!
     _ = BIO_meth_set_write_ex(method) { bio, data, length, written in
         guard let bio, let data, let raw = BIO_get_data(bio) else { return 0 }
-        let session = Unmanaged<TLSSession>.fromOpaque(raw).takeUnretainedValue()
+        let session = CallbackContext<TLSSession>.target(raw)
         portcullis_bio_clear_retry_flags(bio)
         guard session.transmit(UnsafeRawBufferPointer(start: data, count: length)) else { return 0 }
         written?.pointee = length
@@ -305,7 +310,7 @@ nonisolated(unsafe) private let socketBIOMethod: OpaquePointer = {  // immutable
     }
     _ = BIO_meth_set_read_ex(method) { bio, data, length, read in
         guard let bio, let data, let raw = BIO_get_data(bio) else { return 0 }
-        let session = Unmanaged<TLSSession>.fromOpaque(raw).takeUnretainedValue()
+        let session = CallbackContext<TLSSession>.target(raw)
         portcullis_bio_clear_retry_flags(bio)
         guard let n = session.receive(UnsafeMutableRawBufferPointer(start: data, count: length)) else {
             portcullis_bio_set_retry_read(bio)

@@ -42,11 +42,15 @@ public enum AuthOutcome {
     case deferred
 }
 
-/// The handle through which a deferred decision is delivered: through the exchange's
-/// `ExchangeHandle`, so a client that went away meanwhile is simply skipped.
+/// The handle through which a deferred decision is delivered. It holds its exchange
+/// strongly (a late answer can never find freed memory) together with the generation of
+/// the wait it answers: an exchange that ended meanwhile (the client left) or moved on to
+/// another request ignores it. Holding the exchange keeps it, its responder and their
+/// buffers alive until the answer arrives; every deferral ends (a key fetch has its
+/// timeout), so nothing is held for longer than that.
 public struct AuthResumption: @unchecked Sendable {
-    // @unchecked Sendable: the handle's target is only touched on `loop.queue` (`resume` hops there).
-    let handle: ExchangeHandle
+    // @unchecked Sendable: the exchange is only touched on `loop.queue` (`resume` hops there).
+    let exchange: Exchange
     let generation: UInt64
     /// The connection's loop; the decision is applied on its queue.
     public let loop: EventLoop
@@ -55,21 +59,8 @@ public struct AuthResumption: @unchecked Sendable {
     /// `.deferred` is answered with 500.
     public func resume(_ outcome: sending AuthOutcome) {
         let box = OutcomeBox(outcome)
-        loop.execute { [self] in handle.exchange?.resumeAuthentication(box.outcome, generation: generation) }
+        loop.execute { [self] in exchange.resumeAuthentication(box.outcome, generation: generation) }
     }
-}
-
-/// Where a late answer (a deferred decision, a local handler's reply) goes: the exchange
-/// while it exists, nothing after. One per exchange, made once.
-///
-/// Not a `weak` reference to the exchange: forming one gives the object a side table,
-/// and every retain and release of it then takes the runtime's slow path, on every
-/// request (measured: about 2% of the gateway's CPU under the TLS load row). The
-/// exchange clears the reference in its `deinit`, on the loop queue; it is read only there.
-public final class ExchangeHandle: @unchecked Sendable {
-    // @unchecked Sendable: `exchange` is written and read on the loop queue only.
-    unowned(unsafe) var exchange: Exchange?
-    init() {}
 }
 
 /// Carries an outcome (header strings and a response) across to the loop queue.

@@ -12,6 +12,23 @@ import PortcullisIO
 /// → `HTTP1ServerConnection` (parses, frames) → `Exchange` (decides, forwards) →
 /// `UpstreamPool` → `UpstreamConnection` → back through the exchange to the responder.
 ///
+/// Its life is one `ExchangePhase` (see there for the moves). Every event from elsewhere is
+/// checked against the phase: a late answer for a wait that is over (a deferred decision,
+/// a local handler's reply) is dropped by its generation; an upstream or pool event that
+/// is not legal in the current phase is counted and ignored (a debug build traps), never
+/// followed into state that belongs to another request.
+///
+/// Ownership, all of it strong and visible to the compiler: the responder (the connection
+/// or stream) owns its exchange and the exchange holds its responder; the responder breaks
+/// that cycle in its one close path (`responderClosed`). The exchange holds its upstream
+/// connection and that connection holds the exchange while attached; both let go when the
+/// exchange ends. A pool's queue and a deferred decision hold the exchange too, so a late
+/// event always finds a live object, which then decides by its phase whether it applies.
+///
+/// Deadlines: the exchange owns the ones of its own waits (`deadline`: an authentication
+/// waiting for keys, a request waiting for a pooled connection); its responder reports
+/// the earliest of its own and this one to the loop and calls `deadlineExpired`.
+///
 /// An HTTP/1.1 connection keeps one exchange and reuses it for each request (no allocation
 /// per request); `begin` starts one, `finish` or `cancel` ends it.
 ///
@@ -20,17 +37,27 @@ final class Exchange: @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
     let context: ListenerContext
-    /// Owns this exchange and outlives it while it is active (it cancels it before going
-    /// away); every entry point from elsewhere checks `isActive` first.
-    unowned(unsafe) let responder: any ExchangeResponder
+    /// The client side; nil once it closed (`responderClosed`), after which nothing is sent.
+    private var responder: (any ExchangeResponder)?
     let peer: SocketAddress
     /// The peer's address as text (X-Forwarded-For, access log), made on the first
     /// request: a connection that never sends one (a TLS resumption probe, a port check)
     /// costs no `inet_ntop` (which formats through `sprintf`).
     private(set) lazy var peerText: String = peer.host
 
+    private(set) var phase: ExchangePhase = .idle
     /// Between `begin` and `finish`/`cancel`.
-    private(set) var isActive = false
+    var isActive: Bool { phase != .idle }
+    /// The response head went to the client (its status can no longer change).
+    var responseStarted: Bool { phase == .responding || phase == .tunnel }
+    /// The request went to an upstream and no response came yet: a client that half-closed
+    /// still gets it (one that left earlier, still waiting for a decision or a connection,
+    /// gives up its place).
+    var awaitsResponse: Bool { phase == .forwarding }
+    /// The upstream has request bytes queued (the client's reading stays paused).
+    var upstreamBackedUp: Bool { upstream.map { !$0.canTakeMore } ?? false }
+    /// When the current wait (authenticating, waiting for a connection) gives up; 0: none.
+    private(set) var deadline: UInt64 = 0
     var loop: EventLoop { context.loop }
 
     // The request.
@@ -38,7 +65,8 @@ final class Exchange: @unchecked Sendable {
     /// The protocol the request came on (logs and metrics); kept for an unparsed answer.
     private(set) var transport: RequestProtocol
     private var bodyFraming: BodyFraming = .none
-    /// The whole request body was read (or there was none).
+    /// The whole request body was read (or there was none). The request side runs beside
+    /// the phase: an upstream may answer before the body is complete.
     private(set) var requestComplete = false
     private var lastChunkSent = false
     private var retryable = false
@@ -49,10 +77,10 @@ final class Exchange: @unchecked Sendable {
     /// The matched route's index + 1 (0: none), for the request counters.
     private var routeSlot = 0
     private var pool: UpstreamPool?
-    private(set) var upstream: UpstreamConnection?
+    /// Attached in `forwarding`, `responding` and `tunnel` only.
+    private var upstream: UpstreamConnection?
     /// The head for the upstream, kept until the response starts (for a retry).
     private var forwardedHead = ByteBuffer()
-    private(set) var waitingForPool = false
     /// The request asked for, and the gateway forwarded, a WebSocket upgrade: only then
     /// may a 101 from the upstream turn the connection into a tunnel.
     private(set) var upgradeForwarded = false
@@ -64,7 +92,6 @@ final class Exchange: @unchecked Sendable {
     private var forwardedAt: UInt64 = 0
 
     // The response.
-    private(set) var responseStarted = false
     private var responseStatus = 0
     private var responseBytes = 0
 
@@ -75,41 +102,54 @@ final class Exchange: @unchecked Sendable {
     private var logPath = ""
     private var requestId = ByteBuffer()
 
-    // Waiting: for an authentication that needs I/O, or for a local handler's body.
+    // Waiting: for an authentication that needs I/O, or for a body read before acting.
     /// The head bytes, copied while the request waits (its view is rebased onto them).
     private var savedHead = ByteBuffer()
-    /// The waiting request; its `bytes` point nowhere until rebased onto `savedHead`.
+    /// The waiting request; its `bytes` point into `savedHead`. Set in `readingBody` and
+    /// `authenticating`.
     private var parkedView: RequestView?
+    /// The route decided on (`readingBody(.credential)`, `authenticating`).
     private var parkedRoute: Route?
+    /// The handler answering (`readingBody(.local)`).
     private var pendingLocal: (any LocalHandler)?
     /// A local handler's body, or the body of a route whose credential travels in it
-    /// (read whole before the decision, then forwarded from here).
-    private var localBody = ByteBuffer()
+    /// (read whole before the decision, then forwarded from here: `bodyHeld`).
+    private var heldBody = ByteBuffer()
     /// What a local handler reads at most (a route's `credentialBodyLimit` replaces it).
     private static let localHandlerBodyLimit = 64 * 1024
-    private var localBodyLimit = Exchange.localHandlerBodyLimit
-    private var localBodyTooLarge = false
-    /// The route whose credential is in the body being read (`credentialBodyLimit`).
-    private var bodyCredentialRoute: Route?
-    /// The request body was read before the decision and sits in `localBody`: it goes to
+    private var heldBodyLimit = Exchange.localHandlerBodyLimit
+    private var heldBodyTooLarge = false
+    /// The request body was read before the decision and sits in `heldBody`: it goes to
     /// the upstream from there, with a `content-length`, once the upstream is connected.
     private var bodyHeld = false
-    private var awaitingLateReply = false
-    /// Identifies the current wait, so a late answer for an earlier request is ignored.
+    /// Identifies the current wait, so a late answer for an earlier one is ignored.
     private var generation: UInt64 = 0
-
-    /// Late answers reach the exchange through this (see `ExchangeHandle`).
-    private let handle = ExchangeHandle()
 
     init(context: ListenerContext, responder: any ExchangeResponder, peer: SocketAddress, transport: RequestProtocol) {
         self.transport = transport
         self.context = context
         self.responder = responder
         self.peer = peer
-        handle.exchange = self
     }
 
-    deinit { handle.exchange = nil }
+    // MARK: Phases
+
+    /// Moves to `next`; a move the table does not list is a bug here (debug builds trap).
+    private func enter(_ next: ExchangePhase) {
+        if !ExchangePhase.allows(phase, next) {
+            outOfPhase("move to \(next.name)")
+        }
+        phase = next
+        deadline = 0
+    }
+
+    /// An event that is not legal in the current phase: counted and ignored. After the
+    /// exchange ended (`idle`) it is a late one (an upstream read pass that was under way
+    /// when the client left); in any other phase it is a bug here, and a debug build traps.
+    private func outOfPhase(_ event: @autoclosure () -> String) {
+        context.metrics?.countOutOfPhaseEvent(loopIndex: loop.index)
+        if phase != .idle { assertionFailure("exchange event out of phase: \(event()) in \(phase.name)") }
+    }
 
     // MARK: Starting
 
@@ -134,14 +174,17 @@ final class Exchange: @unchecked Sendable {
     }
 
     private func open() {
-        isActive = true
+        if phase != .idle {
+            outOfPhase("begin")
+            cancel()
+        }
+        enter(.received)
         context.activeRequests += 1
         startedAt = loop.lastNow
         wallStart = context.accessLog != nil ? WallClock.nowSeconds() : 0
         bodyFraming = .none
         requestComplete = false
         lastChunkSent = false
-        responseStarted = false
         responseStatus = 0
         responseBytes = 0
         retried = false
@@ -151,7 +194,6 @@ final class Exchange: @unchecked Sendable {
         logPath = "-"  // until routing names the normalized path (a request refused before it logs "-")
         upgradeForwarded = false
         requestId.clear()
-        bodyCredentialRoute = nil
         releaseHeldBody()
     }
 
@@ -170,6 +212,7 @@ final class Exchange: @unchecked Sendable {
 
     /// Routes, authenticates and forwards (or answers) a request whose target was normalized.
     func start(_ view: RequestView) {
+        guard phase == .received else { outOfPhase("start"); return }
         logPath = view.path
         if context.redirectsToHTTPS {
             redirectToHTTPS(view)
@@ -177,12 +220,8 @@ final class Exchange: @unchecked Sendable {
         }
         bodyFraming = view.framing
         if case .local(let handler) = context.mode {
-            savedHead.clear()
-            savedHead.append(view.bytes)
-            parkedView = view
             pendingLocal = handler
-            localBodyLimit = Self.localHandlerBodyLimit
-            responder.localBodyStarts(self)
+            readBodyFirst(view, purpose: .local, limit: Self.localHandlerBodyLimit)
             return
         }
         if view.path.utf8.count == context.publishedPathLength, let published = context.published, view.path == published.path {
@@ -199,76 +238,84 @@ final class Exchange: @unchecked Sendable {
 
         if let limit = route.configuration.credentialBodyLimit, !view.upgrade {
             // The credential is in the body: read it whole (bounded), then decide.
-            savedHead.clear()
-            savedHead.append(view.bytes)
-            parkedView = view
-            bodyCredentialRoute = route
-            localBodyLimit = limit
-            responder.localBodyStarts(self)
+            parkedRoute = route
+            readBodyFirst(view, purpose: .credential, limit: limit)
             return
         }
-
         generation &+= 1
-        let resumption = AuthResumption(handle: handle, generation: generation, loop: loop)
-        let outcome = context.authenticator.authenticate(view, route: route, resumption: resumption)
+        let outcome = context.authenticator.authenticate(view, route: route, resumption: resumption())
+        decide(outcome, view, route: route)
+    }
+
+    private func resumption() -> AuthResumption {
+        AuthResumption(exchange: self, generation: generation, loop: loop)
+    }
+
+    /// Reads the whole body into `heldBody` before acting; the head waits in `savedHead`.
+    private func readBodyFirst(_ view: RequestView, purpose: ExchangePhase.BodyPurpose, limit: Int) {
+        park(view)
+        heldBodyLimit = limit
+        enter(.readingBody(purpose))
+        responder?.localBodyStarts(self)
+    }
+
+    /// Copies the head so the request can wait past the read that brought it.
+    private func park(_ view: RequestView) {
+        savedHead.clear()
+        savedHead.append(view.bytes)
+        parkedView = view.rebased(onto: savedHead.readable)
+    }
+
+    private func unpark() {
+        parkedView = nil
+        parkedRoute = nil
+        pendingLocal = nil
+        savedHead.clear()
+        savedHead.releaseIfEmpty(keepingUpTo: 4096)
+    }
+
+    /// Applies a decision, or parks the request until `resumeAuthentication`.
+    private func decide(_ outcome: AuthOutcome, _ view: RequestView, route: Route) {
         guard case .deferred = outcome else {
             apply(outcome, view, route: route)
             return
         }
         // Keep the head; body bytes wait with the responder (it reads nothing meanwhile).
-        savedHead.clear()
-        savedHead.append(view.bytes)
-        parkedView = view
+        if parkedView == nil { park(view) } else { parkedView = view }
         parkedRoute = route
+        enter(.authenticating)
+        deadline = loop.lastNow &+ UInt64(context.configuration.timeouts.header * 1e9)
     }
 
-    /// True while the decision waits for I/O (the responder holds the body and times it out).
-    var isAuthenticating: Bool { parkedRoute != nil }
-
-    /// Continues a request after a deferred authentication decision.
+    /// Continues a request after a deferred authentication decision. An answer for a wait
+    /// that is over (the client left, the wait timed out, another request began) is dropped.
     func resumeAuthentication(_ outcome: AuthOutcome, generation: UInt64) {
-        guard isActive, generation == self.generation, let view = parkedView, let route = parkedRoute else { return }
-        parkedView = nil
-        parkedRoute = nil
+        guard phase == .authenticating, generation == self.generation, let view = parkedView, let route = parkedRoute else { return }
+        // The view points into `savedHead`: keep those bytes until the decision was applied.
         var head = ByteBuffer()
         swap(&head, &savedHead)
         defer { head.clear(); swap(&head, &savedHead) }
-        apply(outcome, view.rebased(onto: head.readable), route: route)
-        responder.requestBodyCanContinue()
+        parkedView = nil
+        parkedRoute = nil
+        apply(outcome, view, route: route)
+        if phase == .waitingForConnection || phase == .forwarding { responder?.requestBodyCanContinue() }
     }
 
     /// The whole body of a `credentialBodyLimit` route was read: decide on it.
-    private func decideOnBody(_ route: Route, _ view: RequestView) {
-        bodyCredentialRoute = nil
-        if localBodyTooLarge {
-            parkedView = nil
-            localBodyTooLarge = false
+    private func decideOnBody() {
+        guard let route = parkedRoute, let view = parkedView else { outOfPhase("body decision"); return }
+        if heldBodyTooLarge {
+            heldBodyTooLarge = false
             reject(.error(413, "request body too large for the credential check on this route"))
             return
         }
         bodyHeld = true
         // Forwarded with the length of the body read (a chunked upload included).
-        let held = view.rebased(onto: savedHead.readable, framing: .contentLength(localBody.readableBytes))
-        generation &+= 1
-        let resumption = AuthResumption(handle: handle, generation: generation, loop: loop)
-        let outcome = context.authenticator.authenticate(held, route: route, body: localBody.readable, resumption: resumption)
-        guard case .deferred = outcome else {
-            parkedView = nil
-            apply(outcome, held, route: route)
-            savedHead.clear()
-            return
-        }
-        // `savedHead` and `parkedView` stay; the body waits in `localBody`.
+        let held = view.rebased(onto: savedHead.readable, framing: .contentLength(heldBody.readableBytes))
         parkedView = held
-        parkedRoute = route
-    }
-
-    /// The authentication did not complete in time (keys unavailable).
-    func authenticationTimedOut() {
-        parkedView = nil
-        parkedRoute = nil
-        savedHead.clear()
-        reject(.error(503, "authentication keys unavailable"))
+        generation &+= 1
+        let outcome = context.authenticator.authenticate(held, route: route, body: heldBody.readable, resumption: resumption())
+        decide(outcome, held, route: route)
     }
 
     /// Acts on a decision: forward (with the grant's headers) or answer the client. A
@@ -298,45 +345,57 @@ final class Exchange: @unchecked Sendable {
         case .none, .contentLength(0), .untilClose: break
         case .contentLength, .chunked: retryable = false  // the body is streamed once
         }
+        unpark()
+        enter(.waitingForConnection)
         if bodyHeld {
-            bodyFraming = view.framing  // sent whole from `localBody`; the client's is read
+            bodyFraming = view.framing  // sent whole from `heldBody`; the client's is read
         } else {
-            responder.forwardingStarts(self)
-            guard isActive else { return }
+            responder?.forwardingStarts(self)
+            guard phase == .waitingForConnection else { return }  // the body was refused meanwhile
         }
         pool.acquire(for: self)
     }
 
     // MARK: The request body (called by the responder)
 
-    /// True when body bytes can be taken now (to a local handler, or to a connected
-    /// upstream whose send buffer has room).
+    /// True when body bytes can be taken now (into `heldBody`, or by a connected upstream
+    /// whose send buffer has room).
     var canTakeRequestBody: Bool {
-        if pool == nil { return true }
-        guard let upstream else { return false }
-        return upstream.isConnected && upstream.canTakeMore
+        switch phase {
+        case .readingBody: return true
+        case .forwarding, .responding:
+            guard let upstream else { return false }
+            return upstream.isConnected && upstream.canTakeMore
+        default: return false
+        }
     }
 
     /// Decoded body bytes (re-framed as chunks when the upstream gets a chunked body).
+    /// Bytes nobody can take now (see `canTakeRequestBody`) are dropped.
     func requestBody(_ piece: UnsafeRawBufferPointer) {
-        guard pool != nil else { appendLocalBody(piece); return }
-        guard let upstream else { return }
-        if case .chunked = bodyFraming { upstream.sendChunk(piece) } else { upstream.send(piece) }
+        switch phase {
+        case .readingBody:
+            appendHeldBody(piece)
+        case .forwarding, .responding:
+            guard let upstream else { return }
+            if case .chunked = bodyFraming { upstream.sendChunk(piece) } else { upstream.send(piece) }
+        default:
+            break
+        }
     }
 
     /// The whole request body was read.
     func requestBodyEnded() {
         requestComplete = true
-        if pool != nil {
+        switch phase {
+        case .readingBody(.credential):
+            decideOnBody()
+        case .readingBody(.local):
+            finishLocal()
+        case .forwarding, .responding:
             if let upstream, upstream.isConnected { requestFullySent(upstream) }
-        } else if let route = bodyCredentialRoute, let view = parkedView {
-            decideOnBody(route, view)
-        } else if let handler = pendingLocal, let view = parkedView {
-            pendingLocal = nil
-            parkedView = nil
-            finishLocal(handler, view.rebased(onto: savedHead.readable))
-            savedHead.clear()
-            savedHead.releaseIfEmpty()
+        default:
+            break  // waiting for a connection: sent once connected (`upstreamConnected`)
         }
     }
 
@@ -350,39 +409,39 @@ final class Exchange: @unchecked Sendable {
 
     /// Bytes for the upstream after a 101 (the tunnel); false when it cannot take more now.
     func tunnelSend(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        guard let upstream, upstream.canTakeMore else { return false }
+        guard phase == .tunnel, let upstream, upstream.canTakeMore else { return false }
         upstream.send(bytes)
         return true
     }
 
-    // MARK: Local handlers
+    // MARK: Bodies read before acting
 
-    private func appendLocalBody(_ piece: UnsafeRawBufferPointer) {
-        if localBody.readableBytes + piece.count > localBodyLimit { localBodyTooLarge = true; return }
-        localBody.append(piece)
+    private func appendHeldBody(_ piece: UnsafeRawBufferPointer) {
+        if heldBody.readableBytes + piece.count > heldBodyLimit { heldBodyTooLarge = true; return }
+        heldBody.append(piece)
     }
 
     private func releaseHeldBody() {
-        guard bodyHeld else { return }
         bodyHeld = false
-        localBody.clear()
-        localBody.releaseIfEmpty()
+        heldBodyTooLarge = false
+        heldBody.clear()
+        heldBody.releaseIfEmpty()
     }
 
-    private func finishLocal(_ handler: any LocalHandler, _ view: RequestView) {
+    private func finishLocal() {
+        guard let handler = pendingLocal, let view = parkedView else { outOfPhase("local answer"); return }
         let response: LocalResponse?
-        if localBodyTooLarge {
+        if heldBodyTooLarge {
             response = .error(413, "request body too large for this endpoint")
         } else {
             generation &+= 1
-            response = handler.handle(view, body: localBody.readable,
-                                      reply: LocalReply(handle: handle, generation: generation, loop: loop))
+            response = handler.handle(view, body: heldBody.readable,
+                                      reply: LocalReply(exchange: self, generation: generation, loop: loop))
         }
-        localBody.clear()
-        localBody.releaseIfEmpty()
-        localBodyTooLarge = false
+        unpark()
+        releaseHeldBody()
         guard let response else {
-            awaitingLateReply = true  // answered through `sendLateLocalResponse`; pipelined bytes wait
+            enter(.answeringLate)  // answered through `sendLateLocalResponse`; pipelined bytes wait
             return
         }
         answer(response)
@@ -390,8 +449,7 @@ final class Exchange: @unchecked Sendable {
 
     /// A local handler's answer that needed I/O.
     func sendLateLocalResponse(_ response: LocalResponse, generation: UInt64) {
-        guard isActive, awaitingLateReply, generation == self.generation else { return }
-        awaitingLateReply = false
+        guard phase == .answeringLate, generation == self.generation else { return }
         answer(response)
     }
 
@@ -399,43 +457,49 @@ final class Exchange: @unchecked Sendable {
 
     /// The pool handed over a connection (connected or still connecting).
     func attach(_ connection: UpstreamConnection) {
-        waitingForPool = false
+        guard phase == .waitingForConnection else {
+            outOfPhase("attach")
+            connection.abandon()
+            return
+        }
+        enter(.forwarding)
         upstream = connection
         connection.exchange = self
         if connection.isConnected { upstreamConnected() }
     }
 
     func upstreamConnected() {
-        guard let upstream, isActive else { return }
+        guard phase == .forwarding, let upstream else { outOfPhase("upstream connected"); return }
         upstream.beginExchange(method: method, head: forwardedHead.readable)
-        if bodyHeld && localBody.readableBytes > 0 { upstream.send(localBody.readable) }
+        // A failed send lets go of this exchange (it may be on a fresh connection already).
+        guard phase == .forwarding, self.upstream === upstream else { return }
+        if bodyHeld && heldBody.readableBytes > 0 { upstream.send(heldBody.readable) }
+        guard phase == .forwarding, self.upstream === upstream else { return }
         if requestComplete {
             requestFullySent(upstream)
         } else {
-            responder.requestBodyCanContinue()
+            responder?.requestBodyCanContinue()
         }
     }
 
+    /// The pool queued the request: it gives up at `until` (monotonic ns).
     func markQueued(until deadline: UInt64) {
-        waitingForPool = true
-        responder.waitsForConnection(until: deadline)
+        guard phase == .waitingForConnection else { outOfPhase("queued"); return }
+        self.deadline = deadline
     }
 
     /// The pool has no connection and no queue room.
     func poolExhausted() {
-        waitingForPool = false
+        guard phase == .waitingForConnection else { outOfPhase("pool exhausted"); return }
         pool?.exhaustedCount += 1
         reject(.error(503, "upstream \(routeUpstreamName) has no free connection"))
     }
 
-    /// The wait for a pooled connection expired.
-    func poolWaitExpired() {
-        pool?.cancelWaiter(self)
-        poolExhausted()
-    }
-
     /// The upstream can take more body bytes again.
-    func upstreamDrained() { responder.requestBodyCanContinue() }
+    func upstreamDrained() {
+        guard phase == .forwarding || phase == .responding || phase == .tunnel else { return }
+        responder?.requestBodyCanContinue()
+    }
 
     /// Why an exchange failed on the upstream side.
     enum UpstreamFailure {
@@ -451,12 +515,18 @@ final class Exchange: @unchecked Sendable {
         case resetDuringResponse
     }
 
+    /// The upstream connection failed (it has let go of this exchange already).
     func upstreamFailed(_ failure: UpstreamFailure) {
         upstream = nil
-        guard isActive else { return }
-        if responseStarted {
+        switch phase {
+        case .waitingForConnection, .forwarding:
+            break
+        case .responding, .tunnel:
             cancel()
-            responder.abortExchange()
+            responder?.abortExchange()
+            return
+        default:
+            outOfPhase("upstream failed")
             return
         }
         let name = routeUpstreamName
@@ -465,6 +535,7 @@ final class Exchange: @unchecked Sendable {
             if reused && retryable && !retried, let pool {
                 // The pooled connection had been closed by the upstream: one retry.
                 retried = true
+                enter(.waitingForConnection)
                 pool.acquire(for: self, fresh: true)
                 return
             }
@@ -488,7 +559,8 @@ final class Exchange: @unchecked Sendable {
 
     /// The upstream's response head arrived.
     func responseHead(_ bytes: UnsafeRawBufferPointer, _ head: ResponseHead, decodeChunked: Bool) {
-        responseStarted = true
+        guard phase == .forwarding else { outOfPhase("response head"); return }
+        enter(head.status == 101 ? .tunnel : .responding)
         responseStatus = head.status
         if let metrics = context.metrics, let pool {
             metrics.upstreamLatency[pool.index].recordNanoseconds(Int64(truncatingIfNeeded: loop.lastNow &- forwardedAt))
@@ -499,16 +571,18 @@ final class Exchange: @unchecked Sendable {
         }
         forwardedHead.clear()
         forwardedHead.releaseIfEmpty(keepingUpTo: 4096)
-        responder.sendResponseHead(bytes, head, decodeChunked: decodeChunked)
+        responder?.sendResponseHead(bytes, head, decodeChunked: decodeChunked)
     }
 
     func responseBody(_ bytes: UnsafeRawBufferPointer) {
+        guard phase == .responding || phase == .tunnel else { outOfPhase("response body"); return }
         responseBytes += bytes.count
-        responder.sendResponseBody(bytes)
+        responder?.sendResponseBody(bytes)
     }
 
     /// The whole response has been forwarded.
     func responseComplete(upstreamReusable: Bool) {
+        guard phase == .responding else { outOfPhase("response complete"); return }
         let connection = upstream
         upstream = nil
         if let connection, let pool {
@@ -520,33 +594,47 @@ final class Exchange: @unchecked Sendable {
     /// The upstream ended a tunnel.
     func tunnelClosed() {
         upstream = nil
-        guard isActive else { return }
+        guard phase == .tunnel else { outOfPhase("tunnel closed"); return }
         finish(notify: false)
-        responder.tunnelEnded()
+        responder?.tunnelEnded()
     }
 
     /// The upstream's response deadline passed.
     func responseTimedOut() { upstreamFailed(.responseTimeout) }
 
-    var decodesChunkedResponses: Bool { responder.decodesChunkedResponses }
-    var isBackedUp: Bool { responder.isBackedUp }
-    func corkOutput() { responder.corkOutput() }
-    func uncorkOutput() { responder.uncorkOutput() }
+    var decodesChunkedResponses: Bool { responder?.decodesChunkedResponses ?? false }
+    var isBackedUp: Bool { responder?.isBackedUp ?? false }
+    func corkOutput() { responder?.corkOutput() }
+    func uncorkOutput() { responder?.uncorkOutput() }
 
     /// The client cannot take more response bytes now / again.
     func pauseResponse() { upstream?.socket.pauseReading() }
     func resumeResponse() { upstream?.socket.resumeReading() }
 
+    // MARK: Deadlines
+
+    /// The current wait's deadline passed (the responder checks `deadline`).
+    func deadlineExpired(now: UInt64) {
+        guard deadline != 0, deadline <= now else { return }
+        deadline = 0
+        switch phase {
+        case .authenticating:
+            reject(.error(503, "authentication keys unavailable"))
+        case .waitingForConnection:
+            pool?.exhaustedCount += 1  // `reject` gives up the place in the queue
+            reject(.error(503, "upstream \(routeUpstreamName) has no free connection"))
+        default:
+            break
+        }
+    }
+
     // MARK: Ending
 
     /// Answers locally (errors, auth challenges) and ends the exchange.
     func reject(_ response: LocalResponse) {
-        if !isActive { beginUnparsed() }
+        if phase == .idle { beginUnparsed() }
         detachUpstream()
-        parkedView = nil
-        parkedRoute = nil
-        pendingLocal = nil
-        bodyCredentialRoute = nil
+        unpark()
         releaseHeldBody()
         answer(response)
     }
@@ -556,17 +644,18 @@ final class Exchange: @unchecked Sendable {
         // also one the gateway gave itself (a 401, a redirect, a 400): a client quoting it
         // finds the log line.
         if requestId.readableBytes == 0 { context.nextRequestId(into: &requestId) }
-        responseStarted = true
         responseStatus = response.status
         responseBytes = response.body.count
-        responder.sendLocalResponse(response, requestId: requestId.readable)
+        // The responder reads `requestComplete` as it was (a body left unread closes the
+        // connection); if sending fails it cancels the exchange, and `finish` does nothing.
+        responder?.sendLocalResponse(response, requestId: requestId.readable)
         requestComplete = true
         finish()
     }
 
     private func finish(notify: Bool = true) {
-        guard isActive else { return }
-        isActive = false
+        guard phase != .idle else { return }
+        enter(.idle)
         context.activeRequests -= 1
         context.metrics?.countRequest(loopIndex: loop.index, routeSlot: routeSlot, status: responseStatus, transport: transport)
         if let log = context.accessLog {
@@ -577,33 +666,33 @@ final class Exchange: @unchecked Sendable {
         }
         pool = nil
         releaseHeldBody()
-        if notify { responder.exchangeFinished() }
+        if notify { responder?.exchangeFinished() }
     }
 
     /// The client went away (or the connection is dropped): the exchange ends unlogged,
     /// its upstream connection is closed and its place in a pool queue given up.
     func cancel() {
-        guard isActive else { return }
-        isActive = false
-        context.activeRequests -= 1
+        guard phase != .idle else { return }
         detachUpstream()
-        parkedView = nil
-        parkedRoute = nil
-        pendingLocal = nil
-        bodyCredentialRoute = nil
-        awaitingLateReply = false
+        enter(.idle)
+        context.activeRequests -= 1
+        unpark()
         pool = nil
         releaseHeldBody()
     }
 
+    /// The responder closed for good: the exchange ends and lets go of it (the cycle
+    /// between them is broken here, in the responder's one close path).
+    func responderClosed() {
+        cancel()
+        responder = nil
+    }
+
     private func detachUpstream() {
         if let upstream {
-            upstream.abandon()
             self.upstream = nil
+            upstream.abandon()
         }
-        if waitingForPool {
-            pool?.cancelWaiter(self)
-            waitingForPool = false
-        }
+        if phase == .waitingForConnection { pool?.cancelWaiter(self) }
     }
 }

@@ -5,8 +5,9 @@ import PortcullisHTTP
 /// exchange and the upstream never reach into a client's socket: every byte for the
 /// client, every pause and every end goes through here.
 ///
-/// Called on the loop queue only. The responder owns its exchange and outlives it while
-/// the exchange is active; it cancels the exchange before it goes away.
+/// Called on the loop queue only. The responder owns its exchange and the exchange holds
+/// its responder; the responder's close path calls `exchange.responderClosed()`, which ends
+/// the exchange and breaks that cycle. After it, the exchange calls nothing here.
 protocol ExchangeResponder: AnyObject {
     /// The request is going to an upstream (authentication passed): start reading its
     /// body now (HTTP/1.1 answers `Expect: 100-continue` here). A request without a body
@@ -38,9 +39,6 @@ protocol ExchangeResponder: AnyObject {
 
     /// The upstream closed a tunnel: the client connection ends once what is queued left.
     func tunnelEnded()
-
-    /// The exchange waits for a pooled connection until `deadline` (monotonic ns).
-    func waitsForConnection(until deadline: UInt64)
 
     /// Chunked response bodies must be decoded for this client (HTTP/1.0, HTTP/2).
     var decodesChunkedResponses: Bool { get }

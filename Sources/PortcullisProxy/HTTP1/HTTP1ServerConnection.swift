@@ -49,7 +49,14 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     private var inbound = ByteBuffer()
     private var outbound = ByteBuffer()
     private(set) var phase: Phase = .idle
-    var deadline: UInt64 = 0
+    /// The connection's own deadline (handshake, idle, head, body, send, closing); the
+    /// exchange's (an authentication or a pool wait) is `exchange.deadline`.
+    private var ownDeadline: UInt64 = 0
+    /// The earliest of both, for the loop's ticker.
+    var deadline: UInt64 {
+        let waiting = exchange.deadline
+        return waiting != 0 && (ownDeadline == 0 || waiting < ownDeadline) ? waiting : ownDeadline
+    }
     private var closeAfterFlush = false
     private(set) var isClosed = false
     /// A TLS connection whose handshake is not complete yet.
@@ -88,11 +95,9 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         } else {
             setDeadline(context.configuration.timeouts.idle)
         }
-        // unowned(unsafe): the socket drops its handlers when it is closed, and the
-        // connection lives (held by the loop's deadline watch) until it closes it; each
-        // call holds it (withExtendedLifetime), so a close inside the handler, which lets
-        // go of the watch, cannot free it before the handler returns.
-        socket.startReading { [unowned(unsafe) self] in withExtendedLifetime(self) { self.readable() } }
+        // The socket holds the handler, and through it the connection, until it is closed
+        // (`close()`) or handed over (`switchToHTTP2`): that breaks the cycle.
+        socket.startReading { [self] in readable() }
     }
 
     private func handshakeCompleted() {
@@ -101,7 +106,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     }
 
     private func setDeadline(_ seconds: Double) {
-        deadline = loop.lastNow &+ UInt64(seconds * 1_000_000_000)
+        ownDeadline = loop.lastNow &+ UInt64(seconds * 1_000_000_000)
     }
 
     // MARK: Reading from the client
@@ -189,9 +194,9 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         withExtendedLifetime(self) {
             isClosed = true
             phase = .closing
-            deadline = 0
+            ownDeadline = 0
             loop.unwatchDeadline(self)
-            exchange.cancel()
+            exchange.responderClosed()
             socket.stopReading()
             let connection = HTTP2ServerConnection(context: context, socket: socket, peer: peer,
                                                    settings: settings, transport: transport)
@@ -234,7 +239,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         }
         if phase != .awaitingResponse || inbound.isEmpty {
             inbound.releaseIfEmpty()
-            if exchange.upstream?.canTakeMore ?? true { socket.resumeReading() }
+            if !exchange.upstreamBackedUp { socket.resumeReading() }
         }
         if !socket.isReadingPaused { readable() }
     }
@@ -309,9 +314,8 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         let view = RequestView(http1: head, bytes: headBytes, path: normalized.path, query: normalized.query,
                                peer: peer, loop: loop)
         exchange.start(view)
-        if phase == .deciding && exchange.isAuthenticating {
-            setDeadline(context.configuration.timeouts.header)
-        }
+        // Still deciding: the exchange's own deadline (an authentication waiting for keys) governs.
+        if phase == .deciding { ownDeadline = 0 }
     }
 
     // MARK: Request body
@@ -387,10 +391,9 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     /// waits for keys, or a client that stops reading (`timeouts.send`), has a deadline here.
     private func bodyEnded() {
         phase = .awaitingResponse
-        if outbound.isEmpty { deadline = 0 }
+        if outbound.isEmpty { ownDeadline = 0 }
+        // A decision on the body (a credential in it) may wait for keys: the exchange's deadline.
         exchange.requestBodyEnded()
-        // A decision on the body (a credential in it) may wait for keys.
-        if exchange.isActive && exchange.isAuthenticating { setDeadline(context.configuration.timeouts.header) }
     }
 
     // MARK: The response
@@ -398,7 +401,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     func sendResponseHead(_ bytes: UnsafeRawBufferPointer, _ response: ResponseHead, decodeChunked: Bool) {
         if response.status == 101 {
             phase = .tunnel
-            deadline = 0
+            ownDeadline = 0
         }
         // A body without framing for this client (until-close, or chunked decoded for an
         // HTTP/1.0 client) ends with the connection, whatever the client asked for; so does
@@ -483,8 +486,6 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
 
     func tunnelEnded() { closeAfterFlushing() }
 
-    func waitsForConnection(until deadline: UInt64) { self.deadline = deadline }
-
     // MARK: Writing to the client
 
     private func sendToClient(_ bytes: UnsafeRawBufferPointer) {
@@ -507,7 +508,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         // client `timeouts.send` to take bytes again.
         if phase == .awaitingResponse { setDeadline(context.configuration.timeouts.send) }
         exchange.pauseResponse()
-        socket.waitUntilWritable { [unowned(unsafe) self] in withExtendedLifetime(self) { self.clientWritable() } }
+        socket.waitUntilWritable { [self] in clientWritable() }  // dropped by the socket when it closes
     }
 
     private func clientWritable() {
@@ -517,7 +518,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         case .drained: break
         }
         if closeAfterFlush { close(); return }
-        if phase == .awaitingResponse && !(exchange.isActive && exchange.isAuthenticating) { deadline = 0 }
+        if phase == .awaitingResponse { ownDeadline = 0 }
         exchange.resumeResponse()
     }
 
@@ -557,11 +558,13 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     // MARK: Timeouts and closing
 
     func deadlineExpired(now: UInt64) {
-        deadline = 0
-        if exchange.waitingForPool {
-            exchange.poolWaitExpired()
+        let waiting = exchange.deadline
+        if waiting != 0 && waiting <= now {
+            exchange.deadlineExpired(now: now)
             return
         }
+        guard ownDeadline != 0 && ownDeadline <= now else { return }
+        ownDeadline = 0
         switch phase {
         case .idle:
             close()
@@ -571,10 +574,9 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         case .body:
             exchange.reject(.error(408, "request body not received in time"))
         case .deciding:
-            if exchange.isAuthenticating { exchange.authenticationTimedOut() } else { close() }
+            close()
         case .awaitingResponse:
-            if exchange.isActive && exchange.isAuthenticating { exchange.authenticationTimedOut() }
-            else if exchange.isActive && outbound.isEmpty { return }  // a stale deadline: the upstream's timeouts govern
+            if exchange.isActive && outbound.isEmpty { return }  // a stale deadline: the upstream's timeouts govern
             else if exchange.responseStarted { abort() } else { close() }
         case .tunnel, .closing:
             close()
@@ -583,8 +585,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
 
     private func clientClosed() {
         // A half-closed client may still wait for a response to a complete request.
-        if phase == .awaitingResponse && exchange.requestComplete && !exchange.responseStarted
-            && exchange.upstream != nil && inbound.isEmpty {
+        if phase == .awaitingResponse && exchange.requestComplete && exchange.awaitsResponse && inbound.isEmpty {
             keepAlive = false
             socket.pauseReading()
             return
@@ -594,7 +595,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
 
     private func closeAfterFlushing() {
         phase = .closing
-        if outbound.isEmpty && !corked { close() } else { closeAfterFlush = true; deadline = loop.lastNow &+ 5_000_000_000 }
+        if outbound.isEmpty && !corked { close() } else { closeAfterFlush = true; ownDeadline = loop.lastNow &+ 5_000_000_000 }
     }
 
     /// Closes at once, abandoning any exchange in flight.
@@ -603,12 +604,20 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         close()
     }
 
+    /// The one close path: ends the exchange and lets go of it (breaking the cycle between
+    /// them), drops what this connection gathered in the loop's shared output buffer (the
+    /// next connection to cork must find it empty), closes the socket (which drops its
+    /// handlers, the other cycle) and leaves the loop's deadline watch.
     private func close() {
         guard !isClosed else { return }
-        exchange.cancel()
+        exchange.responderClosed()
         isClosed = true
+        if corked {
+            corked = false
+            loop.gatherScratch.clear()
+        }
         phase = .closing
-        deadline = 0
+        ownDeadline = 0
         loop.unwatchDeadline(self)
         socket.close()
         context.openConnections -= 1

@@ -1,8 +1,9 @@
 import CNGHTTP2
+import PortcullisCore
 
 /// nghttp2's session callbacks, as C function pointers that find their
-/// `HTTP2ServerConnection` through the session's user data (unretained: the connection
-/// owns the session and deletes it before it goes away).
+/// `HTTP2ServerConnection` through the session's user data (a `CallbackContext` that holds
+/// the connection until the session was deleted).
 ///
 /// Frame accounting for the flood budgets happens here: every frame that costs work but
 /// carries no request (SETTINGS, PING, PRIORITY, WINDOW_UPDATE, RST_STREAM, empty DATA)
@@ -16,7 +17,7 @@ enum HTTP2Callbacks {
 
     @inline(__always)
     static func connection(_ user: UnsafeMutableRawPointer?) -> HTTP2ServerConnection {
-        Unmanaged<HTTP2ServerConnection>.fromOpaque(user!).takeUnretainedValue()
+        CallbackContext<HTTP2ServerConnection>.target(user!)
     }
 
     static let callbackFailure = NGHTTP2_ERR_CALLBACK_FAILURE.rawValue

@@ -33,8 +33,13 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     let peer: SocketAddress
     let settings: HTTP2Settings
     let transport: RequestProtocol
-    /// nghttp2's session; owned here, deleted in `close()`.
+    /// nghttp2's session; owned here, deleted in `close()` (never inside one of its calls).
     private(set) var session: OpaquePointer?
+    /// The session's `user_data`: a strong reference to this connection (`CallbackContext`),
+    /// released right after the session is deleted.
+    private var sessionContext: UnsafeMutableRawPointer?
+    /// `close()` was asked for inside an nghttp2 call; it happens when that call returns.
+    private var closeRequested = false
     private var streams: [Int32: HTTP2Stream] = [:]
     /// Finished streams kept for reuse (their buffers and exchange), a few per connection.
     private var spareStreams: [HTTP2Stream] = []
@@ -96,9 +101,8 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         if !initialBytes.isEmpty { receive(initialBytes) }
         flush()
         if isClosed { return }
-        // unowned(unsafe): the socket drops its handlers when closed; the connection is
-        // held by the loop's deadline watch and the context's registry until then.
-        socket.startReading { [unowned(unsafe) self] in withExtendedLifetime(self) { self.readable() } }
+        // The socket holds the handler, and through it the connection, until it is closed.
+        socket.startReading { [self] in readable() }
     }
 
     private func makeSession() -> Bool {
@@ -115,9 +119,13 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         nghttp2_option_set_max_settings(option, 32)
         nghttp2_option_set_max_continuations(option, 8)
         var created: OpaquePointer?
-        let user = Unmanaged.passUnretained(self).toOpaque()
-        guard nghttp2_session_server_new2(&created, callbacks, user, option) == 0, let created else { return false }
+        let user = CallbackContext.retained(self)
+        guard nghttp2_session_server_new2(&created, callbacks, user, option) == 0, let created else {
+            CallbackContext<HTTP2ServerConnection>.release(user)
+            return false
+        }
         session = created
+        sessionContext = user
         var entries = [
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
                                    value: UInt32(settings.maxConcurrentStreams)),
@@ -128,8 +136,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
         ]
         guard nghttp2_submit_settings(created, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0 else {
-            nghttp2_session_del(created)
-            session = nil
+            deleteSession()
             return false
         }
         // The connection window covers every stream's window, so one stream whose upstream
@@ -165,6 +172,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         inReceive = true
         let used = nghttp2_session_mem_recv(session, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
         inReceive = false
+        if closeRequested { close(); return }
         if used < 0 { fatal(Int32(truncatingIfNeeded: used)) }
     }
 
@@ -218,6 +226,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
             inSend = true
             let n = nghttp2_session_mem_send(session, &data)
             inSend = false
+            if closeRequested { close(); return }
             if n < 0 {
                 close()
                 return
@@ -231,7 +240,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
                     case .queued:
                         sendBlockedSince = loop.lastNow
                         socket.pauseReading()  // nothing new is taken in while nothing goes out
-                        socket.waitUntilWritable { [unowned(unsafe) self] in withExtendedLifetime(self) { self.writable() } }
+                        socket.waitUntilWritable { [self] in writable() }  // dropped by the socket when it closes
                         updateDeadline()
                         return
                     }
@@ -284,16 +293,22 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         return stream
     }
     private var cachedId: Int32 = -1
-    /// unowned(unsafe): `streams` holds it while `cachedId` names it.
-    private unowned(unsafe) var cachedStream: HTTP2Stream?
+    private var cachedStream: HTTP2Stream?
 
     func streamClosed(_ id: Int32) {
-        if id == cachedId { cachedId = -1 }
+        if id == cachedId {
+            cachedId = -1
+            cachedStream = nil
+        }
         guard let stream = streams.removeValue(forKey: id) else { return }
-        stream.closed()
         // Spares make a stream allocation-free once the connection has seen as many at
         // once; an idle connection keeps a few (a sequential client needs one).
-        if spareStreams.count < maxSpares { spareStreams.append(stream) }
+        if spareStreams.count < maxSpares {
+            stream.closed()
+            spareStreams.append(stream)
+        } else {
+            stream.discard()
+        }
         if streams.isEmpty {
             if spareStreams.count > 4 { trimSparesAt = loop.lastNow &+ Self.spareTrimDelay }
             lastActivity = loop.lastNow
@@ -389,7 +404,10 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
             trimSparesAt = 0
             // Still idle since the last stream closed: keep a few spares (a sequential
             // client needs one), free the rest.
-            if streams.isEmpty && spareStreams.count > 4 { spareStreams.removeLast(spareStreams.count - 4) }
+            if streams.isEmpty && spareStreams.count > 4 {
+                for stream in spareStreams[4...] { stream.discard() }
+                spareStreams.removeLast(spareStreams.count - 4)
+            }
         }
         if ownDeadline != 0 && ownDeadline <= now {
             ownDeadline = 0
@@ -421,31 +439,44 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         ownDeadline = loop.lastNow &+ 1_000_000_000
     }
 
+    /// The one close path. Inside an nghttp2 call (a callback that ends the connection) it
+    /// only takes note: the session is deleted when that call returned, never under it.
     func close() {
         guard !isClosed else { return }
-        // The loop's deadline watch and the context's registry hold the connection; both
-        // let go below, while this call (reached through an unowned handler) still runs.
-        withExtendedLifetime(self) { closeNow() }
-    }
-
-    private func closeNow() {
+        if inReceive || inSend {
+            closeRequested = true
+            return
+        }
         isClosed = true
+        closeRequested = false
         cachedId = -1
+        cachedStream = nil
+        // Every stream, open or spare, is discarded: its exchange ends and lets go of it.
         let open = Array(streams.values)
         streams.removeAll()
-        for stream in open { stream.closed() }
+        for stream in open { stream.discard() }
+        for stream in spareStreams { stream.discard() }
         spareStreams.removeAll()
         ownDeadline = 0
         loop.unwatchDeadline(self)
         context.http2Connections.removeValue(forKey: ObjectIdentifier(self))
-        socket.close()
+        socket.close()  // drops the socket's handlers, which hold this connection
         context.openConnections -= 1
+        deleteSession()
+        outbound.clear()
+        outbound.releaseIfEmpty()
+    }
+
+    /// Deletes the nghttp2 session, then gives back the reference its `user_data` held.
+    private func deleteSession() {
         if let session {
             nghttp2_session_del(session)
             self.session = nil
         }
-        outbound.clear()
-        outbound.releaseIfEmpty()
+        if let sessionContext {
+            self.sessionContext = nil
+            CallbackContext<HTTP2ServerConnection>.release(sessionContext)
+        }
     }
 }
 

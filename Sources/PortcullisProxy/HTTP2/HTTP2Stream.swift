@@ -15,10 +15,15 @@ import PortcullisIO
 ///
 /// Streams are reused by their connection (a few spares), so a request allocates nothing
 /// once its buffers have grown. Threading: the connection's loop queue.
+///
+/// Ownership: the connection holds its open and spare streams; a stream holds its
+/// connection and its exchange, and the exchange holds the stream. When the connection
+/// lets go of a stream for good it calls `discard()`, which breaks the stream–exchange
+/// cycle; the stream–connection one ends with the connection's collections.
 final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
-    unowned(unsafe) let connection: HTTP2ServerConnection
+    let connection: HTTP2ServerConnection
     private(set) var id: Int32 = 0
     private var exchange: Exchange!
 
@@ -50,8 +55,6 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     private var upstreamPaused = false
 
     // Deadlines (see `deadline`).
-    private var waitDeadline: UInt64 = 0
-    private var authDeadline: UInt64 = 0
     private var lastBodyAt: UInt64 = 0
     private var lastSentAt: UInt64 = 0
 
@@ -88,8 +91,6 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         outBody.clear()
         dataDeferred = false
         upstreamPaused = false
-        waitDeadline = 0
-        authDeadline = 0
         lastBodyAt = loop.lastNow
         lastSentAt = 0
     }
@@ -204,9 +205,6 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
                                upgrade: false, transport: connection.transport,
                                path: normalized.path, query: normalized.query, peer: connection.peer, loop: loop)
         exchange.start(view)
-        if exchange.isActive && exchange.isAuthenticating {
-            authDeadline = loop.lastNow &+ UInt64(connection.context.configuration.timeouts.header * 1e9)
-        }
     }
 
     private static let cookieName: StaticString = "cookie"
@@ -250,11 +248,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         if inBody.isEmpty { inBody.releaseIfEmpty() }
         if endStreamReceived && inBody.isEmpty && bodyFlowing && !bodyEndSignalled && exchange.isActive {
             bodyEndSignalled = true
-            exchange.requestBodyEnded()
-            // A decision on the body (a credential in it) may wait for keys.
-            if exchange.isActive && exchange.isAuthenticating {
-                authDeadline = loop.lastNow &+ UInt64(connection.context.configuration.timeouts.header * 1e9)
-            }
+            exchange.requestBodyEnded()  // a decision on the body may wait for keys (the exchange's deadline)
         }
         connection.outputQueued()  // WINDOW_UPDATEs
     }
@@ -282,8 +276,6 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     func requestBodyCanContinue() {
         if bodyFlowing { deliverBody() }
     }
-
-    func waitsForConnection(until deadline: UInt64) { waitDeadline = deadline }
 
     // MARK: ExchangeResponder: the response side
 
@@ -408,11 +400,13 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
 
     // MARK: Deadlines (checked by the connection, which the loop's ticker visits)
 
+    /// The exchange's wait (an authentication, a pooled connection) while there is one;
+    /// else the stream's own: the client's window (send timeout) or its body (body timeout).
     var deadline: UInt64 {
         let sendTimeout = UInt64(connection.settings.sendTimeout * 1e9)
         guard exchange.isActive else { return outBody.isEmpty ? 0 : lastSentAt &+ sendTimeout }
-        if exchange.waitingForPool { return waitDeadline }
-        if exchange.isAuthenticating { return authDeadline }
+        let waiting = exchange.deadline
+        if waiting != 0 { return waiting }
         if !outBody.isEmpty { return lastSentAt &+ sendTimeout }
         if bodyFlowing && !endStreamReceived && inBody.isEmpty {
             return lastBodyAt &+ UInt64(connection.context.configuration.timeouts.body * 1e9)
@@ -421,9 +415,10 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     }
 
     func deadlineExpired(now: UInt64) {
-        if exchange.isActive {
-            if exchange.waitingForPool { exchange.poolWaitExpired(); return }
-            if exchange.isAuthenticating { exchange.authenticationTimedOut(); return }
+        let waiting = exchange.deadline
+        if waiting != 0 {
+            if waiting <= now { exchange.deadlineExpired(now: now) }
+            return
         }
         if !outBody.isEmpty {
             // The client left this stream's window (or the connection's) closed for
@@ -439,6 +434,13 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         if exchange.isActive && bodyFlowing && !endStreamReceived {
             exchange.reject(.error(408, "request body not received in time"))
         }
+    }
+
+    /// The connection lets go of this stream for good (closed, or a spare it trims): the
+    /// exchange ends and lets go of the stream.
+    func discard() {
+        closed()
+        exchange.responderClosed()
     }
 
     /// nghttp2 closed the stream (both sides done, or a reset either way).
@@ -462,7 +464,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
 struct HTTP2HeaderBlock: ~Copyable {
     private var bytes = ByteBuffer()
     private var ranges: [(name: Range<Int>, value: Range<Int>)] = []
-    private unowned(unsafe) let connection: HTTP2ServerConnection
+    private let connection: HTTP2ServerConnection
 
     init(connection: HTTP2ServerConnection) {
         self.connection = connection

@@ -185,6 +185,7 @@ public final class ProxyServer: @unchecked Sendable {
                 for (slot, name) in RequestProtocol.allCases.enumerated() where slot < totals.protocols.count {
                     snapshot.protocols.append(("\(name.name)", totals.protocols[slot]))
                 }
+                snapshot.outOfPhaseEvents = totals.outOfPhaseEvents
                 for kind in HTTP2Abuse.allCases where kind.rawValue < totals.http2Abuse.count {
                     snapshot.http2Abuse.append((kind.name, totals.http2Abuse[kind.rawValue]))
                 }

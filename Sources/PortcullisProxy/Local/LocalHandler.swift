@@ -15,14 +15,15 @@ extension LocalHandler {
     }
 }
 
-/// Delivers a local handler's late answer; may be called from any queue, once.
+/// Delivers a local handler's late answer; may be called from any queue, once. Like
+/// `AuthResumption`, it holds its exchange and the generation of the wait it answers.
 public struct LocalReply: @unchecked Sendable {
-    // @unchecked Sendable: the handle's target is only touched on `loop.queue` (`send` hops there).
-    let handle: ExchangeHandle
+    // @unchecked Sendable: the exchange is only touched on `loop.queue` (`send` hops there).
+    let exchange: Exchange
     let generation: UInt64
     let loop: EventLoop
 
     public func send(_ response: LocalResponse) {
-        loop.execute { [self] in handle.exchange?.sendLateLocalResponse(response, generation: generation) }
+        loop.execute { [self] in exchange.sendLateLocalResponse(response, generation: generation) }
     }
 }

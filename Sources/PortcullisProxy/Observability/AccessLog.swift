@@ -28,7 +28,7 @@ struct AccessRecord {
 public final class AccessLog: @unchecked Sendable {
     // @unchecked Sendable: confined to `loop.queue`.
     private let fd: Int32
-    private unowned let loop: EventLoop
+    private let loop: EventLoop
     private var buffer = ByteBuffer()
     private var flushScheduled = false
     private var cachedSecond: Int = -1

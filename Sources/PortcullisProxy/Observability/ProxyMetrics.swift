@@ -24,6 +24,8 @@ public final class ProxyMetrics: Sendable {
         var protocols = [Int](repeating: 0, count: RequestProtocol.allCases.count)
         /// HTTP/2 connections ended for abuse, by `HTTP2Abuse.rawValue`.
         var http2Abuse = [Int](repeating: 0, count: HTTP2Abuse.allCases.count)
+        /// Events an exchange ignored because its phase did not expect them.
+        var outOfPhaseEvents = 0
         init(routeSlots: Int) { requests = [Int](repeating: 0, count: routeSlots * ProxyMetrics.statusSlots) }
     }
 
@@ -32,12 +34,14 @@ public final class ProxyMetrics: Sendable {
         var requests: [Int] = []
         var protocols: [Int] = []
         var http2Abuse: [Int] = []
+        var outOfPhaseEvents = 0
 
         /// Adds one loop's counts. On that loop's queue.
         mutating func add(_ loop: LoopCounts) {
             Self.add(loop.requests, into: &requests)
             Self.add(loop.protocols, into: &protocols)
             Self.add(loop.http2Abuse, into: &http2Abuse)
+            outOfPhaseEvents &+= loop.outOfPhaseEvents
         }
 
         private static func add(_ counts: [Int], into total: inout [Int]) {
@@ -76,6 +80,11 @@ public final class ProxyMetrics: Sendable {
     func countHTTP2Abuse(_ abuse: HTTP2Abuse, loopIndex: Int) {
         loops[loopIndex].http2Abuse[abuse.rawValue] &+= 1
     }
+
+    /// Counts an event an exchange ignored (see `Exchange.outOfPhase`). On `loopIndex`'s queue.
+    func countOutOfPhaseEvent(loopIndex: Int) {
+        loops[loopIndex].outOfPhaseEvents &+= 1
+    }
 }
 
 /// Counters and pool usage gathered from every loop by `ProxyServer.snapshot`.
@@ -88,6 +97,8 @@ public struct ProxySnapshot: Sendable {
     public var protocols: [(name: String, count: Int)] = []
     /// HTTP/2 connections ended with ENHANCE_YOUR_CALM since start, by `HTTP2Abuse.name`.
     public var http2Abuse: [(kind: String, count: Int)] = []
+    /// Events exchanges ignored since start because their phase did not expect them.
+    public var outOfPhaseEvents = 0
 }
 
 /// One upstream's connections now, summed over the loops' pools.

@@ -18,8 +18,9 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     enum State { case connecting, idle, active, closed }
     enum ResponsePhase { case head, length, chunked, untilClose, tunnel, done }
 
-    /// Pools live as long as the server; connections never outlive them.
-    unowned(unsafe) let pool: UpstreamPool
+    /// The pool holds its idle connections and this holds the pool (a cycle for idle
+    /// connections only, broken when they close; pools close theirs when they go).
+    let pool: UpstreamPool
     let socket: StreamSocket
     private(set) var state: State = .connecting
     var exchange: Exchange?
@@ -68,7 +69,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         loop.watchDeadline(self)
         if inProgress {
             deadline = loop.lastNow &+ pool.connectTimeoutNanoseconds
-            socket.waitUntilWritable { [unowned(unsafe) self] in withExtendedLifetime(self) { self.connectFinished() } }
+            socket.waitUntilWritable { [self] in connectFinished() }  // dropped when the socket closes
         } else {
             connected()
         }
@@ -96,9 +97,8 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         state = .active
         deadline = 0
         if socket.security == nil { reportReachable() }
-        // unowned(unsafe): the socket drops its handlers when it is closed, and the
-        // connection lives (held by its pool or its exchange) until it closes it.
-        socket.startReading { [unowned(unsafe) self] in withExtendedLifetime(self) { self.readable() } }
+        // The socket holds the handler, and through it the connection, until it is closed.
+        socket.startReading { [self] in readable() }
         exchange?.upstreamConnected()
     }
 
@@ -134,7 +134,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         case .failed: failed(); return
         case .queued: if wasQueued { return }
         }
-        socket.waitUntilWritable { [unowned(unsafe) self] in withExtendedLifetime(self) { self.writable() } }
+        socket.waitUntilWritable { [self] in writable() }  // dropped when the socket closes
     }
 
     /// Re-frames one piece of a chunked request body.

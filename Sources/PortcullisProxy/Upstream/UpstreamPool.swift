@@ -32,8 +32,7 @@ final class UpstreamPool: @unchecked Sendable {
     let target: UpstreamTarget
     /// The upstream's position in the configuration.
     let index: Int
-    /// Loops live as long as the process; unowned(unsafe) skips the runtime check per access.
-    unowned(unsafe) let loop: EventLoop
+    let loop: EventLoop
     let limits: HTTPLimits
     /// Limits for responses: the head limits of requests, but no body cap (bodies stream).
     let responseLimits: HTTPLimits
@@ -211,7 +210,7 @@ final class UpstreamPool: @unchecked Sendable {
     private func nextWaiter() -> Exchange? {
         while !waiters.isEmpty {
             let waiter = waiters.removeFirst()
-            if waiter.isActive { return waiter }
+            if waiter.phase == .waitingForConnection { return waiter }
         }
         return nil
     }

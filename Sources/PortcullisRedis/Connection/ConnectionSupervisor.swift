@@ -102,7 +102,10 @@ final class ConnectionSupervisor: @unchecked Sendable {
         let conn = RedisConnection(address: address, loop: loop, reconnectOnTimeout: options.reconnectOnTimeout, tls: options.tls)
         attemptConnection = conn
         conn.onPush = onPush
-        conn.onClose = { [weak self, unowned conn] error in self?.closed(conn, error) }
+        conn.onClose = { [weak self, weak conn] error in
+            guard let self, let conn else { return }
+            self.closed(conn, error)
+        }
         conn.connect(timeout: options.connectTimeout) { [self] in handshake(conn) }
     }
 

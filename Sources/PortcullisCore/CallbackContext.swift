@@ -1,0 +1,40 @@
+/// The one way a C library's callback finds the Swift object it belongs to: the context
+/// pointer (nghttp2's `user_data`, a BIO's data, an `SSL_CTX`'s ex data, a thread's
+/// argument). Every use of `Unmanaged` in the gateway is here, so the lifetime rules are
+/// stated once and the sanitizer runs (ASan in CI, the chaos harness) cover them all.
+///
+/// Two forms, each with its rule:
+/// - `retained(_:)`: the C object holds a strong reference, given back with
+///   `release(_:)` in its owner's single close path, after the C object was freed (so no
+///   callback can run later). Used where the C object could outlive a Swift owner that let
+///   go of it (an nghttp2 session deleted in `close`).
+/// - `unretained(_:)`: only for a C object that the target itself owns and frees (in its
+///   `deinit` or close path), whose callbacks run only inside calls the target makes:
+///   the target is alive whenever the callback runs, because it is the caller. The safe
+///   alternative, a retained reference, would make a cycle through the C object that only
+///   the same close path could break, so it would buy nothing.
+///
+/// `target(_:)` reads either form without touching the reference count.
+public enum CallbackContext<Target: AnyObject> {
+    /// A pointer holding one strong reference to `target`, until `release(_:)`.
+    public static func retained(_ target: Target) -> UnsafeMutableRawPointer {
+        Unmanaged.passRetained(target).toOpaque()
+    }
+
+    /// Gives back the reference a `retained(_:)` pointer holds. Once, after the C object
+    /// that stored the pointer was freed.
+    public static func release(_ pointer: UnsafeMutableRawPointer) {
+        Unmanaged<Target>.fromOpaque(pointer).release()
+    }
+
+    /// A pointer that holds no reference: see the type comment for when that is sound.
+    public static func unretained(_ target: Target) -> UnsafeMutableRawPointer {
+        Unmanaged.passUnretained(target).toOpaque()
+    }
+
+    /// The object behind a context pointer, inside a callback.
+    @inline(__always)
+    public static func target(_ pointer: UnsafeRawPointer) -> Target {
+        Unmanaged<Target>.fromOpaque(pointer).takeUnretainedValue()
+    }
+}
