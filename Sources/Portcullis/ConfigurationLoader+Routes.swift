@@ -41,8 +41,7 @@ extension ConfigurationLoader {
             }
             try node.finish()
             routes.append(RouteConfiguration(pathPrefix: path, host: host, upstream: upstream, auth: auth,
-                                             stripPrefix: strip, providers: routeProviders,
-                                             credentialBodyLimit: authSettings.bodyCredential?.maxBodyBytes))
+                                             stripPrefix: strip, providers: routeProviders))
             routeAuth.append(authSettings)
         }
         if routes.isEmpty { throw routesNode.error("needs at least one route") }

@@ -56,6 +56,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         let bodyField: [UInt8]?
         /// Providers accepted for the body credential.
         let bodyProviders: Set<String>?
+        /// How much of the body is read for it (`credential.max_body`).
+        let bodyLimit: Int?
     }
 
     public let verifier: CredentialVerifier
@@ -109,7 +111,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                                challenge: Self.errorResponse(401, code: "unauthorized", description: "No credentials",
                                                              challenge: noCredential, body: settings.errorBody ?? globalBody),
                                bodyField: settings.bodyCredential.map { Array($0.field.utf8) },
-                               bodyProviders: settings.bodyCredential.flatMap { $0.providers.map(Set.init) } ?? allowed)
+                               bodyProviders: settings.bodyCredential.flatMap { $0.providers.map(Set.init) } ?? allowed,
+                               bodyLimit: settings.bodyCredential?.maxBodyBytes)
         }
     }
 
@@ -122,6 +125,9 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             let method = request.methodBytes
             if policy.bypassMethods.contains(where: { $0.elementsEqual(method) }) { return .anonymous }
         }
+        // The credential is a member of the JSON body: the exchange reads it and asks again
+        // (a WebSocket upgrade has no body to read: its head decides).
+        if let limit = policy.bodyLimit, !request.upgrade { return .needsBody(limit: limit) }
 
         let now = WallClock.nowSeconds()
         switch PresentedCredential.find(in: request, cookieNames: policy.cookieNames) {

@@ -40,6 +40,11 @@ public enum AuthOutcome {
     /// the request, reads nothing more from the client, and continues when the
     /// authenticator calls `AuthResumption.resume` (exactly once, on the loop).
     case deferred
+    /// The credential travels in the request body: the exchange reads the whole body (at
+    /// most `limit` bytes; past it, 413) and asks again with
+    /// `authenticate(_:route:body:resumption:)`, then forwards the body unchanged.
+    /// Only from the head's `authenticate`.
+    case needsBody(limit: Int)
 }
 
 /// The handle through which a deferred decision is delivered. It holds its exchange
@@ -74,8 +79,8 @@ final class OutcomeBox: @unchecked Sendable {
 /// connection's loop queue; it must not block (I/O answers `.deferred`).
 public protocol RequestAuthenticator: AnyObject, Sendable {
     func authenticate(_ request: RequestView, route: Route, resumption: AuthResumption) -> AuthOutcome
-    /// For a route with `credentialBodyLimit`: decides once the whole request body was read
-    /// (`body`, valid only during the call).
+    /// Decides once the whole request body was read, after the head's decision was
+    /// `.needsBody` (`body` is valid only during the call).
     func authenticate(_ request: RequestView, route: Route, body: UnsafeRawBufferPointer,
                       resumption: AuthResumption) -> AuthOutcome
 }

@@ -22,19 +22,14 @@ public struct RouteConfiguration: Sendable {
     public var stripPrefix: Bool
     /// Providers this route accepts (nil: every configured provider).
     public var providers: [String]?
-    /// When set, the credential travels in the request body: the exchange reads the whole
-    /// body (up to this many bytes; beyond: 413) before the authenticator decides, and
-    /// forwards it unchanged afterwards (nil: the decision is made on the head).
-    public var credentialBodyLimit: Int?
     public init(pathPrefix: String, host: String? = nil, upstream: String, auth: AuthMode,
-                stripPrefix: Bool = false, providers: [String]? = nil, credentialBodyLimit: Int? = nil) {
+                stripPrefix: Bool = false, providers: [String]? = nil) {
         self.pathPrefix = pathPrefix
         self.host = host
         self.upstream = upstream
         self.auth = auth
         self.stripPrefix = stripPrefix
         self.providers = providers
-        self.credentialBodyLimit = credentialBodyLimit
     }
 }
 

@@ -115,7 +115,7 @@ final class Exchange: @unchecked Sendable {
     /// A local handler's body, or the body of a route whose credential travels in it
     /// (read whole before the decision, then forwarded from here: `bodyHeld`).
     private var heldBody = ByteBuffer()
-    /// What a local handler reads at most (a route's `credentialBodyLimit` replaces it).
+    /// What a local handler reads at most (an authenticator's `.needsBody` limit replaces it).
     private static let localHandlerBodyLimit = 64 * 1024
     private var heldBodyLimit = Exchange.localHandlerBodyLimit
     private var heldBodyTooLarge = false
@@ -235,15 +235,14 @@ final class Exchange: @unchecked Sendable {
         }
         routeUpstreamName = route.configuration.upstream
         routeSlot = route.index + 1
-
-        if let limit = route.configuration.credentialBodyLimit, !view.upgrade {
+        generation &+= 1
+        let outcome = context.authenticator.authenticate(view, route: route, resumption: resumption())
+        if case .needsBody(let limit) = outcome {
             // The credential is in the body: read it whole (bounded), then decide.
             parkedRoute = route
             readBodyFirst(view, purpose: .credential, limit: limit)
             return
         }
-        generation &+= 1
-        let outcome = context.authenticator.authenticate(view, route: route, resumption: resumption())
         decide(outcome, view, route: route)
     }
 
@@ -301,7 +300,7 @@ final class Exchange: @unchecked Sendable {
         if phase == .waitingForConnection || phase == .forwarding { responder?.requestBodyCanContinue() }
     }
 
-    /// The whole body of a `credentialBodyLimit` route was read: decide on it.
+    /// The whole body the authenticator asked for (`.needsBody`) was read: decide on it.
     private func decideOnBody() {
         guard let route = parkedRoute, let view = parkedView else { outOfPhase("body decision"); return }
         if heldBodyTooLarge {
@@ -328,7 +327,7 @@ final class Exchange: @unchecked Sendable {
             forward(view, route: route, grant: grant)
         case .reject(let response):
             reject(response)
-        case .deferred:
+        case .deferred, .needsBody:
             reject(.error(500, "authentication did not complete"))
         }
     }

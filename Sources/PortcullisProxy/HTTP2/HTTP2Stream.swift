@@ -501,6 +501,7 @@ struct HTTP2HeaderBlock: ~Copyable {
     /// Calls `body` with the fields as `nghttp2_nv`s (nghttp2 copies them), then gives the
     /// scratch storage back to the loop and the connection.
     consuming func withFields(_ body: (UnsafePointer<nghttp2_nv>, Int) -> Int32) -> Int32 {
+        let connection = self.connection  // a local: no access to `self` overlaps the swaps below
         var nva: [nghttp2_nv] = []
         swap(&nva, &connection.nvScratch)
         defer {
