@@ -59,9 +59,17 @@ var package = Package(
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth", "PortcullisTLS",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // The edge-auth policy: per route, which credential is looked for and where, the
+        // decision (verify, claim rules, revocation), refusal bodies, revoke-on-success and
+        // the identity assertion. No I/O of its own: key refetches and revocation checks
+        // come in through protocols (KeyRefetching, RevocationChecking).
+        .target(name: "PortcullisEdgeAuth", dependencies: [
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth", "PortcullisProxy",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Configuration, wiring, admin endpoints, lifecycle.
         .target(name: "Portcullis", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -82,6 +90,10 @@ var package = Package(
                     resources: [.copy("Fixtures")]),
         .testTarget(name: "PortcullisIOTests", dependencies: ["PortcullisIO", "PortcullisCore"]),
         .testTarget(name: "PortcullisTLSTests", dependencies: ["PortcullisTLS", "PortcullisIO", "PortcullisCore", "PortcullisTestSupport"]),
+        .testTarget(name: "PortcullisEdgeAuthTests", dependencies: [
+            "PortcullisEdgeAuth", "PortcullisAuth", "PortcullisProxy", "PortcullisIO", "PortcullisCore", "COpenSSL",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "PortcullisProxyTests", dependencies: [
             "PortcullisProxy", "Portcullis", "PortcullisIO", "PortcullisTestSupport",
             .product(name: "Logging", package: "swift-log"),

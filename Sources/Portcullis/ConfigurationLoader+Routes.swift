@@ -1,3 +1,4 @@
+import PortcullisEdgeAuth
 import PortcullisProxy
 
 /// `routes[]`: `{path, host, upstream, auth, strip_prefix}` plus each route's auth

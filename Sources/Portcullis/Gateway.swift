@@ -1,3 +1,4 @@
+import PortcullisEdgeAuth
 import Dispatch
 import Foundation
 import Logging
@@ -112,7 +113,7 @@ public enum Gateway {
                 actions.keys = { keys.statusJSON() }
             }
             metrics?.attach(verifier: verifier, keys: keys?.manager)
-            authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration, revocations: revocations,
+            authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration.edgeAuth, revocations: revocations,
                                               keys: keys, counters: metrics?.auth, logger: logger, assertionKeys: assertionKeys)
         }
         let server: ProxyServer

@@ -1,4 +1,5 @@
 import Logging
+import PortcullisEdgeAuth
 import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
@@ -55,6 +56,14 @@ public struct GatewayConfiguration: Sendable {
     /// Verified-token cache size (`token_cache.max_entries`); 0 verifies every request.
     public var tokenCacheEntries = 16_384
     public var store = StoreSettings()
+}
+
+extension GatewayConfiguration {
+    /// What the edge-auth policy (`EdgeAuthenticator`) is made from.
+    public var edgeAuth: EdgeAuthConfiguration {
+        EdgeAuthConfiguration(proxy: proxy, routeAuth: routeAuth, identity: identity,
+                              sessionCookies: providers.map { ($0.configuration.name, $0.sessionCookieNames) })
+    }
 }
 
 /// How fetched key sets (`jwks_url` and the Google/Apple/Firebase defaults) are refreshed.

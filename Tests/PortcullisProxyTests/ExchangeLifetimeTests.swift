@@ -119,7 +119,7 @@ struct ExchangeLifetimeTests {
             let client = try gateway.connect()
             client.send("GET /gone HTTP/1.1\r\nHost: a\r\n\r\n")
             let resumption = try auth.next()
-            exchange = resumption.exchange
+            exchange = resumption.target as? Exchange
             client.close()
             #expect(Self.eventually { gateway.onLoop { gateway.server.openConnectionsByLoop[0] } == 0 })
             resumption.resume(.anonymous)

@@ -1,3 +1,4 @@
+import PortcullisEdgeAuth
 import PortcullisProxy
 
 /// `GET /.well-known/portcullis/jwks.json` on every listener and the admin listener: the

@@ -1,3 +1,4 @@
+import PortcullisEdgeAuth
 import PortcullisAuth
 
 /// `identity.assertion`: `{header, issuer, lifetime, algorithm, signing_keys | secret}`.

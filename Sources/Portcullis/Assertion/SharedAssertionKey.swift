@@ -1,3 +1,4 @@
+import PortcullisEdgeAuth
 import Dispatch
 import Logging
 import PortcullisAuth

@@ -1,3 +1,4 @@
+import PortcullisEdgeAuth
 import Foundation
 import Logging
 import PortcullisAuth

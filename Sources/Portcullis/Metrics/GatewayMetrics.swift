@@ -1,3 +1,4 @@
+import PortcullisEdgeAuth
 import CoreMetrics
 import Dispatch
 import PortcullisAuth

@@ -47,24 +47,37 @@ public enum AuthOutcome {
     case needsBody(limit: Int)
 }
 
-/// The handle through which a deferred decision is delivered. It holds its exchange
-/// strongly (a late answer can never find freed memory) together with the generation of
-/// the wait it answers: an exchange that ended meanwhile (the client left) or moved on to
-/// another request ignores it. Holding the exchange keeps it, its responder and their
-/// buffers alive until the answer arrives; every deferral ends (a key fetch has its
-/// timeout), so nothing is held for longer than that.
+/// What a deferred decision is delivered to: the request's exchange (or, in a test of an
+/// authenticator, whatever records the outcome). Called on the loop's queue.
+public protocol DeferredDecisionTarget: AnyObject {
+    /// `generation` names the wait the outcome answers; a target that moved on ignores it.
+    func resumeAuthentication(_ outcome: AuthOutcome, generation: UInt64)
+}
+
+/// The handle through which a deferred decision is delivered. It holds its target (the
+/// exchange) strongly, so a late answer can never find freed memory, together with the
+/// generation of the wait it answers: an exchange that ended meanwhile (the client left)
+/// or moved on to another request ignores it. Holding the exchange keeps it, its responder
+/// and their buffers alive until the answer arrives; every deferral ends (a key fetch has
+/// its timeout), so nothing is held for longer than that.
 public struct AuthResumption: @unchecked Sendable {
-    // @unchecked Sendable: the exchange is only touched on `loop.queue` (`resume` hops there).
-    let exchange: Exchange
+    // @unchecked Sendable: the target is only touched on `loop.queue` (`resume` hops there).
+    let target: any DeferredDecisionTarget
     let generation: UInt64
     /// The connection's loop; the decision is applied on its queue.
     public let loop: EventLoop
+
+    public init(target: any DeferredDecisionTarget, generation: UInt64, loop: EventLoop) {
+        self.target = target
+        self.generation = generation
+        self.loop = loop
+    }
 
     /// Delivers the final outcome (from any queue; it is applied on `loop`).
     /// `.deferred` is answered with 500.
     public func resume(_ outcome: sending AuthOutcome) {
         let box = OutcomeBox(outcome)
-        loop.execute { [self] in exchange.resumeAuthentication(box.outcome, generation: generation) }
+        loop.execute { [self] in target.resumeAuthentication(box.outcome, generation: generation) }
     }
 }
 

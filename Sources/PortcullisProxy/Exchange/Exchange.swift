@@ -33,7 +33,7 @@ import PortcullisIO
 /// per request); `begin` starts one, `finish` or `cancel` ends it.
 ///
 /// Threading: confined to the loop queue.
-final class Exchange: @unchecked Sendable {
+final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
     let context: ListenerContext
@@ -247,7 +247,7 @@ final class Exchange: @unchecked Sendable {
     }
 
     private func resumption() -> AuthResumption {
-        AuthResumption(exchange: self, generation: generation, loop: loop)
+        AuthResumption(target: self, generation: generation, loop: loop)
     }
 
     /// Reads the whole body into `heldBody` before acting; the head waits in `savedHead`.

@@ -5,26 +5,6 @@ import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
 
-/// The revocation check on the request path, and revocation of a presented
-/// credential (logout routes). Implemented over the embedded or Redis store.
-public protocol RevocationChecking: AnyObject, Sendable {
-    /// Called on the loop queue `loopIndex`; must not block or allocate needlessly.
-    func check(loopIndex: Int, identity: VerifiedIdentity, userID: String, now: Int64) -> RevocationDecision
-    /// Revokes the credential that produced `identity` (its `jti`, else its
-    /// `sid`, else its hash) for every instance.
-    func revokePresented(identity: VerifiedIdentity, userID: String, completion: @escaping @Sendable (Bool) -> Void)
-}
-
-public enum RevocationDecision: Sendable, Equatable { case allowed, revoked, unavailable }
-
-/// Refetches a provider's keys when a token names an unknown `kid`.
-public protocol KeyRefetching: AnyObject, Sendable {
-    /// Starts or joins a refetch. Returns false when none can happen now (inline
-    /// keys, or refetched too recently); otherwise `completion` runs once, later,
-    /// after the new keys (if any) are installed in the verifier.
-    func refetchForUnknownKey(provider: String, loop: EventLoop, completion: @escaping @Sendable () -> Void) -> Bool
-}
-
 /// The gateway's authenticator: per route it accepts a Bearer token or a
 /// session cookie, verifies it with `CredentialVerifier`, applies the route's
 /// claim rules and the revocation check, and injects identity headers.
@@ -75,7 +55,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     /// Signs `identity.assertion` for upstreams (nil: none is sent).
     let assertions: AssertionIssuer?
 
-    public init(verifier: CredentialVerifier, configuration: GatewayConfiguration,
+    public init(verifier: CredentialVerifier, configuration: EdgeAuthConfiguration,
                 revocations: (any RevocationChecking)?, keys: (any KeyRefetching)?,
                 counters: AuthCounters?, logger: Logger, assertionKeys: AssertionKeys? = nil) {
         self.verifier = verifier
@@ -94,13 +74,13 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         self.logger = logger
         let noCredential = AuthFailure(.noCredential).wwwAuthenticate(realm: configuration.proxy.realm)
         let globalBody = configuration.identity.errorBody
-        let cookieProviders = configuration.providers.filter { !$0.sessionCookieNames.isEmpty }
+        let cookieProviders = configuration.sessionCookies.filter { !$0.names.isEmpty }
         policies = configuration.proxy.routes.enumerated().map { index, route in
             let settings = index < configuration.routeAuth.count ? configuration.routeAuth[index] : RouteAuthSettings()
             let allowed = route.providers.map(Set.init)
             let cookieNames = cookieProviders
-                .filter { allowed?.contains($0.configuration.name) ?? true }
-                .flatMap(\.sessionCookieNames)
+                .filter { allowed?.contains($0.provider) ?? true }
+                .flatMap(\.names)
             return RoutePolicy(mode: route.auth, allowed: allowed, cookieNames: cookieNames, rules: settings.requiredClaims,
                                bypassMethods: settings.bypassMethods.sorted().map { Array($0.utf8) },
                                onUnauthenticated: settings.onUnauthenticated,
@@ -368,37 +348,6 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                 return value.split(separator: " ").contains { accepted.contains(String($0)) }
             }
             return accepted.contains(value)
-        }
-    }
-}
-
-/// Revokes the presented credential once the logout route's upstream answered with one of
-/// the route's `revoke_on_success` statuses.
-final class RevokeOnSuccess: UpstreamResponseObserver {
-    let identity: VerifiedIdentity
-    let userID: String
-    let revocations: any RevocationChecking
-    let statuses: StatusSet
-    let logger: Logger
-
-    init(identity: VerifiedIdentity, userID: String, revocations: any RevocationChecking, statuses: StatusSet, logger: Logger) {
-        self.identity = identity
-        self.userID = userID
-        self.revocations = revocations
-        self.statuses = statuses
-        self.logger = logger
-    }
-
-    func upstreamAnswered(status: Int) {
-        guard statuses.contains(status) else { return }
-        let provider = identity.provider
-        let logger = self.logger
-        revocations.revokePresented(identity: identity, userID: userID) { ok in
-            if ok {
-                logger.info("credential revoked after logout", metadata: ["provider": "\(provider)"])
-            } else {
-                logger.error("could not revoke the credential after logout", metadata: ["provider": "\(provider)"])
-            }
         }
     }
 }

@@ -46,7 +46,7 @@ public final class AssertionKeys: @unchecked Sendable {
         var generation: Int
     }
 
-    let settings: AssertionSettings
+    public let settings: AssertionSettings
     private let lock = Lock()
     private var state: State
     /// `state.generation`, readable without the lock: the per-request memo lookup needs
@@ -93,7 +93,7 @@ public final class AssertionKeys: @unchecked Sendable {
 
     /// Signs with `key` from now on (the key every instance shares through Redis); the
     /// keys used so far stay published, so assertions already sent still verify.
-    func adopt(_ key: SigningKey) {
+    public func adopt(_ key: SigningKey) {
         let kid = key.thumbprint
         lock.withLock {
             guard state.keys[0].kid != kid else { return }
@@ -123,7 +123,7 @@ public final class AssertionKeys: @unchecked Sendable {
 
     /// A PEM private key of the type `algorithm` needs (RS256: RSA ≥ 2048 bits, ES256:
     /// P-256, EdDSA: Ed25519).
-    static func loadKey(_ path: String, algorithm: JWSAlgorithm) throws(LoadError) -> SigningKey {
+    public static func loadKey(_ path: String, algorithm: JWSAlgorithm) throws(LoadError) -> SigningKey {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw LoadError(file: path, reason: FileManager.default.fileExists(atPath: path) ? "cannot read the file (permission denied)" : "no such file")
         }

@@ -1,5 +1,5 @@
 import Testing
-@testable import Portcullis
+@testable import PortcullisEdgeAuth
 
 /// `Authorization: Bearer <token68>` parsing (RFC 6750 §2.1) against a byte-by-byte
 /// reference written from the grammar, for every byte value at every position of tokens
