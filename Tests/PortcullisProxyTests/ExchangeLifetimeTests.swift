@@ -197,4 +197,34 @@ struct ExchangeLifetimeTests {
         waiting[1].close()
         #expect(Self.eventually { gateway.onLoop { gateway.server.openConnectionsByLoop[0] } == 0 })
     }
+
+    /// A request whose upstream connection is attached at once (an idle pooled one) lets
+    /// the body flow from inside the read that brought its head. When the head had arrived
+    /// in pieces (so the bytes sit in the connection's buffer), the body used to be
+    /// consumed twice, once by a nested pass: a precondition failure killed the process.
+    @Test func aBodyBehindAHeadInPiecesOnAPooledConnectionIsForwardedOnce() throws {
+        let upstream = try ScriptedUpstream()
+        let gateway = try Gateway(upstream: upstream.port, authenticator: NoProvidersAuthenticator(realm: "t")) {
+            $0.routes[0].auth = .none
+        }
+        let client = try gateway.connect()
+        client.send("GET /warm HTTP/1.1\r\nHost: a\r\n\r\n")
+        let app = try upstream.accept()
+        #expect(app.readMessage()?.startLine == "GET /warm HTTP/1.1")
+        app.send(Self.ok("warm"))
+        #expect(client.readMessage()?.bodyText == "warm")
+        // The pool now holds an idle connection; the next head arrives in two pieces, the
+        // second with the whole body behind it.
+        for round in 0..<3 {
+            client.send("POST /b/\(round) HTTP/1.1\r\nHo")
+            usleep(50_000)
+            client.send("st: a\r\nContent-Length: 11\r\n\r\nhello world")
+            let request = try #require(app.readMessage())
+            #expect(request.startLine == "POST /b/\(round) HTTP/1.1")
+            #expect(request.bodyText == "hello world")
+            app.send(Self.ok("ok \(round)"))
+            #expect(client.readMessage()?.bodyText == "ok \(round)")
+        }
+        #expect(upstream.acceptedCount == 1)
+    }
 }

@@ -244,8 +244,14 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         if !socket.isReadingPaused { readable() }
     }
 
+    /// Inside `process`: `bytes` may point into the loop's read scratch or `inbound`, so
+    /// nothing may read from the socket or consume `inbound` until it returns.
+    private var processing = false
+
     /// Consumes as much of `bytes` as the current phase allows; returns the count used.
     private func process(_ bytes: UnsafeRawBufferPointer) -> Int {
+        processing = true
+        defer { processing = false }
         var offset = 0
         while offset < bytes.count && !isClosed {
             switch phase {
@@ -355,6 +361,10 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     }
 
     func requestBodyCanContinue() {
+        // Called inside `process` (a pooled upstream attached at once): its loop goes on
+        // with the body by itself. Processing again from here would consume the same bytes
+        // twice, and a read would overwrite the scratch `process` is parsing.
+        guard !processing else { return }
         if phase == .body || phase == .tunnel || phase == .deciding || phase == .awaitingResponse { resumeProcessing() }
     }
 
