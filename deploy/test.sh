@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs what the tests need, then runs the whole suite: unit tests (codec,
-# verification core, proxy), end-to-end tests of the real binary against real
-# upstream processes with curl and wrk, and short fuzz runs of the parsers.
+# Installs what the tests need, then runs the whole suite: short fuzz runs of the
+# parsers, the sanitizer runs (AddressSanitizer over the proxy, end-to-end and chaos
+# runs; ThreadSanitizer over keys, stores and Redis), then unit tests (codec,
+# verification core, proxy) and end-to-end tests of the real binary against real
+# upstream processes with curl and wrk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
@@ -11,6 +13,17 @@ if [ "${PORTCULLIS_SKIP_FUZZ:-0}" != "1" ]; then
   bash Tests/Fuzz/run-http-fuzz.sh "${FUZZ_SECONDS:-20}"
   if [ -f Tests/Fuzz/run-auth-fuzz.sh ]; then bash Tests/Fuzz/run-auth-fuzz.sh "${FUZZ_SECONDS:-20}"; fi
   bash Tests/Fuzz/run-h2-fuzz.sh "${FUZZ_SECONDS:-20}"
+fi
+# Chaos (Benchmarks/chaos) and the sanitizers (deploy/sanitizers.sh: ASan over the proxy,
+# end-to-end and chaos runs; TSan over the code that hops queues), before the main suite so
+# its summary stays last. A failure there is remembered and fails the run after the main
+# suite has run too.
+sanitizers=0
+# A short seeded chaos run on the debug build (it traps on an exchange event out of phase).
+bash Benchmarks/chaos/run.sh --binary .build/debug/portcullis --seconds "${CHAOS_SECONDS:-30}" \
+  --seed "${CHAOS_SEED:-1}" || sanitizers=1
+if [ "${PORTCULLIS_SKIP_SANITIZERS:-0}" != "1" ]; then
+  bash deploy/sanitizers.sh || sanitizers=1
 fi
 # Serial: Foundation.Process on Linux crashes when suites spawn children concurrently.
 # On failure the failing tests and their recorded issues are repeated at the end, so a
@@ -32,5 +45,9 @@ fi
 if [ "$status" -ne 0 ]; then
   echo "=== failing tests (from $log) ==="
   grep -E "✘|recorded an issue|error:|Fatal error|Exited with signal|Test .* failed" "$log" | head -60 || true
+fi
+if [ "$sanitizers" -ne 0 ]; then
+  echo "=== the sanitizer runs failed (see '=== sanitizers:' above) ==="
+  [ "$status" -eq 0 ] && status=1
 fi
 exit "$status"
