@@ -268,6 +268,12 @@ public final class StreamSocket: @unchecked Sendable {
         }
     }
 
+    /// Input waits that no handler read yet: a readable edge not drained, the peer's end of
+    /// stream, or plaintext the record layer holds. No system call.
+    public var hasUnreadInput: Bool {
+        readReady || peerClosed || (security?.hasBufferedInput ?? false)
+    }
+
     /// The descriptor has nothing more to read: the read handler waits for the next
     /// report from the poller.
     public func markReadDrained() { readReady = false }

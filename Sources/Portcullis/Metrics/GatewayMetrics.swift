@@ -23,6 +23,7 @@ public final class GatewayMetrics: Sendable {
     static let help: [String: String] = [
         "portcullis_requests_total": "Requests answered by the gateway listeners, by route (host + path prefix; \"unmatched\" when no route matched) and status code.",
         "portcullis_requests_by_protocol_total": "Requests answered by the gateway listeners, by the protocol they came on (http/1.0, http/1.1, h2, h2c).",
+        "portcullis_upstream_unexpected_bytes_total": "Upstream connections closed because the upstream sent bytes no request asked for (past a response's framing, a body after HEAD, 204 or 304, a response while idle); never reused.",
         "portcullis_exchange_out_of_phase_events_total": "Events a request's exchange ignored because its phase did not expect them (a late upstream read after the client left); anything but a few is a bug to report.",
         "portcullis_http2_abuse_total": "HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM, by what the client did (rapid_reset, continuation_flood, oversized_headers, settings_flood, ping_flood, priority_flood, window_update_flood, empty_data_flood, protocol_errors, outbound_flood, stalled_window).",
         "portcullis_upstream_response_seconds": "Time from handing a request to an upstream pool to receiving the response head, by upstream.",
@@ -129,6 +130,7 @@ public final class GatewayMetrics: Sendable {
                 gauge("portcullis_upstream_connections", [("upstream", pool.upstream), ("state", "max")], Double(pool.maxConnections))
                 gauge("portcullis_upstream_waiting_requests", [("upstream", pool.upstream)], Double(pool.waiting))
                 counter("portcullis_upstream_pool_exhausted_total", [("upstream", pool.upstream)], pool.exhausted)
+                counter("portcullis_upstream_unexpected_bytes_total", [("upstream", pool.upstream)], pool.unexpectedBytes)
             }
         }
         for row in auth.decisions {

@@ -207,6 +207,7 @@ public final class ProxyServer: @unchecked Sendable {
                     usage[pool.index].waiting += pool.waitingCount
                     usage[pool.index].maxConnections = pool.configuration.maxConnections  // a total, not per loop
                     usage[pool.index].exhausted += pool.exhaustedCount
+                    usage[pool.index].unexpectedBytes += pool.unexpectedBytesCount
                 }
                 visit(index + 1, totals, usage)
             }

@@ -113,4 +113,6 @@ public struct UpstreamPoolUsage: Sendable, Equatable {
     public var maxConnections = 0
     /// Requests answered 503 because the pool and its queue were full (since start).
     public var exhausted = 0
+    /// Connections closed because the upstream sent bytes no request asked for (since start).
+    public var unexpectedBytes = 0
 }

@@ -181,7 +181,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
                 _ = loop.now()
                 if state == .idle {
                     // An idle connection must not speak: drop it.
-                    close()
+                    unexpectedBytes(n, "a response while idle")
                     return
                 }
                 receivedResponseBytes = true
@@ -211,10 +211,19 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         }
     }
 
+    /// Parses what the upstream sent for the current exchange. A response ends the pass:
+    /// anything behind it in the same bytes is more than the response's framing declared
+    /// (an undercounted length, a body after HEAD, 204 or 304, bytes after the chunked
+    /// terminator, a second response nobody asked for), so the connection is closed rather
+    /// than handed to the next request, whose response those bytes would otherwise become.
     private func process(_ bytes: UnsafeRawBufferPointer) -> Int {
         var offset = 0
-        while offset < bytes.count && state != .closed {
-            guard let exchange else { close(); return bytes.count }
+        var completed = false
+        parsing: while offset < bytes.count && state != .closed {
+            guard let exchange else {
+                unexpectedBytes(bytes.count - offset, "a response with no request waiting for it")
+                return bytes.count
+            }
             switch phase {
             case .head:
                 let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
@@ -230,16 +239,20 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
                     let headBytes = UnsafeRawBufferPointer(rebasing: rest[0..<head.headLength])
                     offset += head.headLength
                     if head.status >= 100 && head.status < 200 && head.status != 101 {
-                        continue  // interim responses are not forwarded; the gateway sent its own 100
+                        // 100 (the gateway answered the client's Expect itself) and 103 (hints)
+                        // are dropped; any other interim response was asked for by nobody.
+                        if head.status == 100 || head.status == 103 { continue }
+                        protocolError("an unexpected \(head.status) interim response")
+                        return bytes.count
                     }
-                    startBody(exchange, headBytes)
+                    if startBody(exchange, headBytes) { completed = true; break parsing }
                 }
             case .length:
                 let n = min(remaining, bytes.count - offset)
                 exchange.responseBody(UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + n]))
                 offset += n
                 remaining -= n
-                if remaining == 0 { finished() }
+                if remaining == 0 { completed = true; break parsing }
             case .chunked:
                 let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
                 var consumed = 0
@@ -253,39 +266,40 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
                 offset += consumed
                 switch result {
                 case .needMore: break
-                case .done: finished()
+                case .done: completed = true; break parsing
                 case .failure(let error): protocolError(error.reason); return bytes.count
                 }
             case .untilClose, .tunnel:
                 exchange.responseBody(UnsafeRawBufferPointer(rebasing: bytes[offset...]))
                 return bytes.count
             case .done:
-                // Bytes after a complete response: the upstream is out of sync.
-                self.exchange = nil
-                close()
+                unexpectedBytes(bytes.count - offset, "bytes after a complete response")
                 return bytes.count
             }
         }
-        return offset
+        guard completed else { return offset }
+        finished(extra: bytes.count - offset)
+        return bytes.count
     }
 
-    private func startBody(_ exchange: Exchange, _ headBytes: UnsafeRawBufferPointer) {
+    /// Returns true when the response has no body (it is complete with its head).
+    private func startBody(_ exchange: Exchange, _ headBytes: UnsafeRawBufferPointer) -> Bool {
         if head.status == 101 && !(exchange.upgradeForwarded && Self.upgradesToWebSocket(headBytes, head)) {
             // A switch nobody asked for (or to another protocol) would make the gateway a
             // blind tunnel for whatever follows: refused.
             protocolError("101 Switching Protocols without a WebSocket upgrade request")
-            return
+            return false
         }
         dechunk = head.framing == .chunked && exchange.decodesChunkedResponses
         exchange.responseHead(headBytes, head, decodeChunked: dechunk)
         if head.status == 101 {
             phase = .tunnel
             deadline = 0
-            return
+            return false
         }
         switch head.framing {
         case .none, .contentLength(0):
-            finished()
+            return true
         case .contentLength(let n):
             remaining = n
             phase = .length
@@ -295,6 +309,7 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         case .untilClose:
             phase = .untilClose
         }
+        return false
     }
 
     private static func upgradesToWebSocket(_ bytes: UnsafeRawBufferPointer, _ head: ResponseHead) -> Bool {
@@ -303,10 +318,12 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         }
     }
 
-    private func finished() {
+    /// The response is complete; `extra` bytes came behind it in the same read.
+    private func finished(extra: Int) {
         phase = .done
         deadline = 0
-        let reusable = head.keepAlive && inbound.isEmpty && requestSent
+        if extra > 0 { pool.unexpectedBytes(extra, reason: "bytes past the end of a response") }
+        let reusable = extra == 0 && head.keepAlive && requestSent
         let exchange = self.exchange
         self.exchange = nil
         if let exchange {
@@ -362,6 +379,20 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
         reportedReachable = true
         pool.target.reportSuccess()
     }
+
+    /// The upstream sent bytes no request asked for: they are dropped with the connection,
+    /// logged and counted (a pooled connection that carried them on would hand one client's
+    /// response to the next).
+    private func unexpectedBytes(_ count: Int, _ what: String) {
+        pool.unexpectedBytes(count, reason: what)
+        let exchange = self.exchange
+        self.exchange = nil
+        close()
+        exchange?.upstreamFailed(.badResponse(what))
+    }
+
+    /// True when bytes (or the end of the stream) wait unread: an idle connection that spoke.
+    var hasUnreadInput: Bool { socket.hasUnreadInput }
 
     private func protocolError(_ reason: String) {
         let exchange = self.exchange

@@ -64,6 +64,14 @@ final class UpstreamPool: @unchecked Sendable {
 
     /// Requests refused with 503 because no connection and no queue room was left (for metrics).
     var exhaustedCount = 0
+    /// Connections closed because the upstream sent bytes no request asked for (for metrics).
+    var unexpectedBytesCount = 0
+
+    /// A connection of this pool is closed for bytes past what its framing declared.
+    func unexpectedBytes(_ count: Int, reason: String) {
+        unexpectedBytesCount += 1
+        target.reportUnexpectedBytes(count, reason: reason, now: loop.lastNow)
+    }
 
     var idleCount: Int { idle.count }
     var waitingCount: Int { waiters.count }
@@ -71,7 +79,13 @@ final class UpstreamPool: @unchecked Sendable {
     /// Hands `exchange` a connection now, queues it, or answers 503 through it.
     /// `fresh` skips idle connections (used for the retry after a stale one).
     func acquire(for exchange: Exchange, fresh: Bool = false) {
-        if !fresh, let connection = idle.popLast() {
+        while !fresh, let connection = idle.popLast() {
+            // One that spoke while idle (its bytes not read yet) would answer with them.
+            if connection.hasUnreadInput {
+                unexpectedBytes(0, reason: "a response while idle")
+                connection.close()
+                continue
+            }
             connection.reuse()
             exchange.attach(connection)
             return

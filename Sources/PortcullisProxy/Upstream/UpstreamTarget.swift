@@ -131,6 +131,23 @@ public final class UpstreamTarget: @unchecked Sendable {
         }
     }
 
+    /// When the last line about unexpected bytes was logged (monotonic ns, under `lock`).
+    private var lastUnexpectedLog: UInt64 = 0
+
+    /// A connection was closed for bytes past its response's framing: logged at most once a
+    /// second (a misbehaving upstream cannot flood the log); every one is counted by the pool.
+    func reportUnexpectedBytes(_ count: Int, reason: String, now: UInt64) {
+        let log = lock.withLock { () -> Bool in
+            guard lastUnexpectedLog == 0 || now &- lastUnexpectedLog >= 1_000_000_000 else { return false }
+            lastUnexpectedLog = now
+            return true
+        }
+        if log {
+            logger?.warning("upstream sent bytes no request asked for; connection closed, not reused", metadata: [
+                "upstream": "\(configuration.name)", "what": "\(reason)", "bytes": "\(count)"])
+        }
+    }
+
     /// A connection worked: logged when the upstream was unreachable.
     func reportSuccess() {
         let changed = lock.withLock { () -> Bool in
