@@ -31,7 +31,7 @@ var package = Package(
 
         // Pure layers: no I/O.
         .target(name: "PortcullisCore"),
-        .target(name: "PortcullisHTTP"),
+        .target(name: "PortcullisHTTP", dependencies: ["PortcullisCore"]),
         .target(name: "PortcullisAuth", dependencies: ["COpenSSL", "PortcullisCore"]),
 
         // I/O: Dispatch event loops and sockets (plain, or with a record layer such as TLS).
@@ -85,7 +85,7 @@ var package = Package(
         .executableTarget(name: "PortcullisHTTP2Fuzz", dependencies: ["PortcullisProxy", "PortcullisHTTP", "PortcullisIO"],
                           path: "Tests/Fuzz/HTTP2"),
 
-        .testTarget(name: "PortcullisHTTPTests", dependencies: ["PortcullisHTTP"]),
+        .testTarget(name: "PortcullisHTTPTests", dependencies: ["PortcullisHTTP", "PortcullisCore"]),
         .testTarget(name: "PortcullisAuthTests", dependencies: ["PortcullisAuth", "PortcullisCore", "COpenSSL"],
                     resources: [.copy("Fixtures")]),
         .testTarget(name: "PortcullisIOTests", dependencies: ["PortcullisIO", "PortcullisCore"]),

@@ -1,3 +1,4 @@
+import PortcullisCore
 import PortcullisEdgeAuth
 import PortcullisProxy
 
@@ -29,7 +30,15 @@ extension ConfigurationLoader {
                 guard let mode = AuthMode(rawValue: text) else { throw n.error("expected required, optional or none; got '\(text)'") }
                 auth = mode
             }
-            let host = try node.optional("host")?.string().lowercased()
+            // Normalized as every request's host is (`Authority`), so `Host: A.example.com.` and
+            // `host: a.example.com` name the same route.
+            var host: String?
+            if let hostNode = try node.optional("host") {
+                guard let normalized = Authority.normalizedHost(try hostNode.string(), allowPort: false) else {
+                    throw hostNode.error("is not a host name (a name or address, without port or userinfo)")
+                }
+                host = normalized
+            }
             let strip = try node.optional("strip_prefix")?.bool() ?? false
             let credentialNode = try node.optional("credential")
             let onInvalidNode = try node.optional("on_invalid")

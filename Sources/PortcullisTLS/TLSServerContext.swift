@@ -128,8 +128,9 @@ public final class TLSServerContext: @unchecked Sendable {
 
     fileprivate func selectCertificate(_ ssl: OpaquePointer) {
         guard let raw = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name) else { return }
-        var name = String(cString: raw).lowercased()
-        if name.hasSuffix(".") { name.removeLast() }  // an absolute name: the same host
+        // Read as every host is (`Authority`: lower case, one trailing dot dropped); a name that
+        // is no host keeps the default certificate.
+        guard let name = Authority.normalizedHost(String(cString: raw), allowPort: false) else { return }
         let index = certificateIndex(forServerName: name)
         if index != 0 { _ = SSL_set_SSL_CTX(ssl, contexts[index]) }
     }

@@ -20,9 +20,14 @@ out="$root/.build-fuzz/http"
 mkdir -p "$out/corpus" "$out/artifacts"
 
 echo "building http-fuzz (swiftc -sanitize=fuzzer,address -O)..."
-swiftc -sanitize=fuzzer,address -parse-as-library -O \
+# PortcullisHTTP imports PortcullisCore (Authority, the host rules): build that module first.
+mapfile -t core < <(find "$root/Sources/PortcullisCore" -name '*.swift' | sort)
+swiftc -sanitize=address -parse-as-library -O -module-name PortcullisCore -emit-module \
+    -emit-module-path "$out/PortcullisCore.swiftmodule" -emit-library -static \
+    "${core[@]}" -o "$out/libPortcullisCore.a"
+swiftc -sanitize=fuzzer,address -parse-as-library -O -I "$out" \
     "$root"/Sources/PortcullisHTTP/*.swift "$root/Tests/Fuzz/HTTPParser/main.swift" \
-    -module-name HTTPFuzz -o "$out/http-fuzz"
+    -module-name HTTPFuzz -L "$out" -lPortcullisCore -o "$out/http-fuzz"
 
 seeds="$(mktemp -d)"
 trap 'rm -rf "$seeds"' EXIT

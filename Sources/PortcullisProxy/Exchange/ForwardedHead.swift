@@ -84,7 +84,7 @@ enum ForwardedHead {
         // either gets the upstream's (as nginx sends its upstream's name).
         buffer.append("host: ")
         if !pool.sendsUpstreamHost, let host = request.authority {
-            buffer.append(UnsafeRawBufferPointer(rebasing: bytes[host]))
+            appendAuthority(&buffer, bytes, host)
         } else {
             buffer.append(pool.authority)
         }
@@ -116,9 +116,12 @@ enum ForwardedHead {
         buffer.append("\r\nx-forwarded-proto: ")
         if let forwardedProto { buffer.append(UnsafeRawBufferPointer(rebasing: bytes[forwardedProto])) }
         else { buffer.append(context.scheme) }
-        if let host = forwardedHost ?? request.authority {
+        if let host = forwardedHost {
             buffer.append("\r\nx-forwarded-host: ")
-            buffer.append(UnsafeRawBufferPointer(rebasing: bytes[host]))
+            buffer.append(UnsafeRawBufferPointer(rebasing: bytes[host]))  // a trusted proxy's, as it sent it
+        } else if let host = request.authority {
+            buffer.append("\r\nx-forwarded-host: ")
+            appendAuthority(&buffer, bytes, host)
         }
         buffer.append("\r\nx-request-id: ")
         requestId.clear()
@@ -150,6 +153,16 @@ enum ForwardedHead {
     }
 
     /// Whether an `Upgrade` value lists the `websocket` protocol (any case, any version suffix refused).
+    /// The request's authority as the upstream gets it: normalized (`Authority`: lower case,
+    /// no trailing dot, no leading zeros in the port), the same host routing matched.
+    private static func appendAuthority(_ buffer: inout ByteBuffer, _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) {
+        guard let parts = Authority.scan(bytes, range) else {
+            buffer.append(UnsafeRawBufferPointer(rebasing: bytes[range]))  // checked on arrival; not reached
+            return
+        }
+        Authority.write(bytes, parts) { buffer.append($0) }
+    }
+
     private static func listsWebSocket(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) -> Bool {
         var found = false
         HTTPBytes.forEachToken(bytes, value) { token in

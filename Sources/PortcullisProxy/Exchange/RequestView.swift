@@ -1,3 +1,4 @@
+import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
 
@@ -112,13 +113,7 @@ public struct RequestView {
 
     /// The authority's host, lower-cased, without port or IPv6 brackets' port (route matching).
     func host() -> Substring? {
-        guard let authority else { return nil }
-        var host = Substring(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[authority]), as: UTF8.self).lowercased())
-        if host.hasPrefix("[") {
-            if let close = host.firstIndex(of: "]") { host = host[...close] }
-        } else if let colon = host.lastIndex(of: ":") {
-            host = host[..<colon]
-        }
-        return host
+        guard let authority, let parts = Authority.scan(bytes, authority) else { return nil }
+        return Substring(Authority.host(bytes, parts))
     }
 }

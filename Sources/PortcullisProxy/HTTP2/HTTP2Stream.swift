@@ -168,6 +168,15 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
                                    headersTooLarge ? "request header fields too large" : "request without :method or :path"))
             return
         }
+        // `:authority` and `host` are read as HTTP/1.1's Host is (`Authority`); an invalid one,
+        // or two that name different hosts (RFC 9113 §8.3.1), make the request malformed: a
+        // stream error, never routed by one while the upstream reads the other.
+        if !Self.authorityIsSound(bytes, authority, hostField) {
+            guard connection.allow(.protocolErrors) else { return }
+            connection.resetStream(id, NGHTTP2_PROTOCOL_ERROR.rawValue)
+            connection.outputQueued()
+            return
+        }
         let methodBytes = UnsafeRawBufferPointer(rebasing: bytes[method])
         let httpMethod = HTTPMethod.recognise(bytes, method)
         exchange.begin(method: httpMethod, methodBytes: methodBytes, transport: connection.transport)
@@ -208,6 +217,19 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     }
 
     private static let cookieName: StaticString = "cookie"
+
+    private static func authorityIsSound(_ bytes: UnsafeRawBufferPointer, _ authority: Range<Int>?, _ host: Range<Int>?) -> Bool {
+        var first: Authority.Parts?
+        if let authority {
+            guard let parts = Authority.scan(bytes, authority) else { return false }
+            first = parts
+        }
+        if let host {
+            guard let parts = Authority.scan(bytes, host) else { return false }
+            if let first, !Authority.same(bytes, first, bytes, parts) { return false }
+        }
+        return true
+    }
 
     // MARK: The request body
 

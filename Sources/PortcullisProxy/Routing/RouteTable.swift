@@ -1,3 +1,4 @@
+import PortcullisCore
 /// A route resolved at start: its configuration plus the upstream's index.
 public struct Route: Sendable {
     public let configuration: RouteConfiguration
@@ -27,7 +28,7 @@ public struct RouteTable: Sendable {
             guard let index = upstreamNames.firstIndex(of: c.upstream) else { continue }
             var prefix = c.pathPrefix
             while prefix.count > 1 && prefix.hasSuffix("/") { prefix.removeLast() }
-            built.append(Route(configuration: c, upstreamIndex: index, index: position, host: c.host?.lowercased(), prefix: prefix))
+            built.append(Route(configuration: c, upstreamIndex: index, index: position, host: c.host.map { Authority.normalizedHost($0) ?? $0.lowercased() }, prefix: prefix))
         }
         // Longest prefix first; host-bound before host-less at equal length.
         routes = built.enumerated().sorted { a, b in
