@@ -42,6 +42,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
 
     public let verifier: CredentialVerifier
     let policies: [RoutePolicy]
+    /// Every session cookie name of every provider: what an app could read as a session.
+    let sessionBases: [String]
     let realm: String
     let userIdHeader: String
     let providerHeader: String
@@ -75,6 +77,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         let noCredential = AuthFailure(.noCredential).wwwAuthenticate(realm: configuration.proxy.realm)
         let globalBody = configuration.identity.errorBody
         let cookieProviders = configuration.sessionCookies.filter { !$0.names.isEmpty }
+        sessionBases = cookieProviders.flatMap(\.names)
         policies = configuration.proxy.routes.enumerated().map { index, route in
             let settings = index < configuration.routeAuth.count ? configuration.routeAuth[index] : RouteAuthSettings()
             let allowed = route.providers.map(Set.init)
@@ -110,18 +113,33 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         if let limit = policy.bodyLimit, !request.upgrade { return .needsBody(limit: limit) }
 
         let now = WallClock.nowSeconds()
-        switch PresentedCredential.find(in: request, cookieNames: policy.cookieNames) {
+        let found = PresentedCredential.find(in: request, cookieNames: policy.cookieNames, sessionBases: sessionBases)
+        let outcome: AuthOutcome
+        switch found.credential {
         case .malformed(let reason):
             return rejectFailure(AuthFailure(reason), loopIndex: request.loop.index, body: policy.errorBody)
         case .none:
-            return unauthenticated(policy, request: request)
+            outcome = unauthenticated(policy, request: request)
         case .bearer(let range):
-            return verifyToken(UnsafeRawBufferPointer(rebasing: request.bytes[range]), providers: policy.allowed,
-                               policy: policy, request: request, route: route, now: now, resumption: resumption)
+            outcome = verifyToken(UnsafeRawBufferPointer(rebasing: request.bytes[range]), providers: policy.allowed,
+                                  policy: policy, request: request, route: route, now: now, resumption: resumption,
+                                  foreign: found.foreign)
         case .cookies(let jar):
             let result = verifier.verifySessionCookies(jar.pairs, providers: policy.allowed, now: now)
-            return decide(result, policy: policy, cookies: jar, request: request, loopIndex: request.loop.index, now: now,
-                          upstream: route.upstreamIndex)
+            outcome = decide(result, policy: policy, cookies: jar, request: request, loopIndex: request.loop.index, now: now,
+                             upstream: route.upstreamIndex)
+        }
+        return Self.stripping(found.foreign, from: outcome)
+    }
+
+    /// Another provider's session cookies never reach the upstream: a request let through
+    /// (with or without identity) forwards its Cookie field without them.
+    static func stripping(_ foreign: ForeignSessionCookies?, from outcome: AuthOutcome) -> AuthOutcome {
+        guard let foreign else { return outcome }
+        switch outcome {
+        case .anonymous: return .grant(foreign.strip(from: AuthGrant(headers: [])))
+        case .grant(let grant): return .grant(foreign.strip(from: grant))
+        case .reject, .deferred, .needsBody: return outcome
         }
     }
 
@@ -138,23 +156,27 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             let method = request.methodBytes
             if policy.bypassMethods.contains(where: { $0.elementsEqual(method) }) { return .anonymous }
         }
+        // Session cookies are not this route's credential: any an app would read go.
+        let foreign = PresentedCredential.find(in: request, cookieNames: [], sessionBases: sessionBases).foreign
         switch BodyCredential.find(in: body, field: field) {
         case .absent:
-            return unauthenticated(policy, request: request)
+            return Self.stripping(foreign, from: unauthenticated(policy, request: request))
         case .malformed:
             return rejectFailure(AuthFailure(.malformedBody), loopIndex: request.loop.index, body: policy.errorBody)
         case .token(let token):
-            return token.withUnsafeBytes { bytes in
+            let outcome = token.withUnsafeBytes { bytes in
                 verifyToken(bytes, providers: policy.bodyProviders, policy: policy, request: request, route: route,
-                            now: WallClock.nowSeconds(), resumption: resumption)
+                            now: WallClock.nowSeconds(), resumption: resumption, foreign: foreign)
             }
+            return Self.stripping(foreign, from: outcome)
         }
     }
 
     /// Verifies a Bearer-shaped token (from the header or a body member), parking the request
     /// while a provider's keys are refetched for an unknown `kid`.
     private func verifyToken(_ token: UnsafeRawBufferPointer, providers: Set<String>?, policy: RoutePolicy,
-                             request: RequestView, route: Route, now: Double, resumption: AuthResumption) -> AuthOutcome {
+                             request: RequestView, route: Route, now: Double, resumption: AuthResumption,
+                             foreign: ForeignSessionCookies? = nil) -> AuthOutcome {
         let result = verifier.verifyBearer(token, providers: providers, now: now)
         if case .failed(let failure) = result, failure.reason == .unknownKey || failure.reason == .keysUnavailable,
            let provider = failure.provider, let keys {
@@ -164,8 +186,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                 // On the connection's loop: decide with the keys as they are now.
                 let now = WallClock.nowSeconds()
                 let retried = verifier.verifyBearer(copy, providers: providers, now: now)
-                resumption.resume(decide(retried, policy: policy, cookies: nil, request: nil,
-                                         loopIndex: resumption.loop.index, now: now, upstream: route.upstreamIndex))
+                resumption.resume(Self.stripping(foreign, from: decide(retried, policy: policy, cookies: nil, request: nil,
+                                         loopIndex: resumption.loop.index, now: now, upstream: route.upstreamIndex)))
             }
             if started { return .deferred }
         }

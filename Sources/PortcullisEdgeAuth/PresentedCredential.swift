@@ -16,7 +16,28 @@ enum PresentedCredential {
     case cookies(CookieJar)
     case malformed(AuthFailure.Reason)
 
-    static func find(in request: RequestView, cookieNames: [String]) -> PresentedCredential {
+    /// What `find` saw: the credential, and the session cookies this route does not verify
+    /// but an app would read (another provider's), which must not reach the upstream.
+    struct Found {
+        var credential: PresentedCredential
+        var foreign: ForeignSessionCookies? = nil
+    }
+
+    /// Finds the credential. `cookieNames` are the session cookies the route verifies;
+    /// `sessionBases` every session cookie name of every provider. Cookie names are read
+    /// as the apps' frameworks read them (`CookieJar`): a cookie an app would take as a
+    /// session is verified (a name the route verifies), refused as ambiguous (another
+    /// spelling of a name the route verifies: `name.x`, `__Host-name`, a chunk beside the
+    /// whole), or reported in `foreign` to be stripped (another provider's); never passed
+    /// on unverified.
+    static func find(in request: RequestView, cookieNames: [String], sessionBases: [String]) -> Found {
+        var foreign: ForeignSessionCookies?
+        let credential = find(in: request, cookieNames: cookieNames, sessionBases: sessionBases, foreign: &foreign)
+        return Found(credential: credential, foreign: foreign)
+    }
+
+    private static func find(in request: RequestView, cookieNames: [String], sessionBases: [String],
+                             foreign: inout ForeignSessionCookies?) -> PresentedCredential {
         let bytes = request.bytes
         var authorization: Range<Int>?
         var authorizationCount = 0
@@ -42,9 +63,19 @@ enum PresentedCredential {
             }
         }
         var jar: CookieJar?
-        if hasCookieField && !cookieNames.isEmpty {
+        if hasCookieField && !sessionBases.isEmpty {
             let candidate = CookieJar(request: request)
-            if candidate.containsAny(of: cookieNames) {
+            var strip: [Substring] = []
+            for name in candidate.sessionLikeNames(of: sessionBases) {
+                if cookieNames.contains(where: { CookieJar.isSessionCookie(name, base: $0) }) { continue }  // verified here
+                // A spelling of a session this route verifies that the gateway would not
+                // read but the app would (NextAuth takes every cookie whose name starts
+                // with the session name): two credentials, as two Authorization fields.
+                if cookieNames.contains(where: { CookieJar.sharesBase(name, $0) }) { return .malformed(.ambiguousCredential) }
+                strip.append(name)
+            }
+            if !strip.isEmpty { foreign = ForeignSessionCookies(jar: candidate, names: strip) }
+            if !cookieNames.isEmpty && candidate.containsAny(of: cookieNames) {
                 if candidate.holdsSeveralSessions(of: cookieNames) { return .malformed(.ambiguousCredential) }
                 jar = candidate
             }
@@ -147,12 +178,46 @@ struct CookieJar {
         for piece in text.split(separator: ";", omittingEmptySubsequences: true) {
             let trimmed = piece.drop { $0 == " " || $0 == "\t" }
             guard let equals = trimmed.firstIndex(of: "=") else { continue }
-            var value = trimmed[trimmed.index(after: equals)...]
+            var value = trimmed[trimmed.index(after: equals)...].drop { $0 == " " || $0 == "\t" }
             while value.last == " " || value.last == "\t" { value = value.dropLast() }
             if value.count >= 2 && value.first == "\"" && value.last == "\"" { value = value.dropFirst().dropLast() }
-            pairs.append((trimmed[..<equals], value))
+            pairs.append((Self.name(trimmed[..<equals]), value))
         }
         self.pairs = pairs
+    }
+
+    /// A cookie's name as the `cookie` library (Express, NextAuth, Auth.js) reads it:
+    /// spaces and tabs around it trimmed (`name =v` is `name`).
+    static func name(_ raw: Substring) -> Substring {
+        var name = raw.drop { $0 == " " || $0 == "\t" }
+        while name.last == " " || name.last == "\t" { name = name.dropLast() }
+        return name
+    }
+
+    /// `name` without a `__Secure-` or `__Host-` prefix (any case, as browsers compare them).
+    static func unprefixed(_ name: Substring) -> Substring {
+        for prefix in ["__secure-", "__host-"] where name.count > prefix.count
+            && name.prefix(prefix.count).lowercased() == prefix {
+            return name.dropFirst(prefix.count)
+        }
+        return name
+    }
+
+    /// True when an app would read `name` as (part of) the session cookie `base`: NextAuth
+    /// and Auth.js take every cookie whose name starts with the session name, whatever
+    /// follows (`base.0`, `base.x`, `base-2`), and the `__Secure-`/`__Host-` forms name
+    /// the same cookie.
+    static func sharesBase(_ name: Substring, _ base: String) -> Bool {
+        unprefixed(name).hasPrefix(unprefixed(Substring(base)))
+    }
+
+    /// Names of the cookies with a value that an app would read as one of `bases`' sessions.
+    func sessionLikeNames(of bases: [String]) -> [Substring] {
+        var found: [Substring] = []
+        for pair in pairs where !pair.value.isEmpty && bases.contains(where: { Self.sharesBase(pair.name, $0) }) {
+            if !found.contains(pair.name) { found.append(pair.name) }
+        }
+        return found
     }
 
     /// True when a cookie is named one of `names`, or a chunk of one (`name.N`).
@@ -209,12 +274,30 @@ struct CookieJar {
     /// The Cookie value without the session cookies (and their chunks); the
     /// other cookies are kept byte for byte.
     func header(removing names: [String]) -> String {
+        Self.filter(text) { name in names.contains { Self.isSessionCookie(name, base: $0) } }
+    }
+
+    /// `text` (a Cookie value) without the cookies whose (trimmed) name `drop` picks; the
+    /// others are kept byte for byte.
+    static func filter(_ text: String, dropping drop: (Substring) -> Bool) -> String {
         text.split(separator: ";", omittingEmptySubsequences: true)
             .map { $0.drop { $0 == " " || $0 == "\t" } }
-            .filter { piece in
-                let name = piece.prefix { $0 != "=" }
-                return !names.contains { Self.isSessionCookie(name, base: $0) }
-            }
+            .filter { piece in !drop(name(piece.prefix { $0 != "=" })) }
             .joined(separator: "; ")
+    }
+}
+
+/// Session cookies of providers a route does not verify: an app would read them as a
+/// session, so they are removed from the Cookie field the upstream gets.
+struct ForeignSessionCookies {
+    let jar: CookieJar
+    let names: [Substring]
+
+    /// `grant` with those cookies removed from what it forwards (its own replacement, if
+    /// it has one, or the request's Cookie value).
+    func strip(from grant: AuthGrant) -> AuthGrant {
+        var grant = grant
+        grant.replacementCookie = CookieJar.filter(grant.replacementCookie ?? jar.text) { names.contains($0) }
+        return grant
     }
 }

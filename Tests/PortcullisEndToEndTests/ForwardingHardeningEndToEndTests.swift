@@ -178,3 +178,62 @@ import Testing
         #expect(E2E.curl(["\(g.url)/after"]).status == 200)
     }
 }
+
+/// Session cookies read as the apps' frameworks read them: NextAuth and Auth.js take every
+/// cookie whose name starts with the session name, and the `cookie` library trims names. A
+/// cookie an app would read as a session is verified, refused as ambiguous, or stripped
+/// before forwarding; never passed on unverified.
+@Suite(.serialized) struct SessionCookieSpellingEndToEndTests {
+    static func gateway(_ upstream: EchoUpstream) throws -> GatewayProcess {
+        try GatewayProcess("""
+        \(AuthFixtures.providers)
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required, providers: [app]}
+          - {path: /, upstream: app, auth: required}
+        """)
+    }
+
+    /// Status, and the Cookie field the app got (nil: none, or not forwarded).
+    static func get(_ g: GatewayProcess, _ path: String, cookie: String, bearer: String? = nil) -> (Int, String?) {
+        var arguments = ["-s", "-w", "\n%{http_code}", "-H", "Cookie: \(cookie)"]
+        if let bearer { arguments += ["-H", "Authorization: Bearer \(bearer)"] }
+        let (_, out, _) = E2E.run("/usr/bin/curl", arguments + ["\(g.url)\(path)"])
+        let lines = out.split(separator: "\n")
+        let status = Int(lines.last ?? "") ?? 0
+        let body = lines.dropLast().joined(separator: "\n")
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any],
+              let headers = object["headers"] as? [[String]] else { return (status, nil) }
+        return (status, headers.first { $0.first?.lowercased() == "cookie" }?.last)
+    }
+
+    @Test func spellingsAnAppReadsAreVerifiedRefusedOrStripped() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.gateway(upstream)
+        let alice = AmbiguousCookieEndToEndTests.cookieValue(try AuthFixtures.mint(g, "web", ["--sub", "alice"]))
+        let bob = AmbiguousCookieEndToEndTests.cookieValue(try AuthFixtures.mint(g, "web", ["--sub", "bob"]))
+        let name = alice.name  // next-auth.session-token
+        // A trimmed name is the session itself: verified.
+        #expect(Self.get(g, "/who", cookie: "\(name) =\(alice.value)").0 == 200)
+        #expect(Self.get(g, "/who", cookie: " \(name)\t= \(alice.value) ").0 == 200)
+        // Another spelling of the session beside it, which NextAuth would read too: 400.
+        for other in ["\(name).x", "\(name)-2", "\(name).", "__Host-\(name)", "__SECURE-\(name).0"] {
+            let (status, _) = Self.get(g, "/who", cookie: "\(name)=\(alice.value); \(other)=\(bob.value)")
+            #expect(status == 400, "\(other)")
+        }
+        // Alone, such a spelling is still a session the app would read: refused, never forwarded.
+        #expect(Self.get(g, "/who", cookie: "\(name).x=\(bob.value)").0 == 400)
+        // An emptied one (what a sign-out leaves) is no session.
+        #expect(Self.get(g, "/who", cookie: "\(name)=\(alice.value); \(name).x=").0 == 200)
+        // A route that does not verify cookies (Bearer from `app` only): the Bearer user
+        // passes, and the app never sees a session cookie, however it is spelled.
+        let token = try AuthFixtures.mint(g, "app", ["--sub", "carol"]).replacingOccurrences(of: "Authorization: Bearer ", with: "")
+        let (status, cookie) = Self.get(g, "/api/who", cookie: "theme=dark; \(name) =\(bob.value); \(name).x=\(bob.value); lang=en",
+                                        bearer: token)
+        #expect(status == 200)
+        #expect(cookie == "theme=dark; lang=en", "\(cookie ?? "none")")
+        // Other cookies are untouched when no session cookie is present.
+        #expect(Self.get(g, "/api/who", cookie: "theme=dark; lang=en", bearer: token).1 == "theme=dark; lang=en")
+    }
+}
