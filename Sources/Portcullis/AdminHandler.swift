@@ -94,7 +94,10 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
         }
         guard let token else { return .error(404, "no such admin endpoint (admin.token is not configured)") }
         var presented: [UInt8]?
-        request.values(of: "authorization") { value in presented = Array(value) }
+        var fields = 0
+        request.values(of: "authorization") { value in presented = Array(value); fields += 1 }
+        // Two Authorization fields are refused, never read as the last one.
+        if fields > 1 { return .error(400, "more than one Authorization field") }
         guard let presented, presented.count == token.utf8.count + 7,
               String(decoding: presented.prefix(7), as: UTF8.self).lowercased() == "bearer ",
               constantTimeEqual(Array(presented.dropFirst(7)), Array(token.utf8)) else {

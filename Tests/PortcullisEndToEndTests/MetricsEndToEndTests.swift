@@ -27,6 +27,17 @@ struct MetricsEndToEndTests {
         return (status, parse(body), body)
     }
 
+    /// Two Authorization fields on the admin listener are refused, never read as the last one.
+    @Test func theAdminListenerRefusesTwoAuthorizationFields() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess(upstream.openRoute, adminToken: Self.adminToken)
+        let url = "http://127.0.0.1:\(g.adminPort)/metrics"
+        #expect(E2E.curl(["-H", "Authorization: Bearer \(Self.adminToken)", url]).status == 200)
+        let twice = E2E.curl(["-H", "Authorization: Bearer wrong", "-H", "Authorization: Bearer \(Self.adminToken)", url])
+        #expect(twice.status == 400, "\(twice.body)")
+        #expect(E2E.curl(["-H", "Authorization: Bearer \(Self.adminToken)", "-H", "Authorization: Bearer wrong", url]).status == 400)
+    }
+
     @Test func countersMatchTheRequestsSent() throws {
         let host = try KeyHost(kids: ["k1"])
         try host.publish(["k1"])

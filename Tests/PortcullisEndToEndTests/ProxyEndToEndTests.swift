@@ -45,6 +45,17 @@ struct ProxyEndToEndTests {
         }
     }
 
+    /// Fields apps and frameworks trust to name the client, the URL or the method never come
+    /// from a client (X-Original-URL routing bypasses, method overrides, a spoofed X-Real-IP).
+    @Test func stripsFieldsAppsTrustForTheClientTheURLOrTheMethod() throws {
+        let names = ["X-Real-IP", "X-Original-URL", "X-Original-Host", "X-Rewrite-URL", "X-HTTP-Method-Override",
+                     "X-HTTP-Method", "X-Method-Override", "x_real_ip", "X_Original_Url"]
+        let (status, body) = E2E.curl(names.flatMap { ["-H", "\($0): /api/visits/1"] } + ["\(gateway.url)/public/page"])
+        #expect(status == 200)
+        let echo = try Echo(body)
+        for name in names { #expect(!echo.has(name), "\(name) reached the upstream") }
+    }
+
     @Test func protectedRouteWithoutCredentialIsRefusedAndNeverForwarded() throws {
         _ = try upstream.seen()
         let c = try RawConnection(port: gateway.port)
@@ -236,5 +247,34 @@ struct AccessLogEndToEndTests {
         #expect(line(308)?.contains("\"request_id\":\"\(redirectId)\"") == true, "\(lines)")
         #expect(line(308)?.contains("\"path\":\"/moved/here\"") == true, "\(lines)")
         #expect(line(400)?.contains("\"path\":\"-\"") == true, "\(lines)")
+    }
+
+    /// A trusted proxy's X-Request-Id is kept when it looks like an id; one that would break
+    /// the log line (quotes, control bytes, too long) is replaced, and every line stays JSON.
+    @Test func requestIdsFromTrustedProxiesAreCheckedAndLogLinesStayJSON() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        trusted_proxies: ["127.0.0.1/32"]
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """)
+        let good = "trace-0af7651916cd43dd8448eb211c80319c"
+        let injected = #"x","status":999,"evil":"1"#
+        for id in [good, injected, String(repeating: "a", count: 300)] {
+            let (status, body) = E2E.curl(["-H", "X-Request-Id: \(id)", "\(g.url)/id"])
+            #expect(status == 200)
+            let sent = try Echo(body).values("X-Request-Id").first ?? ""
+            #expect(id == good ? sent == good : (sent != id && sent.count == 32), "\(id.prefix(40)) -> \(sent)")
+        }
+        #expect(waitUntil(5) { g.log.components(separatedBy: "\"status\":").count - 1 >= 3 })
+        let lines = g.log.split(separator: "\n").filter { $0.contains("\"status\":") }
+        #expect(lines.count == 3, "\(lines)")
+        for line in lines {
+            let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            #expect(object?["status"] as? Int == 200, "\(line)")
+            #expect(object?["evil"] == nil, "\(line)")
+        }
     }
 }

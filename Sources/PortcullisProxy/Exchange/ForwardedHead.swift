@@ -62,7 +62,11 @@ enum ForwardedHead {
                 if trusted { forwardedHost = field.value }
                 continue fieldLoop
             case .requestId:
-                if trusted { clientRequestId = field.value }
+                // A trusted proxy's id is kept when it looks like one; anything else (too
+                // long, quotes, control bytes: an injection into the logs) is replaced.
+                if trusted && isAcceptableRequestId(UnsafeRawBufferPointer(rebasing: bytes[field.value])) {
+                    clientRequestId = field.value
+                }
                 continue fieldLoop
             case .forwarded:
                 if !trusted { continue fieldLoop }
@@ -161,6 +165,20 @@ enum ForwardedHead {
             return
         }
         Authority.write(bytes, parts) { buffer.append($0) }
+    }
+
+    /// 1 to 128 bytes of letters, digits and `-_.:/+=` (UUIDs, ULIDs, base64, trace ids).
+    static func isAcceptableRequestId(_ value: UnsafeRawBufferPointer) -> Bool {
+        guard !value.isEmpty, value.count <= 128 else { return false }
+        return value.allSatisfy { b in
+            switch b {
+            case 48...57, 65...90, 97...122, UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."),
+                 UInt8(ascii: ":"), UInt8(ascii: "/"), UInt8(ascii: "+"), UInt8(ascii: "="):
+                return true
+            default:
+                return false
+            }
+        }
     }
 
     private static func listsWebSocket(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) -> Bool {

@@ -44,11 +44,13 @@ public final class AccessLog: @unchecked Sendable {
     func record(_ r: AccessRecord) {
         buffer.append("{\"time\":\"")
         appendTimestamp(r.time)
-        buffer.append("\",\"request_id\":\"")
-        buffer.append(r.requestId)
-        buffer.append("\",\"client\":\"")
-        buffer.append(r.client)
-        buffer.append("\",\"method\":")
+        // Every string is escaped, also those that are checked on arrival (request ids) or
+        // made here (the client's address): a log line is one JSON object, whatever came in.
+        buffer.append("\",\"request_id\":")
+        appendQuoted(r.requestId)
+        buffer.append(",\"client\":")
+        buffer.append(JSONText.quoted(r.client))
+        buffer.append(",\"method\":")
         buffer.append(JSONText.quoted(r.method))
         buffer.append(",\"protocol\":\"")
         buffer.append(r.transport.name)
@@ -76,6 +78,26 @@ public final class AccessLog: @unchecked Sendable {
             loop.queue.async { [self] in flush() }
         }
     }
+
+    /// `bytes` as a JSON string: quotes, backslashes and control bytes escaped.
+    private func appendQuoted(_ bytes: UnsafeRawBufferPointer) {
+        buffer.append(UInt8(ascii: "\""))
+        for b in bytes {
+            switch b {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+                buffer.append(UInt8(ascii: "\\"))
+                buffer.append(b)
+            case 0..<0x20, 0x7F:
+                buffer.append("\\u00")
+                buffer.append(Self.hex[Int(b >> 4)])
+                buffer.append(Self.hex[Int(b & 15)])
+            default:
+                buffer.append(b)
+            }
+        }
+        buffer.append(UInt8(ascii: "\""))
+    }
+    private static let hex = Array("0123456789abcdef".utf8)
 
     private func appendTimestamp(_ time: Double) {
         let seconds = Int(time)

@@ -85,23 +85,32 @@ public struct HeaderPolicy: Sendable {
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "upgrade") { return .drop }
         case 9:
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "forwarded") { return .forwarded }
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xRealIP) { return .drop }
         case 10:
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "connection") { return .drop }
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "keep-alive") { return .drop }
         case 12:
             if HTTPBytes.equalsIdentityName(bytes, name, Self.xRequestId) { return .requestId }
+        case 13:
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xRewriteURL) { return .drop }
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xHTTPMethod) { return .drop }
         case 14:
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "content-length") { return .drop }
             // h2c upgrade settings (RFC 7540 §3.2): never leave the gateway (h2c smuggling).
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "http2-settings") { return .drop }
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xOriginalURL) { return .drop }
         case 15:
             if HTTPBytes.equalsIdentityName(bytes, name, Self.xForwardedFor) { return .forwardedFor }
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xOriginalHost) { return .drop }
         case 16:
             if HTTPBytes.equalsIdentityName(bytes, name, Self.xForwardedHost) { return .forwardedHost }
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "proxy-connection") { return .drop }
         case 17:
             if HTTPBytes.equalsIdentityName(bytes, name, Self.xForwardedProto) { return .forwardedProto }
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "transfer-encoding") { return .drop }
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xMethodOverride) { return .drop }
+        case 22:
+            if HTTPBytes.equalsIdentityName(bytes, name, Self.xHTTPMethodOverride) { return .drop }
         default:
             break
         }
@@ -122,6 +131,16 @@ public struct HeaderPolicy: Sendable {
     }
 
     static let xRequestId = Array("x-request-id".utf8)
+    // Fields apps and frameworks trust to name the client, the URL or the method (IIS and
+    // Symfony read X-Original-URL / X-Rewrite-URL, Express and Rails method overrides, nginx
+    // setups X-Real-IP): a client's never reaches an upstream.
+    static let xRealIP = Array("x-real-ip".utf8)
+    static let xRewriteURL = Array("x-rewrite-url".utf8)
+    static let xHTTPMethod = Array("x-http-method".utf8)
+    static let xOriginalURL = Array("x-original-url".utf8)
+    static let xOriginalHost = Array("x-original-host".utf8)
+    static let xMethodOverride = Array("x-method-override".utf8)
+    static let xHTTPMethodOverride = Array("x-http-method-override".utf8)
     static let xForwardedFor = Array("x-forwarded-for".utf8)
     static let xForwardedHost = Array("x-forwarded-host".utf8)
     static let xForwardedProto = Array("x-forwarded-proto".utf8)
