@@ -44,7 +44,8 @@ public struct AdminError: Error, Sendable {
 /// `Authorization: Bearer <admin.token>` and is refused when no token is configured:
 ///
 /// - `POST /revocations` with `{"jti": "…", "exp": 1735689600}`, `{"session": "…"}` or
-///   `{"subject": "…", "before": 1735689600}` (before defaults to now) → 201;
+///   `{"subject": "…", "before": 1735689600}` (credentials issued before it; by default every
+///   one issued up to now, the current second included) → 201;
 /// - `DELETE /revocations` with the same bodies → 200 `{"status":"unrevoked","found":…}`: the
 ///   revocation is undone on every instance (`exp`/`before` are not needed and not looked at);
 /// - `GET /revocations?subject=…` → the subject's recorded revocations;
@@ -216,7 +217,9 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
         let subject = decoded.subject!
         guard valid(subject) else { return bad("subject must be a non-empty string of at most 512 printable bytes") }
         if until != nil && !forUndo { return bad("exp/until apply to jti and session revocations") }
-        return .success(.subject(subject, before: decoded.before ?? Int64(Date().timeIntervalSince1970)))
+        // "Sign out everywhere" by default: every credential issued up to now, those issued
+        // within the current second too (`iat` has whole seconds, and the check is `iat < before`).
+        return .success(.subject(subject, before: decoded.before ?? Int64(Date().timeIntervalSince1970) + 1))
     }
 
     static func queryValue(_ query: String?, _ name: String) -> String? {

@@ -17,7 +17,7 @@ struct Revoke: ParsableCommand {
     var session: String?
     @Option(name: .long, help: "A subject: the user id the gateway injects. Revokes credentials issued before --before.")
     var subject: String?
-    @Option(name: .long, help: "With --subject: seconds since the epoch (default: now).")
+    @Option(name: .long, help: "With --subject: seconds since the epoch (default: now, the current second included).")
     var before: Int64?
     @Option(name: .long, help: "With --jti/--session: keep the revocation until (seconds since the epoch; default: 30 days).")
     var until: Int64?

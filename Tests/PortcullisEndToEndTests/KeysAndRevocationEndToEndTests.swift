@@ -124,6 +124,29 @@ struct KeysAndRevocationEndToEndTests {
         #expect(E2E.curl(["-H", unknown, "\(g.url)/c"]).status == 401)
     }
 
+    /// RSA keys past 4,096 bits verify: the signature buffer is sized by the key (it was 512
+    /// bytes, so a 6,144-bit key loaded and never verified). Keys past 8,192 bits are refused
+    /// at load (RSAVerifier); making one here would take minutes.
+    @Test func rsaKeysPast4096BitsVerify() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rsa-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let key = "\(dir)/rsa6144.pem", pub = "\(dir)/rsa6144.pub.pem"
+        #expect(E2E.run("/usr/bin/openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:6144", "-out", key],
+                        timeout: 120).0 == 0)
+        #expect(E2E.run("/usr/bin/openssl", ["pkey", "-in", key, "-pubout", "-out", pub]).0 == 0)
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        providers:
+          - {name: corp, type: oidc, issuer: "https://id.example.test", audiences: ["api"], algorithms: [RS256], public_key: "\(pub)", key_id: "big"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """)
+        let token = try g.mint(["--provider", "corp", "--key", key, "--kid", "big", "--sub", "wide"])
+        #expect(E2E.curl(["-H", token, "\(g.url)/x"]).status == 200)
+    }
+
     @Test func adminRevocationIsEnforcedOnTheNextRequest() throws {
         let upstream = try EchoUpstream()
         let g = try GatewayProcess("""
@@ -164,6 +187,15 @@ struct KeysAndRevocationEndToEndTests {
         let listed = E2E.curl(["-H", auth, "\(admin)?subject=bob"])
         #expect(listed.status == 200)
         #expect(listed.body.contains("\"subject\":\"bob\""))
+
+        // Also a credential issued within the same second as the sign-out (iat has whole
+        // seconds); a sign-in a second later works again.
+        let carol = try g.mint(["--provider", "app", "--sub", "carol"])
+        #expect(E2E.curl(["-X", "POST", "-H", auth, "-d", "{\"subject\":\"carol\"}", admin]).status == 201)
+        #expect(E2E.curl(["-H", carol, "\(g.url)/x"]).status == 401)
+        usleep(1_100_000)
+        let carolAgain = try g.mint(["--provider", "app", "--sub", "carol"])
+        #expect(E2E.curl(["-H", carolAgain, "\(g.url)/x"]).status == 200)
     }
 
     @Test func logoutOnOneInstanceIsEnforcedOnAnotherThroughRedis() throws {

@@ -18,6 +18,9 @@ final class RSAVerifier: SignatureVerifier {
         guard algorithm.isRSA, let digest = algorithm.digest else { throw .algorithmMismatch(algorithm.rawValue, keyType: "RSA") }
         guard key.isA("RSA") else { throw .algorithmMismatch(algorithm.rawValue, keyType: "non-RSA") }
         guard key.bits >= 2048 else { throw .weakKey("RSA key is \(key.bits) bits; at least 2048 are required") }
+        // Each verification costs about the cube of the size: a 16,384-bit key in a JWKS the
+        // gateway fetches would make every token check a denial of service.
+        guard key.bits <= 8192 else { throw .weakKey("RSA key is \(key.bits) bits; at most 8192 are accepted") }
         self.algorithm = algorithm
         self.key = key
         self.digest = digest

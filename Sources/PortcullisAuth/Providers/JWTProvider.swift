@@ -79,7 +79,8 @@ final class JWTProvider: Sendable {
         let signatureText = UnsafeRawBufferPointer(rebasing: bytes[token.signature])
         guard let signatureLength = Base64URL.decodedLength(signatureText.count),
               signatureLength == key.verifier.maxSignatureLength else { return fail(.signatureInvalid) }
-        let check = withUnsafeTemporaryAllocation(byteCount: 512, alignment: 8) { buffer -> SignatureCheck in
+        // Sized by the key (an RSA-8192 signature is 1,024 bytes); on the stack.
+        let check = withUnsafeTemporaryAllocation(byteCount: signatureLength, alignment: 8) { buffer -> SignatureCheck in
             guard Base64URL.decode(signatureText, into: buffer) == signatureLength else { return .malformed }
             return key.verify(signingInput: UnsafeRawBufferPointer(rebasing: bytes[token.signingInput]),
                               signature: UnsafeRawBufferPointer(rebasing: buffer[0..<signatureLength]))
