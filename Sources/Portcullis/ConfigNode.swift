@@ -153,7 +153,7 @@ struct ConfigNode {
     func duration() throws(ConfigurationError) -> Double {
         let text = try string()
         guard let v = parseDurationSeconds(text) else {
-            throw error("expected a duration such as 500ms, 30s, 5m, 12h, 30d, got '\(text)'")
+            throw error("expected a duration such as 500ms, 30s, 5m, 12h, 30d (at most 100 years), got '\(text)'")
         }
         return v
     }

@@ -88,3 +88,43 @@ import Testing
         return String((0..<48).map { _ in alphabet.randomElement()! })
     }
 }
+
+/// Every duration in a configuration is bounded when it is read: an absurd one is refused
+/// with the file, line, key and reason (one beyond a `UInt64` of nanoseconds killed
+/// `check-config` with SIGILL).
+@Suite struct ConfigurationBoundsTests {
+    @Test(arguments: [
+        ("timeouts: {idle: 99999999999999999999999d}", "timeouts.idle"),
+        ("timeouts: {header: 1e300s}", "timeouts.header"),
+        ("keys: {min_refetch_interval: 36501d}", "keys.min_refetch_interval"),
+    ])
+    func outOfRangeDurationsAreRefusedWithTheirKey(_ line: String, _ key: String) {
+        let errors = E2E.configErrors("""
+        upstreams:
+          app: {url: "http://127.0.0.1:1", response_timeout: 30s}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        \(line)
+        """)
+        #expect(errors.contains(key) && errors.contains("at most 100 years"), "\(errors)")
+    }
+
+    @Test func outOfRangeDurationsOfProvidersAndUpstreamsToo() {
+        let errors = E2E.configErrors("""
+        providers:
+          - {name: app, type: hs256, secret: "0123456789abcdef0123456789abcdef", leeway: 99999999999999999999999d}
+        upstreams:
+          app: {url: "http://127.0.0.1:1"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """)
+        #expect(errors.contains("leeway") && errors.contains("at most 100 years"), "\(errors)")
+        let upstream = E2E.configErrors("""
+        upstreams:
+          app: {url: "http://127.0.0.1:1", response_timeout: 99999999999999999999999d}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """)
+        #expect(upstream.contains("response_timeout") && upstream.contains("at most 100 years"), "\(upstream)")
+    }
+}

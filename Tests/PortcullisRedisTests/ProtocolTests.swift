@@ -57,6 +57,11 @@ import PortcullisIO
     @Test func redactedURLHidesThePassword() {
         #expect(RedisConfiguration.redacted("redis://alice:pw@127.0.0.1:1/0") == "redis://alice:***@127.0.0.1:1/0")
         #expect(RedisConfiguration.redacted("redis://127.0.0.1:1") == "redis://127.0.0.1:1")
+        // Whatever the scheme (a mistyped one is reported with the URL), and never a path's '@'.
+        #expect(RedisConfiguration.redacted("http://alice:pw@h:1/0") == "http://alice:***@h:1/0")
+        #expect(RedisConfiguration.redacted("redis:/alice:pw@h") == "***@h")
+        #expect(RedisConfiguration.redacted("rediss://:pw@h") == "rediss://:***@h")
+        #expect(RedisConfiguration.redacted("redis://h:1/0?x=a@b") == "redis://h:1/0?x=a@b")
     }
 
     @Test func backoffGrowsIsCappedAndJittered() {

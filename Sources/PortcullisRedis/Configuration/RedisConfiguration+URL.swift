@@ -68,14 +68,21 @@ extension RedisConfiguration {
     }
 
     /// The URL with any password replaced by `***`, for logs and errors.
+    /// `url` fit for a log line or an error message: any userinfo's password is `***`,
+    /// whatever the scheme (a mistyped `http://user:secret@…` must not print the secret).
     public static func redacted(_ url: String) -> String {
-        let scheme = url.hasPrefix("rediss://") ? "rediss://" : "redis://"
-        guard url.hasPrefix(scheme), let at = url.lastIndex(of: "@") else { return url }
-        let start = url.index(url.startIndex, offsetBy: scheme.count)
-        guard start <= at else { return url }
+        guard let colon = url.firstIndex(of: ":"), url[colon...].hasPrefix("://") else {
+            // Not a URL at all: everything before an '@' may be a credential.
+            let end = url.firstIndex(where: { $0 == "?" || $0 == "#" }) ?? url.endIndex
+            guard let at = url[..<end].lastIndex(of: "@") else { return url }
+            return "***" + url[at...]
+        }
+        let start = url.index(colon, offsetBy: 3)
+        let authorityEnd = url[start...].firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? url.endIndex
+        guard let at = url[start..<authorityEnd].lastIndex(of: "@") else { return url }
         let userinfo = url[start..<at]
-        guard let colon = userinfo.firstIndex(of: ":") else { return scheme + "***" + url[at...] }
-        return scheme + userinfo[..<colon] + ":***" + url[at...]
+        guard let colon = userinfo.firstIndex(of: ":") else { return url[..<start] + "***" + url[at...] }
+        return url[..<start] + userinfo[..<colon] + ":***" + url[at...]
     }
 
     private static func percentDecoded(_ text: Substring) throws(RedisError) -> String {
