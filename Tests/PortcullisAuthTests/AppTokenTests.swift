@@ -111,6 +111,33 @@ import Testing
         #expect(try Self.verifier().verifyBearer(relabelled, now: Self.now).reason == .algorithmNotAllowed)
     }
 
+    /// ECDSA signatures have two valid forms, (r, s) and (r, n − s). Both verify, so the hash
+    /// that names a token without `jti` for revocation is of the signing input, which the
+    /// signature cannot change (the whole token's hash, kept as the legacy one, differs).
+    @Test func bothFormsOfAnECDSASignatureNameTheSameCredential() throws {
+        let token = try TokenMinter.es256(privateKeyPEM: Fixture.text("p256.key.pem"), claims: Self.claims(), keyID: "p256")
+        let parts = token.split(separator: ".")
+        var signature = try #require(Base64URL.decode(String(parts[2])))
+        #expect(signature.count == 64)
+        // s' = n - s over the P-256 group order, big-endian.
+        let order: [UInt8] = [0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                              0xBC, 0xE6, 0xFA, 0xAD, 0xA7, 0x17, 0x9E, 0x84, 0xF3, 0xB9, 0xCA, 0xC2, 0xFC, 0x63, 0x25, 0x51]
+        var borrow = 0
+        for i in stride(from: 31, through: 0, by: -1) {
+            let difference = Int(order[i]) - Int(signature[32 + i]) - borrow
+            signature[32 + i] = UInt8((difference + 256) % 256)
+            borrow = difference < 0 ? 1 : 0
+        }
+        let flipped = "\(parts[0]).\(parts[1]).\(Base64URL.encode(signature))"
+        #expect(flipped != token)
+        let verifier = try Self.verifier()
+        let original = try #require(verifier.verifyBearer(token, now: Self.now).identity)
+        let other = try #require(verifier.verifyBearer(flipped, now: Self.now).identity, "OpenSSL accepts both forms")
+        #expect(original.credentialHash != nil)
+        #expect(original.credentialHash == other.credentialHash)
+        #expect(original.legacyCredentialHash != other.legacyCredentialHash)
+    }
+
     @Test func unknownKeyID() throws {
         let token = try TokenMinter.rs256(privateKeyPEM: Fixture.text("rsa1.key.pem"), claims: Self.claims(), keyID: "nope")
         #expect(try Self.verifier().verifyBearer(token, providers: ["rsa"], now: Self.now).reason == .unknownKey)
@@ -279,16 +306,21 @@ import Testing
         #expect(try Self.verifier().verifyBearer(token, now: Self.now).reason == .expired)
     }
 
-    @Test func credentialHashIsTheHexSHA256PrefixOfTheToken() throws {
+    @Test func credentialHashIsTheHexSHA256PrefixOfTheSigningInput() throws {
         let token = try Self.token()
         let identity = try #require(try Self.verifier().verifyBearer(token, now: Self.now).identity)
-        let digest = digestBytes(.sha256, Array(token.utf8))
+        let signingInput = token[..<token.lastIndex(of: ".")!]
+        let digest = digestBytes(.sha256, Array(signingInput.utf8))
         #expect(identity.credentialHash == digest.prefix(16).map { String(format: "%02x", $0) }.joined())
+        // The whole token's (what revocations named it by before) is checked too.
+        let whole = digestBytes(.sha256, Array(token.utf8))
+        #expect(identity.legacyCredentialHash == whole.prefix(16).map { String(format: "%02x", $0) }.joined())
         // A token with a jti is revoked by it: no hash is computed.
         let withID = try Self.token(Self.claims(extra: [("jti", "t-1")]))
         let named = try #require(try Self.verifier().verifyBearer(withID, now: Self.now).identity)
         #expect(named.tokenID == "t-1")
         #expect(named.credentialHash == nil)
+        #expect(named.legacyCredentialHash == nil)
         // SHA-256("abc"), FIPS 180-2 appendix B.1.
         #expect(Array("abc".utf8).withUnsafeBytes { CredentialHash.hex(of: $0) } == "ba7816bf8f01cfea414140de5dae2223")
     }

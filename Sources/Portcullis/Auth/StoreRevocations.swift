@@ -28,8 +28,13 @@ public final class StoreRevocations: RevocationChecking {
     }
 
     public func check(loopIndex: Int, identity: VerifiedIdentity, userID: String, now: Int64) -> RevocationDecision {
-        let verdict = views[loopIndex].check(tokenID: identity.tokenID ?? identity.credentialHash, sessionID: identity.sessionID,
-                                             subject: userID, issuedAt: identity.issuedAt.map { Int64($0) }, now: now)
+        let issuedAt = identity.issuedAt.map { Int64($0) }
+        var verdict = views[loopIndex].check(tokenID: identity.tokenID ?? identity.credentialHash, sessionID: identity.sessionID,
+                                             subject: userID, issuedAt: issuedAt, now: now)
+        if case .allowed = verdict, let legacy = identity.legacyCredentialHash {
+            // Revoked by an earlier version's hash (the whole token): still revoked.
+            verdict = views[loopIndex].check(tokenID: legacy, sessionID: nil, subject: userID, issuedAt: issuedAt, now: now)
+        }
         switch verdict {
         case .allowed: return .allowed
         case .revoked: return .revoked

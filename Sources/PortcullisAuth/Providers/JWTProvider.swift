@@ -113,7 +113,9 @@ final class JWTProvider: Sendable {
             provider: policy.name, subject: subject, issuer: claims.issuer(),
             expiresAt: times.expiresAt, issuedAt: times.issuedAt, tokenID: tokenID,
             sessionID: claims.optionalString(.sid), claimList: forwarded.claims, listClaims: forwarded.lists,
-            // A token with a `jti` is revoked by it; the hash (a SHA-256 per miss) names only tokens without one.
-            credentialHash: tokenID == nil ? CredentialHash.hex(of: bytes) : nil, source: .bearer), generation))
+            // A token with a `jti` is revoked by it; the hash (a SHA-256 per miss) names only tokens
+            // without one, by the signing input, which no form of the signature changes.
+            credentialHash: tokenID == nil ? CredentialHash.hex(of: UnsafeRawBufferPointer(rebasing: bytes[token.signingInput])) : nil,
+            legacyCredentialHash: tokenID == nil ? CredentialHash.hex(of: bytes) : nil, source: .bearer), generation))
     }
 }

@@ -77,12 +77,20 @@ public struct VerifiedIdentity: Sendable, Equatable {
         get { storage.listClaims }
         set { uniqueStorage().listClaims = newValue }
     }
-    /// Hex SHA-256 (first 128 bits) of the credential as presented: a stable
-    /// name for revoking a token that carries no `jti`. Bearer JWTs with a
-    /// `jti` leave it nil (they are revoked by `jti`); session cookies always have it.
+    /// Hex SHA-256 (first 128 bits) naming the credential for revocation when it carries
+    /// no `jti`: of a JWS's signing input (header and payload, which its signature cannot
+    /// change: an ECDSA signature has two valid forms, `s` and `n − s`), of a session
+    /// cookie's whole value (an encrypted cookie cannot be changed and still decrypt).
+    /// Bearer JWTs with a `jti` leave it nil (they are revoked by `jti`).
     public var credentialHash: String? {
         get { storage.credentialHash }
         set { uniqueStorage().credentialHash = newValue }
+    }
+    /// The hash a JWS without `jti` was revoked by before (its whole text): checked too, so
+    /// a revocation recorded by an earlier version is never lost. Nil for other credentials.
+    public var legacyCredentialHash: String? {
+        get { storage.legacyCredentialHash }
+        set { uniqueStorage().legacyCredentialHash = newValue }
     }
     public var source: Source {
         get { storage.source }
@@ -99,10 +107,11 @@ public struct VerifiedIdentity: Sendable, Equatable {
 
     public init(provider: String, subject: String, issuer: String?, expiresAt: Double, issuedAt: Double?,
                 tokenID: String?, sessionID: String?, claimList: [IdentityClaim], listClaims: [String: [String]] = [:],
-                credentialHash: String? = nil, source: Source) {
+                credentialHash: String? = nil, legacyCredentialHash: String? = nil, source: Source) {
         storage = Storage(provider: provider, subject: subject, issuer: issuer, expiresAt: expiresAt, issuedAt: issuedAt,
                           tokenID: tokenID, sessionID: sessionID, claims: claimList, listClaims: listClaims,
                           credentialHash: credentialHash, source: source)
+        storage.legacyCredentialHash = legacyCredentialHash
     }
 
     /// Values derived from this exact verified credential (the gateway's signed assertion
@@ -137,6 +146,7 @@ extension VerifiedIdentity {
         var claims: [IdentityClaim]
         var listClaims: [String: [String]]
         var credentialHash: String?
+        var legacyCredentialHash: String?
         var source: Source
         /// Not copied by `copy()`: a modified identity derives its values anew.
         let memo = IdentityMemo()
@@ -158,16 +168,19 @@ extension VerifiedIdentity {
         }
 
         func copy() -> Storage {
-            Storage(provider: provider, subject: subject, issuer: issuer, expiresAt: expiresAt, issuedAt: issuedAt,
-                    tokenID: tokenID, sessionID: sessionID, claims: claims, listClaims: listClaims,
-                    credentialHash: credentialHash, source: source)
+            let copy = Storage(provider: provider, subject: subject, issuer: issuer, expiresAt: expiresAt, issuedAt: issuedAt,
+                               tokenID: tokenID, sessionID: sessionID, claims: claims, listClaims: listClaims,
+                               credentialHash: credentialHash, source: source)
+            copy.legacyCredentialHash = legacyCredentialHash
+            return copy
         }
 
         func hasSameFields(as other: Storage) -> Bool {
             provider == other.provider && subject == other.subject && issuer == other.issuer
                 && expiresAt == other.expiresAt && issuedAt == other.issuedAt && tokenID == other.tokenID
                 && sessionID == other.sessionID && IdentityClaim.sameClaims(claims, other.claims) && listClaims == other.listClaims
-                && credentialHash == other.credentialHash && source == other.source
+                && credentialHash == other.credentialHash && legacyCredentialHash == other.legacyCredentialHash
+                && source == other.source
         }
     }
 }
