@@ -337,14 +337,20 @@ public final class StreamSocket: @unchecked Sendable {
     }
 
     /// Closes the descriptor (which also removes it from the loop's poller) and drops
-    /// the handlers. Events already collected for it are recognised as stale.
+    /// the handlers. Events already collected for it are recognised as stale. A record layer
+    /// first says goodbye (TLS `close_notify`, RFC 8446 §6.1) with one non-blocking write:
+    /// a peer that stopped reading cannot hold the close, and one that reads sees a clean end
+    /// (OpenSSL 3 clients drop a session that ended without it, so no resumption).
     public func close() {
         guard !isClosed else { return }
         isClosed = true
         readHandler = nil
         writeHandler = nil
         if isRegistered { loop.unregister(self) }
-        security?.close()
+        if let security {
+            security.shutdown()
+            security.close()
+        }
         System.close(fd)
     }
 }

@@ -163,8 +163,10 @@ public final class TLSSession: StreamSecurity {
 
     public var isHandshakeComplete: Bool { handshakeDone }
 
+    /// Queues `close_notify` (once, never waiting for the peer's). Not after a failure or
+    /// the peer's end: there is nobody to tell, or nothing sound to say it with.
     public func shutdown() {
-        guard let ssl, handshakeDone, !socketEnded else { return }
+        guard let ssl, handshakeDone, !socketEnded, !hasFailed, socketErrno == 0 else { return }
         ERR_clear_error()
         _ = SSL_shutdown(ssl)  // queues close_notify through the BIO; the peer's is not awaited
         ERR_clear_error()

@@ -101,6 +101,27 @@ import Glibc
         }
     }
 
+    /// A connection the gateway closes (after a `Connection: close` response) ends with
+    /// `close_notify`: OpenSSL 3 clients then keep the session and resume with it (without
+    /// the alert they reported "unexpected eof while reading" and dropped it).
+    @Test func aConnectionTheGatewayClosesEndsWithCloseNotifyAndResumes() throws {
+        let pki = try TestPKI()
+        let api = try pki.leaf(["api.test"])
+        let upstream = try EchoUpstream()
+        let gateway = try GatewayProcess(Self.upstreamConfig(upstream), listen: Self.tlsListener([api]))
+        let request = "GET /x HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n"
+        for version in ["-tls1_3", "-tls1_2"] {
+            let session = pki.directory + "/closed\(version).pem"
+            let first = Self.sClient(gateway.port, [version, "-servername", "api.test", "-ign_eof", "-sess_out", session],
+                                     input: request, linger: 1.0)
+            #expect(first.contains("HTTP/1.1 200"), "\(version): \(first.suffix(400))")
+            #expect(!first.contains("unexpected eof"), "\(version): \(first.suffix(400))")
+            let second = Self.sClient(gateway.port, [version, "-servername", "api.test", "-ign_eof", "-sess_in", session],
+                                      input: request, linger: 1.0)
+            #expect(second.contains("Reused, TLSv1."), "\(version) did not resume: \(second.suffix(500))")
+        }
+    }
+
     @Test func withRedisATicketFromOneInstanceResumesOnAnother() throws {
         let pki = try TestPKI()
         let api = try pki.leaf(["api.test"])
