@@ -54,6 +54,14 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     private var dataDeferred = false
     private var upstreamPaused = false
 
+    // After a response that came before the whole request body: the rest is read and dropped
+    // (bounded) instead of resetting the stream at once (see `responseSent`).
+    /// When reading the rest gives up with RST_STREAM NO_ERROR (0: not reading it).
+    private var drainUntil: UInt64 = 0
+    private var drained = 0
+    private static let drainLimit = 256 * 1024
+    private static let drainTime: UInt64 = 2_000_000_000
+
     // Deadlines (see `deadline`).
     private var lastBodyAt: UInt64 = 0
     private var lastSentAt: UInt64 = 0
@@ -91,6 +99,8 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         outBody.clear()
         dataDeferred = false
         upstreamPaused = false
+        drainUntil = 0
+        drained = 0
         lastBodyAt = loop.lastNow
         lastSentAt = 0
     }
@@ -237,6 +247,10 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         lastBodyAt = loop.lastNow
         guard exchange.isActive, !responseEnded else {
             consume(bytes.count)  // nobody wants it: the window reopens at once
+            if drainUntil != 0 {
+                drained += bytes.count
+                if drained > Self.drainLimit { stopDraining() }
+            }
             return
         }
         bodyReceived += bytes.count
@@ -256,6 +270,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     /// END_STREAM arrived (on DATA, on HEADERS, or on trailers).
     func requestEnded() {
         endStreamReceived = true
+        drainUntil = 0  // both sides are done: the stream closes by itself
         if bodyFlowing { deliverBody() }
     }
 
@@ -397,10 +412,21 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         connection.outputQueued()
     }
 
-    /// The response's last frame left: a request body still coming is not wanted
-    /// (RFC 9113 §8.1: RST_STREAM NO_ERROR after a complete response).
+    /// The response's last frame left while the request body is still coming. RFC 9113 §8.1
+    /// allows RST_STREAM NO_ERROR now, but clients that read the reset before the response
+    /// lose it (curl with nghttp2 1.52 exits 92 without the 401 in most tries, and iOS apps
+    /// act on that 401). So the rest of the body is read and dropped, its window kept open,
+    /// up to `drainLimit` bytes and `drainTime`; past either, the stream is reset NO_ERROR.
     func responseSent() {
-        if !endStreamReceived { connection.resetStream(id, NGHTTP2_NO_ERROR.rawValue) }
+        guard !endStreamReceived else { return }
+        drainUntil = loop.lastNow &+ Self.drainTime
+        drained = 0
+    }
+
+    private func stopDraining() {
+        drainUntil = 0
+        connection.resetStream(id, NGHTTP2_NO_ERROR.rawValue)
+        connection.outputQueued()
     }
 
     func abortExchange() { reset(NGHTTP2_INTERNAL_ERROR.rawValue) }
@@ -426,7 +452,10 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     /// else the stream's own: the client's window (send timeout) or its body (body timeout).
     var deadline: UInt64 {
         let sendTimeout = UInt64(connection.settings.sendTimeout * 1e9)
-        guard exchange.isActive else { return outBody.isEmpty ? 0 : lastSentAt &+ sendTimeout }
+        guard exchange.isActive else {
+            let sending = outBody.isEmpty ? 0 : lastSentAt &+ sendTimeout
+            return drainUntil != 0 && (sending == 0 || drainUntil < sending) ? drainUntil : sending
+        }
         let waiting = exchange.deadline
         if waiting != 0 { return waiting }
         if !outBody.isEmpty { return lastSentAt &+ sendTimeout }
@@ -437,6 +466,10 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     }
 
     func deadlineExpired(now: UInt64) {
+        if drainUntil != 0 && drainUntil <= now {
+            stopDraining()
+            return
+        }
         let waiting = exchange.deadline
         if waiting != 0 {
             if waiting <= now { exchange.deadlineExpired(now: now) }
@@ -468,6 +501,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     /// nghttp2 closed the stream (both sides done, or a reset either way).
     func closed() {
         if exchange.isActive { exchange.cancel() }
+        drainUntil = 0
         id = 0
         head.clear()
         head.releaseIfEmpty(keepingUpTo: 2048)
