@@ -87,8 +87,12 @@ enum ForwardedHead {
         // Host field, RFC 9112 §3.2.2; `:authority` on HTTP/2); an HTTP/1.0 request without
         // either gets the upstream's (as nginx sends its upstream's name).
         buffer.append("host: ")
-        if !pool.sendsUpstreamHost, let host = request.authority {
-            appendAuthority(&buffer, bytes, host)
+        // Normalized (`Authority`: lower case, no trailing dot, no leading zeros in the port),
+        // the host routing matched; read once for Host and X-Forwarded-Host. Every authority
+        // was checked on arrival, so a nil here means there is none.
+        let authority = request.authority.flatMap { Authority.scan(bytes, $0) }
+        if !pool.sendsUpstreamHost, let authority {
+            Authority.write(bytes, authority) { buffer.append($0) }
         } else {
             buffer.append(pool.authority)
         }
@@ -123,9 +127,9 @@ enum ForwardedHead {
         if let host = forwardedHost {
             buffer.append("\r\nx-forwarded-host: ")
             buffer.append(UnsafeRawBufferPointer(rebasing: bytes[host]))  // a trusted proxy's, as it sent it
-        } else if let host = request.authority {
+        } else if let authority {
             buffer.append("\r\nx-forwarded-host: ")
-            appendAuthority(&buffer, bytes, host)
+            Authority.write(bytes, authority) { buffer.append($0) }
         }
         buffer.append("\r\nx-request-id: ")
         requestId.clear()
@@ -156,17 +160,6 @@ enum ForwardedHead {
         return upgradeForwarded
     }
 
-    /// Whether an `Upgrade` value lists the `websocket` protocol (any case, any version suffix refused).
-    /// The request's authority as the upstream gets it: normalized (`Authority`: lower case,
-    /// no trailing dot, no leading zeros in the port), the same host routing matched.
-    private static func appendAuthority(_ buffer: inout ByteBuffer, _ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) {
-        guard let parts = Authority.scan(bytes, range) else {
-            buffer.append(UnsafeRawBufferPointer(rebasing: bytes[range]))  // checked on arrival; not reached
-            return
-        }
-        Authority.write(bytes, parts) { buffer.append($0) }
-    }
-
     /// 1 to 128 bytes of letters, digits and `-_.:/+=` (UUIDs, ULIDs, base64, trace ids).
     static func isAcceptableRequestId(_ value: UnsafeRawBufferPointer) -> Bool {
         guard !value.isEmpty, value.count <= 128 else { return false }
@@ -181,6 +174,7 @@ enum ForwardedHead {
         }
     }
 
+    /// Whether an `Upgrade` value lists the `websocket` protocol (any case, any version suffix refused).
     private static func listsWebSocket(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) -> Bool {
         var found = false
         HTTPBytes.forEachToken(bytes, value) { token in
