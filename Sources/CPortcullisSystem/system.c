@@ -17,7 +17,7 @@ int portcullis_set_nonblocking(int fd) {
 
 int portcullis_duplicate(int fd) { return fcntl(fd, F_DUPFD_CLOEXEC, 0); }
 
-void portcullis_ignore_sigpipe(void) { signal(SIGPIPE, SIG_IGN); }
+void portcullis_ignore_write_signals(void) { signal(SIGPIPE, SIG_IGN); signal(SIGXFSZ, SIG_IGN); }
 
 int portcullis_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
 

@@ -40,7 +40,7 @@ public enum Gateway {
 
     public static func start(_ configuration: GatewayConfiguration, localApps: [LocalApp] = [],
                              logger: Logger) throws -> Running {
-        System.ignoreSIGPIPE()
+        System.ignoreWriteSignals()
         let loopCount = configuration.workers == 0 ? max(1, ProcessInfo.processInfo.activeProcessorCount) : configuration.workers
         let group = EventLoopGroup(count: loopCount)
         let accessLogFD: Int32?

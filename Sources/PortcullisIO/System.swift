@@ -88,7 +88,7 @@ public enum System {
         _ = Glibc.close(fd)  // EINTR on close must not be retried on Linux.
     }
 
-    public static func ignoreSIGPIPE() { portcullis_ignore_sigpipe() }
+    public static func ignoreWriteSignals() { portcullis_ignore_write_signals() }
 
     /// Creates a non-blocking, close-on-exec TCP socket.
     public static func tcpSocket(family: Int32) throws(IOError) -> Int32 {

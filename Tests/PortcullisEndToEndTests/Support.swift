@@ -176,7 +176,7 @@ final class GatewayProcess {
     /// `listen` replaces the default plain listener (`- {address: "127.0.0.1:PORT"}`);
     /// it may use `PORT` for the gateway port chosen here.
     init(_ body: String, workers: Int = 2, adminToken: String? = nil, metricsPublic: Bool = false,
-         listen: String? = nil, environment: [String: String] = [:]) throws {
+         listen: String? = nil, environment: [String: String] = [:], launcher: [String] = []) throws {
         port = Loopback.freePort()
         adminPort = Loopback.freePort()
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("portcullis-e2e-\(UUID().uuidString)")
@@ -193,8 +193,9 @@ final class GatewayProcess {
         """
         try yaml.write(toFile: configPath, atomically: true, encoding: .utf8)
         FileManager.default.createFile(atPath: logPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: E2E.binary)
-        process.arguments = ["run", "--config", configPath]
+        // `launcher`: a command the binary runs under (`prlimit --fsize=N`), first.
+        process.executableURL = URL(fileURLWithPath: launcher.first ?? E2E.binary)
+        process.arguments = launcher.dropFirst() + (launcher.isEmpty ? [] : [E2E.binary]) + ["run", "--config", configPath]
         if !environment.isEmpty {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         }

@@ -9,8 +9,9 @@ int portcullis_accept_nonblocking(int fd, struct sockaddr *addr, socklen_t *len)
 /// Sets O_NONBLOCK (fcntl is variadic in C and awkward from Swift).
 int portcullis_set_nonblocking(int fd);
 int portcullis_duplicate(int fd);
-/// Ignores SIGPIPE process-wide: write errors come back as EPIPE instead.
-void portcullis_ignore_sigpipe(void);
+/// Ignores SIGPIPE and SIGXFSZ process-wide: a write to a closed peer or past a file-size
+/// limit fails with EPIPE or EFBIG (and is handled) instead of ending the process.
+void portcullis_ignore_write_signals(void);
 
 // epoll(7), wrapped: Glibc's Swift module lacks <sys/epoll.h>, and `struct epoll_event`
 // is packed on x86_64, so Swift sees only tokens and a two-bit readiness mask.

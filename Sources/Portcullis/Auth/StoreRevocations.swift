@@ -134,9 +134,16 @@ public final class StoreRevocations: RevocationChecking {
             }
             do {
                 let journal = try RevocationJournal(directory: directory)
-                let store = try EmbeddedRevocationStore(loops: loops, policy: policy, journal: journal) { warning in
+                let store = try EmbeddedRevocationStore(loops: loops, policy: policy, journal: journal, warn: { warning in
                     logger.warning("\(warning)")
-                }
+                }, journalState: { failure in
+                    if let failure {
+                        logger.error("revocations cannot be persisted: new ones are enforced here but not acknowledged",
+                                     metadata: ["reason": "\(failure)"])
+                    } else {
+                        logger.notice("revocations are persisted again", metadata: ["file": "\(journal.path)"])
+                    }
+                })
                 logger.info("revocations restored", metadata: ["file": "\(journal.path)", "entries": "\(store.restoredCount)"])
                 return store
             } catch {

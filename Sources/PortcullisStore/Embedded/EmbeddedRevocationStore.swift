@@ -18,21 +18,28 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
 
     /// Persists revocations (`store.state_dir`); nil: in memory only.
     private let journal: RevocationJournal?
+    /// Hears when journal writes start failing (the reason) and when they work again (nil).
+    private let journalState: @Sendable (String?) -> Void
+    private var journalFailing = false
 
     public init(loops: [EventLoop], policy: RevocationPolicy = RevocationPolicy(), pruneInterval: Double = 60) {
         self.policy = policy
         self.pruneInterval = pruneInterval
         self.journal = nil
+        self.journalState = { _ in }
         replicas = ViewReplicas(loops: loops, policy: policy, staleAfter: .infinity)
     }
 
     /// With a journal: the revocations it holds are enforced before the first request, and
-    /// every new one is on disk before it is acknowledged. `warn` hears about a torn last line.
+    /// every new one is on disk before it is acknowledged. `warn` hears about a torn last line;
+    /// `journalState`, once per change, that writes fail (why) or work again (nil).
     public init(loops: [EventLoop], policy: RevocationPolicy = RevocationPolicy(), pruneInterval: Double = 60,
-                journal: RevocationJournal, warn: (String) -> Void) throws(RevocationJournal.Failure) {
+                journal: RevocationJournal, warn: (String) -> Void,
+                journalState: @escaping @Sendable (String?) -> Void = { _ in }) throws(RevocationJournal.Failure) {
         self.policy = policy
         self.pruneInterval = pruneInterval
         self.journal = journal
+        self.journalState = journalState
         replicas = ViewReplicas(loops: loops, policy: policy, staleAfter: .infinity)
         let live = try journal.load(now: Int64(WallClock.nowSeconds()), maxCredentialLifetime: policy.maxCredentialLifetime,
                                     warn: warn)
@@ -79,9 +86,11 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
                 replicas.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
                 if let journal {
                     // Enforced either way; acknowledged only once it is on disk.
-                    do { try journal.append(r) } catch {
+                    do throws(RevocationJournal.Failure) { try journal.append(r) } catch {
+                        journalWrite(failed: error)
                         return completion(.failure(.unavailable("not persisted: \(error)")))
                     }
+                    journalWrite(failed: nil)
                 }
             }
             completion(.success(()))
@@ -94,12 +103,21 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
             replicas.remove(target)
             if let journal {
                 // Written even when nothing was found: the file may hold what the table pruned.
-                do { try journal.append(undo: target) } catch {
+                do throws(RevocationJournal.Failure) { try journal.append(undo: target) } catch {
+                    journalWrite(failed: error)
                     return completion(.failure(.unavailable("the undo is not persisted: \(error)")))
                 }
+                journalWrite(failed: nil)
             }
             completion(.success(found))
         }
+    }
+
+    /// Reports a change between failing and working journal writes (on `queue`).
+    private func journalWrite(failed error: RevocationJournal.Failure?) {
+        guard (error != nil) != journalFailing else { return }
+        journalFailing = error != nil
+        journalState(error?.description)
     }
 
     public func revocations(subject: String, completion: @escaping @Sendable (Result<[Revocation], StoreError>) -> Void) {

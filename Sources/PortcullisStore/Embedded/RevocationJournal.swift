@@ -20,11 +20,24 @@ import Glibc
 /// `{"kind":"undo","target":"token|session|subject","id":"…"}` and removes what the lines
 /// before it revoked for that id (the start-up rewrite then drops both).
 ///
+/// A failed write (a full disk: `ENOSPC` after part of the line; `EFBIG`; `EIO` from
+/// `fdatasync`) is cut back off: the file is truncated to the end of the last acknowledged
+/// line before the failure is reported, and every write goes to that offset (`pwrite`, no
+/// `O_APPEND`), so a line is never glued onto the remains of one that failed, even when the
+/// truncation itself failed. A start also recovers a line written by an older version onto
+/// such remains (`{"kind":"token","id":"t-{"kind":…}`): the acknowledged line at its end is
+/// read, with a warning.
+///
 /// Threading: used only on the embedded store's queue.
 public final class RevocationJournal: @unchecked Sendable {
     // @unchecked Sendable: confined to the embedded store's queue.
     public let path: String
     private var fd: Int32 = -1
+    /// The end of the last complete line: where the next line is written.
+    private var goodLength: off_t = 0
+    /// The file may hold bytes past `goodLength` (a failed write not yet cut off, or a torn
+    /// last line found at open): the next write truncates after itself.
+    private var tailPastGoodLength = false
 
     public struct Failure: Error, Sendable, CustomStringConvertible {
         public let description: String
@@ -46,8 +59,27 @@ public final class RevocationJournal: @unchecked Sendable {
 
     private func reopen() throws(Failure) {
         if fd >= 0 { Glibc.close(fd) }
-        fd = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        fd = Glibc.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if fd < 0 { throw Failure(description: "\(path): cannot open for writing (\(String(cString: strerror(errno))))") }
+        let size = lseek(fd, 0, SEEK_END)
+        guard size >= 0 else { throw Failure(description: "\(path): cannot be read (\(String(cString: strerror(errno))))") }
+        goodLength = Self.endOfLastLine(fd, size: size)
+        tailPastGoodLength = goodLength != size
+    }
+
+    /// The offset just past the last newline in the first `size` bytes (0 without one).
+    private static func endOfLastLine(_ fd: Int32, size: off_t) -> off_t {
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        var end = size
+        while end > 0 {
+            let start = max(0, end - off_t(chunk.count))
+            let wanted = Int(end - start)
+            let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, wanted, start) }
+            guard n == wanted else { return 0 }
+            if let i = chunk[0..<wanted].lastIndex(of: UInt8(ascii: "\n")) { return start + off_t(i) + 1 }
+            end = start
+        }
+        return 0
     }
 
     /// The revocations recorded, without those expired at `now`. `warn` hears about a torn last line.
@@ -63,7 +95,12 @@ public final class RevocationJournal: @unchecked Sendable {
         }
         var result: [Revocation] = []
         for (number, line) in lines.enumerated() where !line.isEmpty {
-            switch Self.decode(line) {
+            var parsed = Self.decode(line)
+            if parsed == nil, let recovered = Self.decodeAfterTornPrefix(line) {
+                warn("\(path):\(number + 1): a line begins with the remains of a failed write; the line after them is read")
+                parsed = recovered
+            }
+            switch parsed {
             case .revoke(let revocation)?:
                 if revocation.expiry(maxCredentialLifetime: maxCredentialLifetime) > now { result.append(revocation) }
             case .undo(let target)?:
@@ -82,7 +119,7 @@ public final class RevocationJournal: @unchecked Sendable {
         for revocation in revocations { text += Self.encode(revocation) }
         let out = Glibc.open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard out >= 0 else { throw Failure(description: "\(temporary): cannot be written (\(String(cString: strerror(errno))))") }
-        let ok = Self.writeAll(out, text) && fsync(out) == 0
+        let ok = Self.writeAll(out, Array(text.utf8), at: 0) == nil && fsync(out) == 0
         Glibc.close(out)
         guard ok, rename(temporary, path) == 0 else {
             unlink(temporary)
@@ -94,16 +131,30 @@ public final class RevocationJournal: @unchecked Sendable {
 
     /// Appends one revocation and waits until it is on disk.
     public func append(_ revocation: Revocation) throws(Failure) {
-        guard Self.writeAll(fd, Self.encode(revocation)), fdatasync(fd) == 0 else {
-            throw Failure(description: "\(path): cannot be written (\(String(cString: strerror(errno))))")
-        }
+        try appendLine(Self.encode(revocation))
     }
 
     /// Appends an undo and waits until it is on disk.
     public func append(undo target: RevocationTarget) throws(Failure) {
-        guard Self.writeAll(fd, Self.encode(undo: target)), fdatasync(fd) == 0 else {
-            throw Failure(description: "\(path): cannot be written (\(String(cString: strerror(errno))))")
+        try appendLine(Self.encode(undo: target))
+    }
+
+    /// Writes `line` at the end of the last good line and syncs it; on any failure cuts the
+    /// file back to that end before throwing, so what follows never lands on a torn line.
+    private func appendLine(_ line: String) throws(Failure) {
+        let bytes = Array(line.utf8)
+        let end = goodLength + off_t(bytes.count)
+        var failure = Self.writeAll(fd, bytes, at: goodLength)
+        if failure == nil, tailPastGoodLength, ftruncate(fd, end) != 0 { failure = errno }
+        if failure == nil, fdatasync(fd) != 0 { failure = errno }
+        if let failure {
+            // Cut the partial line off. If that fails too, the next write still starts at
+            // `goodLength` and truncates after itself.
+            tailPastGoodLength = !(ftruncate(fd, goodLength) == 0 && fdatasync(fd) == 0)
+            throw Failure(description: "\(path): cannot be written (\(String(cString: strerror(failure))))")
         }
+        goodLength = end
+        tailPastGoodLength = false
     }
 
     static func encode(undo target: RevocationTarget) -> String {
@@ -133,6 +184,13 @@ public final class RevocationJournal: @unchecked Sendable {
         }
     }
 
+    /// A line an older version glued onto the remains of a failed write: the last
+    /// `{"kind":` in it that starts a whole line.
+    static func decodeAfterTornPrefix(_ line: Substring) -> Line? {
+        guard let start = line.ranges(of: "{\"kind\":").last?.lowerBound, start > line.startIndex else { return nil }
+        return decode(line[start...])
+    }
+
     static func decode(_ line: Substring) -> Line? {
         guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
               let kind = object["kind"] as? String else { return nil }
@@ -160,15 +218,17 @@ public final class RevocationJournal: @unchecked Sendable {
         }
     }
 
-    private static func writeAll(_ fd: Int32, _ text: String) -> Bool {
-        var bytes = Array(text.utf8)
+    /// Writes every byte at `position`; nil, or the errno of the write that failed (a write
+    /// that makes no progress is `ENOSPC`).
+    private static func writeAll(_ fd: Int32, _ bytes: [UInt8], at position: off_t) -> Int32? {
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 { if errno == EINTR { continue }; return false }
+            let n = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress! + offset, $0.count - offset, position + off_t(offset)) }
+            if n < 0 { if errno == EINTR { continue }; return errno }
+            if n == 0 { return ENOSPC }
             offset += n
         }
-        return true
+        return nil
     }
 
     private static func syncDirectory(of path: String) {
