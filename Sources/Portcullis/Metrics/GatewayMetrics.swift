@@ -24,6 +24,7 @@ public final class GatewayMetrics: Sendable {
         "portcullis_requests_total": "Requests answered by the gateway listeners, by route (host + path prefix; \"unmatched\" when no route matched) and status code.",
         "portcullis_requests_by_protocol_total": "Requests answered by the gateway listeners, by the protocol they came on (http/1.0, http/1.1, h2, h2c).",
         "portcullis_upstream_unexpected_bytes_total": "Upstream connections closed because the upstream sent bytes no request asked for (past a response's framing, a body after HEAD, 204 or 304, a response while idle); never reused.",
+        "portcullis_http2_refused_streams_total": "HTTP/2 streams refused with RST_STREAM REFUSED_STREAM because the client opened more than SETTINGS_MAX_CONCURRENT_STREAMS at once (the connection goes on).",
         "portcullis_exchange_out_of_phase_events_total": "Events a request's exchange ignored because its phase did not expect them (a late upstream read after the client left); anything but a few is a bug to report.",
         "portcullis_http2_abuse_total": "HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM, by what the client did (rapid_reset, continuation_flood, oversized_headers, settings_flood, ping_flood, priority_flood, window_update_flood, empty_data_flood, protocol_errors, outbound_flood, stalled_window).",
         "portcullis_upstream_response_seconds": "Time from handing a request to an upstream pool to receiving the response head, by upstream.",
@@ -124,6 +125,7 @@ public final class GatewayMetrics: Sendable {
                 counter("portcullis_http2_abuse_total", [("kind", row.kind)], row.count)
             }
             counter("portcullis_exchange_out_of_phase_events_total", [], proxy.outOfPhaseEvents)
+            counter("portcullis_http2_refused_streams_total", [], proxy.http2RefusedStreams)
             for pool in proxy.pools {
                 gauge("portcullis_upstream_connections", [("upstream", pool.upstream), ("state", "open")], Double(pool.open))
                 gauge("portcullis_upstream_connections", [("upstream", pool.upstream), ("state", "idle")], Double(pool.idle))

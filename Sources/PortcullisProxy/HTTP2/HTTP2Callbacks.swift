@@ -24,16 +24,19 @@ enum HTTP2Callbacks {
     static let temporalFailure = NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue
 
     static func install(_ callbacks: OpaquePointer) {
+        // A stream past the advertised limit, or after our GOAWAY, is refused by itself
+        // (RST_STREAM REFUSED_STREAM, RFC 9113 §5.1.2 and §8.7: the client may retry it) and
+        // the connection goes on; its header block is still decoded (HPACK state) and dropped,
+        // since no `HTTP2Stream` stands for it.
         nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks) { _, frame, user in
             guard let frame else { return 0 }
             let hd = frame.pointee.hd
-            if hd.type == HTTP2Callbacks.headers && frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST,
-               HTTP2Callbacks.connection(user).beginStream(hd.stream_id) == nil {
-                // After our GOAWAY: refused, so the client may retry it elsewhere (RFC 9113 §8.7).
-                HTTP2Callbacks.connection(user).resetStream(hd.stream_id, NGHTTP2_REFUSED_STREAM.rawValue)
-                return HTTP2Callbacks.temporalFailure
+            guard hd.type == HTTP2Callbacks.headers && frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST else { return 0 }
+            switch HTTP2Callbacks.connection(user).beginStream(hd.stream_id) {
+            case .opened: return 0
+            case .refused: return 0
+            case .abusive: return HTTP2Callbacks.callbackFailure
             }
-            return 0
         }
 
         nghttp2_session_callbacks_set_on_header_callback(callbacks) { _, frame, name, nameLength, value, valueLength, _, user in
@@ -54,9 +57,7 @@ enum HTTP2Callbacks {
         }
 
         nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks) { _, frame, _, user in
-            let connection = HTTP2Callbacks.connection(user)
-            if let frame, frame.pointee.hd.type == HTTP2Callbacks.headers { connection.refusedHeaders(frame.pointee.hd.stream_id) }
-            return connection.allow(.protocolErrors) ? 0 : HTTP2Callbacks.callbackFailure
+            return HTTP2Callbacks.connection(user).allow(.protocolErrors) ? 0 : HTTP2Callbacks.callbackFailure
         }
 
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks) { _, frame, user in

@@ -18,7 +18,8 @@ public enum HTTP2Abuse: Int, Sendable, CaseIterable {
     case outboundFlood
     /// A response that could not make progress within `send_timeout` (the window left at zero).
     case stalledWindow
-    /// A stream opened past SETTINGS_MAX_CONCURRENT_STREAMS (nghttp2 answers GOAWAY PROTOCOL_ERROR).
+    /// Streams opened past SETTINGS_MAX_CONCURRENT_STREAMS (each refused with REFUSED_STREAM)
+    /// faster than the budget.
     case excessStreams
 
     /// The `kind` label in `/metrics` and the log.
@@ -73,7 +74,8 @@ struct TokenBucket {
 /// Budgets, as (burst, per second): stream resets (200, 100), SETTINGS (50, 10),
 /// PING (50, 10), PRIORITY (500, 100), WINDOW_UPDATE (2000, 1000), DATA frames that are
 /// empty without ending the stream (100, 10), protocol errors (100, 10), header blocks
-/// past the limit (10, 1). These follow Envoy's and HAProxy's defaults in spirit:
+/// past the limit (10, 1), streams past the advertised limit (1000, 100: a client's first
+/// flight may precede our SETTINGS). These follow Envoy's and HAProxy's defaults in spirit:
 /// generous to real clients, a hard stop for floods of frames that cost the gateway
 /// work but carry no request.
 struct HTTP2FloodGuard {
@@ -85,6 +87,7 @@ struct HTTP2FloodGuard {
     private var emptyData: TokenBucket
     private var protocolErrors: TokenBucket
     private var oversized: TokenBucket
+    private var excessStreams: TokenBucket
 
     init(now: UInt64) {
         resets = TokenBucket(capacity: 200, perSecond: 100, now: now)
@@ -95,6 +98,7 @@ struct HTTP2FloodGuard {
         emptyData = TokenBucket(capacity: 100, perSecond: 10, now: now)
         protocolErrors = TokenBucket(capacity: 100, perSecond: 10, now: now)
         oversized = TokenBucket(capacity: 10, perSecond: 1, now: now)
+        excessStreams = TokenBucket(capacity: 1000, perSecond: 100, now: now)
     }
 
     /// Spends one unit of `abuse`'s budget; false when it is overspent.
@@ -108,7 +112,8 @@ struct HTTP2FloodGuard {
         case .emptyDataFlood: return emptyData.take(now: now)
         case .protocolErrors: return protocolErrors.take(now: now)
         case .oversizedHeaders: return oversized.take(now: now)
-        case .continuationFlood, .outboundFlood, .stalledWindow, .excessStreams: return false
+        case .excessStreams: return excessStreams.take(now: now)
+        case .continuationFlood, .outboundFlood, .stalledWindow: return false
         }
     }
 }

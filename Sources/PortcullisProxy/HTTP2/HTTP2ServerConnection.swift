@@ -67,6 +67,8 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     private var sendBlockedSince: UInt64 = 0
     /// The connection's own deadline (idle, send stall, closing); see `deadline`.
     private var ownDeadline: UInt64 = 0
+    /// The first SETTINGS frame left with its stream limit under the real id.
+    private var streamLimitAdvertised = false
     /// Reused `nghttp2_nv` storage for response heads (see `HTTP2HeaderBlock`).
     var nvScratch: [nghttp2_nv] = []
     var rangeScratch: [(name: Range<Int>, value: Range<Int>)] = []
@@ -126,8 +128,11 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         }
         session = created
         sessionContext = user
+        // SETTINGS_MAX_CONCURRENT_STREAMS goes out under a private id that `flush` rewrites
+        // on the wire (see `AdvertisedStreamLimit`): nghttp2 never learns the limit, so it
+        // never turns a stream past it into a connection error; `beginStream` refuses it.
         var entries = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
+            nghttp2_settings_entry(settings_id: Int32(AdvertisedStreamLimit.placeholderID),
                                    value: UInt32(settings.maxConcurrentStreams)),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue),
                                    value: UInt32(settings.initialWindowSize)),
@@ -231,7 +236,14 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
                 close()
                 return
             }
-            if n > 0, let data { gathered.append(UnsafeRawBufferPointer(start: data, count: n)) }
+            if n > 0, let data {
+                if !streamLimitAdvertised {
+                    streamLimitAdvertised = AdvertisedStreamLimit.rewrite(UnsafeRawBufferPointer(start: data, count: n),
+                                                                          into: &gathered)
+                } else {
+                    gathered.append(UnsafeRawBufferPointer(start: data, count: n))
+                }
+            }
             if n == 0 || gathered.readableBytes >= 64 * 1024 {
                 if !gathered.isEmpty {
                     switch socket.send(gathered.readable, pending: &outbound) {
@@ -271,15 +283,28 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
 
     // MARK: Streams (called from HTTP2Callbacks)
 
-    func beginStream(_ id: Int32) -> HTTP2Stream? {
-        if goingAway { return nil }
+    enum StreamAdmission { case opened, refused, abusive }
+
+    /// A request stream starts. Past the advertised SETTINGS_MAX_CONCURRENT_STREAMS, or
+    /// after our GOAWAY, it is refused alone (RST_STREAM REFUSED_STREAM, counted against a
+    /// budget: a client that keeps opening streams past the limit ends with
+    /// ENHANCE_YOUR_CALM); the connection and its other streams go on.
+    func beginStream(_ id: Int32) -> StreamAdmission {
+        if goingAway || streams.count >= settings.maxConcurrentStreams {
+            if !goingAway {
+                guard allow(.excessStreams) else { return .abusive }
+                context.metrics?.countHTTP2RefusedStream(loopIndex: loop.index)
+            }
+            resetStream(id, NGHTTP2_REFUSED_STREAM.rawValue)
+            return .refused
+        }
         trimSparesAt = 0
         let stream = spareStreams.popLast() ?? HTTP2Stream(connection: self)
         stream.open(id: id)
         streams[id] = stream
         cachedId = id
         cachedStream = stream
-        return stream
+        return .opened
     }
 
     /// The stream callbacks name: one entry cached, since a frame's callbacks (begin, each
@@ -344,13 +369,6 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
             context.metrics?.countHTTP2Abuse(abuse, loopIndex: loop.index)
             context.logger?.warning("HTTP/2 client misbehaved; connection ended", metadata: [
                 "client": "\(peer.host)", "reason": "\(abuse.name)", "goaway": "\(goaway)", "protocol": "\(transport.name)"])
-        }
-    }
-
-    /// A HEADERS frame nghttp2 refused: past the advertised stream limit?
-    func refusedHeaders(_ streamId: Int32) {
-        if streams[streamId] == nil && streams.count >= settings.maxConcurrentStreams {
-            report(.excessStreams, goaway: "PROTOCOL_ERROR")
         }
     }
 
@@ -477,6 +495,48 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
             self.sessionContext = nil
             CallbackContext<HTTP2ServerConnection>.release(sessionContext)
         }
+    }
+}
+
+/// SETTINGS_MAX_CONCURRENT_STREAMS as the client sees it, kept from nghttp2: nghttp2 treats
+/// a stream past its local limit as a connection error (GOAWAY PROTOCOL_ERROR), where RFC
+/// 9113 §5.1.2 asks for a stream error, and a client that raced its first streams past the
+/// limit would lose every stream it had. So the limit is submitted under `placeholderID`
+/// (an id nghttp2 does not know: checked, stored nowhere, sent as given) and the id is
+/// rewritten to 0x3 in our copy of the outgoing bytes; the frame keeps its length, and the
+/// client's ACK matches the SETTINGS nghttp2 sent. The connection enforces the limit itself
+/// (`HTTP2ServerConnection.beginStream`).
+enum AdvertisedStreamLimit {
+    static let placeholderID: UInt16 = 0xF0C3
+    static let maxConcurrentStreamsID: UInt16 = 0x3
+
+    /// Appends `bytes` (whole frames from `nghttp2_session_mem_send`) to `out`, with the
+    /// placeholder id in the first non-ACK SETTINGS frame rewritten; true once rewritten.
+    static func rewrite(_ bytes: UnsafeRawBufferPointer, into out: inout ByteBuffer) -> Bool {
+        var frame = 0
+        while frame + 9 <= bytes.count {
+            let length = Int(bytes[frame]) << 16 | Int(bytes[frame + 1]) << 8 | Int(bytes[frame + 2])
+            let end = frame + 9 + length
+            guard end <= bytes.count else { break }
+            if bytes[frame + 3] == 0x4 && bytes[frame + 4] & 0x1 == 0 {
+                var copy = [UInt8](bytes)
+                var entry = frame + 9
+                var found = false
+                while entry + 6 <= end {
+                    if UInt16(copy[entry]) << 8 | UInt16(copy[entry + 1]) == placeholderID {
+                        copy[entry] = UInt8(maxConcurrentStreamsID >> 8)
+                        copy[entry + 1] = UInt8(maxConcurrentStreamsID & 0xFF)
+                        found = true
+                    }
+                    entry += 6
+                }
+                copy.withUnsafeBytes { out.append($0) }
+                return found
+            }
+            frame = end
+        }
+        out.append(bytes)
+        return false
     }
 }
 

@@ -45,7 +45,12 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     private var bodyEndSignalled = false
     /// Request body bytes received so far (against `max_body_bytes`, whatever the framing).
     private var bodyReceived = 0
+    /// Request body bytes handed to the exchange.
+    private var bodyDelivered = 0
     private var inBody = ByteBuffer()
+    /// `content-length: 0` without END_STREAM: the head waits for END_STREAM (see
+    /// `headersComplete`).
+    private var headWaitsForEndStream = false
 
     // The response.
     private var responseSubmitted = false
@@ -93,6 +98,8 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         bodyFlowing = false
         bodyEndSignalled = false
         bodyReceived = 0
+        bodyDelivered = 0
+        headWaitsForEndStream = false
         inBody.clear()
         responseSubmitted = false
         responseEnded = false
@@ -163,16 +170,35 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     }
 
     /// The header block ended: the request goes to its exchange.
+    ///
+    /// A request's `content-length` is believed only once END_STREAM confirms it (RFC 9113
+    /// §8.1.1: DATA that contradicts it makes the request malformed, a stream error nghttp2
+    /// raises): with `content-length: 0` and no END_STREAM the head waits here for it, and
+    /// with a longer body the last byte waits (`deliverableBodyBytes`), so an upstream never
+    /// holds a complete request the client then contradicts.
     func headersComplete(endStream: Bool) {
         if endStream { endStreamReceived = true }
+        if contentLength == 0 && !endStreamReceived {
+            headWaitsForEndStream = true
+            lastBodyAt = loop.lastNow
+            return
+        }
         if !cookies.isEmpty {
             let name = append(UnsafeRawBufferPointer(start: Self.cookieName.utf8Start, count: 6))
             let value = append(cookies.readable)
             fields.append(HTTPHeaderField(name: name, value: value))
         }
         let bytes = head.readable
+        if let method, HTTPMethod.recognise(bytes, method) == .connect {
+            // CONNECT carries no :path (RFC 9113 §8.5): refused as on HTTP/1.1, before the
+            // checks that need one.
+            exchange.begin(method: .connect, methodBytes: UnsafeRawBufferPointer(rebasing: bytes[method]),
+                           transport: connection.transport)
+            exchange.reject(.error(405, "CONNECT is not supported"))
+            return
+        }
         guard let method, let path else {
-            // nghttp2 requires both for every method but CONNECT (refused below); the
+            // nghttp2 requires both for every method but CONNECT (refused above); the
             // exchange opens itself for an answer to what never became a request.
             exchange.reject(.error(headersTooLarge ? 431 : 400,
                                    headersTooLarge ? "request header fields too large" : "request without :method or :path"))
@@ -193,10 +219,6 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         if headersTooLarge {
             guard connection.allow(.oversizedHeaders) else { return }
             exchange.reject(.error(431, "request header fields too large"))
-            return
-        }
-        if httpMethod == .connect {
-            exchange.reject(.error(405, "CONNECT is not supported"))
             return
         }
         let target = UnsafeRawBufferPointer(rebasing: bytes[path])
@@ -259,8 +281,9 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
             exchange.reject(.error(413, "request body too large"))
             return
         }
-        if bodyFlowing && inBody.isEmpty && exchange.canTakeRequestBody {
+        if bodyFlowing && inBody.isEmpty && exchange.canTakeRequestBody && deliverableBodyBytes(bytes.count) == bytes.count {
             exchange.requestBody(bytes)
+            bodyDelivered += bytes.count
             consume(bytes.count)
         } else {
             inBody.append(bytes)  // bounded by the stream's window: not acknowledged yet
@@ -271,15 +294,30 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     func requestEnded() {
         endStreamReceived = true
         drainUntil = 0  // both sides are done: the stream closes by itself
+        if headWaitsForEndStream {
+            headWaitsForEndStream = false
+            headersComplete(endStream: true)
+            return
+        }
         if bodyFlowing { deliverBody() }
+    }
+
+    /// How many of `available` buffered body bytes may go to the exchange now: all, except
+    /// that the byte completing a declared `content-length` waits for END_STREAM.
+    private func deliverableBodyBytes(_ available: Int) -> Int {
+        guard let contentLength, !endStreamReceived else { return available }
+        return max(0, min(available, contentLength - 1 - bodyDelivered))
     }
 
     private func deliverBody() {
         while !inBody.isEmpty && exchange.isActive && exchange.canTakeRequestBody {
-            let n = inBody.readableBytes
-            exchange.requestBody(inBody.readable)
-            guard inBody.readableBytes == n else { break }  // the stream ended meanwhile: nothing left to take
+            let buffered = inBody.readableBytes
+            let n = deliverableBodyBytes(buffered)
+            if n == 0 { break }
+            exchange.requestBody(UnsafeRawBufferPointer(rebasing: inBody.readable[0..<n]))
+            guard inBody.readableBytes == buffered else { break }  // the stream ended meanwhile: nothing left to take
             inBody.consume(n)
+            bodyDelivered += n
             consume(n)
         }
         if inBody.isEmpty { inBody.releaseIfEmpty() }
@@ -452,6 +490,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     /// else the stream's own: the client's window (send timeout) or its body (body timeout).
     var deadline: UInt64 {
         let sendTimeout = UInt64(connection.settings.sendTimeout * 1e9)
+        if headWaitsForEndStream { return lastBodyAt &+ UInt64(connection.context.configuration.timeouts.body * 1e9) }
         guard exchange.isActive else {
             let sending = outBody.isEmpty ? 0 : lastSentAt &+ sendTimeout
             return drainUntil != 0 && (sending == 0 || drainUntil < sending) ? drainUntil : sending
@@ -466,6 +505,12 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     }
 
     func deadlineExpired(now: UInt64) {
+        if headWaitsForEndStream {
+            // `content-length: 0` and END_STREAM never came within the body timeout.
+            headWaitsForEndStream = false
+            reset(NGHTTP2_CANCEL.rawValue)
+            return
+        }
         if drainUntil != 0 && drainUntil <= now {
             stopDraining()
             return

@@ -186,6 +186,7 @@ public final class ProxyServer: @unchecked Sendable {
                     snapshot.protocols.append(("\(name.name)", totals.protocols[slot]))
                 }
                 snapshot.outOfPhaseEvents = totals.outOfPhaseEvents
+                snapshot.http2RefusedStreams = totals.http2RefusedStreams
                 for kind in HTTP2Abuse.allCases where kind.rawValue < totals.http2Abuse.count {
                     snapshot.http2Abuse.append((kind.name, totals.http2Abuse[kind.rawValue]))
                 }

@@ -26,6 +26,8 @@ public final class ProxyMetrics: Sendable {
         var http2Abuse = [Int](repeating: 0, count: HTTP2Abuse.allCases.count)
         /// Events an exchange ignored because its phase did not expect them.
         var outOfPhaseEvents = 0
+        /// HTTP/2 streams refused past SETTINGS_MAX_CONCURRENT_STREAMS.
+        var http2RefusedStreams = 0
         init(routeSlots: Int) { requests = [Int](repeating: 0, count: routeSlots * ProxyMetrics.statusSlots) }
     }
 
@@ -35,6 +37,7 @@ public final class ProxyMetrics: Sendable {
         var protocols: [Int] = []
         var http2Abuse: [Int] = []
         var outOfPhaseEvents = 0
+        var http2RefusedStreams = 0
 
         /// Adds one loop's counts. On that loop's queue.
         mutating func add(_ loop: LoopCounts) {
@@ -42,6 +45,7 @@ public final class ProxyMetrics: Sendable {
             Self.add(loop.protocols, into: &protocols)
             Self.add(loop.http2Abuse, into: &http2Abuse)
             outOfPhaseEvents &+= loop.outOfPhaseEvents
+            http2RefusedStreams &+= loop.http2RefusedStreams
         }
 
         private static func add(_ counts: [Int], into total: inout [Int]) {
@@ -81,6 +85,11 @@ public final class ProxyMetrics: Sendable {
         loops[loopIndex].http2Abuse[abuse.rawValue] &+= 1
     }
 
+    /// Counts an HTTP/2 stream refused past the advertised limit. On `loopIndex`'s queue.
+    func countHTTP2RefusedStream(loopIndex: Int) {
+        loops[loopIndex].http2RefusedStreams &+= 1
+    }
+
     /// Counts an event an exchange ignored (see `Exchange.outOfPhase`). On `loopIndex`'s queue.
     func countOutOfPhaseEvent(loopIndex: Int) {
         loops[loopIndex].outOfPhaseEvents &+= 1
@@ -99,6 +108,8 @@ public struct ProxySnapshot: Sendable {
     public var http2Abuse: [(kind: String, count: Int)] = []
     /// Events exchanges ignored since start because their phase did not expect them.
     public var outOfPhaseEvents = 0
+    /// HTTP/2 streams refused (REFUSED_STREAM) past SETTINGS_MAX_CONCURRENT_STREAMS since start.
+    public var http2RefusedStreams = 0
 }
 
 /// One upstream's connections now, summed over the loops' pools.

@@ -47,7 +47,12 @@ class Handler(BaseHTTPRequestHandler):
                 data += self.rfile.read(size)
                 self.rfile.readline()
         length = int(self.headers.get("Content-Length", "0") or "0")
-        return self.rfile.read(length) if length else b""
+        data = self.rfile.read(length) if length else b""
+        if len(data) < length:
+            # The connection closed before the declared body was complete: no request (and
+            # not in /__seen), as an app framework would see it.
+            raise ConnectionAbortedError("request body cut off")
+        return data
 
     def _handle(self):
         body = self._body()

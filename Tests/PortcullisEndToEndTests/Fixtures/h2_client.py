@@ -32,6 +32,16 @@ after each mode, the keys it adds to the report:
                        that frame type, up to --frames N, in writes of --batch frames -> sent
   excess-streams       SETTINGS_MAX_CONCURRENT_STREAMS + --extra streams left open
                        -> sent, max_concurrent_streams, refused, responses (answered ones)
+                       then ends stream 1 (empty DATA, END_STREAM) and, once answered, opens
+                       one more stream -> also first_answered (stream 1's response),
+                       after_refusals (that last stream's response)
+  data-plan            HEADERS (no END_STREAM) on stream 1, then DATA frames as --frames lists
+                       them: comma-separated sizes, "es" after a size for END_STREAM ("0es":
+                       an empty DATA that ends the stream), "-" to wait --gap seconds first
+                       (e.g. "-,5,-,5es") -> responses (stream 1)
+  oversized-frame      one HEADERS frame (END_HEADERS|END_STREAM) whose payload is --size bytes,
+                       past the server's SETTINGS_MAX_FRAME_SIZE (--type data: a DATA frame on an
+                       open stream instead) -> sent, responses
   zero-window          SETTINGS_INITIAL_WINDOW_SIZE=0, one GET, never any WINDOW_UPDATE
                        -> gave_up, data_received, responses
   idle                 handshake, then silence -> gave_up
@@ -737,7 +747,56 @@ def mode_excess_streams(c, a):
     ids = [2 * i + 1 for i in range(opened)]
     refused = sum(1 for sid in ids if c.inbound.resets.get(sid) == 7)
     answered = [r for r in c.responses(ids) if r["status"] is not None]
-    return c.result(sent=opened, max_concurrent_streams=limit, refused=refused, responses=answered)
+    # The connection goes on: stream 1 ends (it is answered, a slot frees), then one more opens.
+    first, after = None, None
+    if not c.eof and not c.inbound.goaways and opened:
+        c.send_raw(frame(DATA, END_STREAM, 1), deadline=send_deadline(c))
+        while not c.eof and c.now() < c.deadline and not c.inbound.finished(1):
+            c.pump()
+        first = c.responses([1])[0]
+        late = 2 * count + 1
+        c.send_raw(header_frames(late, block, True), deadline=send_deadline(c))
+        while not c.eof and c.now() < c.deadline and not c.inbound.finished(late):
+            c.pump()
+        after = c.responses([late])[0]
+    return c.result(sent=opened, max_concurrent_streams=limit, refused=refused, responses=answered,
+                    first_answered=first, after_refusals=after)
+
+
+def mode_data_plan(c, a):
+    if not c.handshake():
+        return c.result(responses=[])
+    c.go_raw()
+    c.manual_replies = True     # SETTINGS/PING still answered by hand
+    c.send_raw(header_frames(1, stateless_block(request_headers(a, "POST")), False))
+    for step in [x.strip() for x in a.frames.split(",") if x.strip()]:
+        if step == "-":
+            end = c.now() + a.gap
+            while not c.eof and c.now() < end:
+                c.pump(min(IO_SLICE, max(0.0, end - c.now())))
+            continue
+        end_stream = step.endswith("es")
+        size = int(step[:-2] if end_stream else step)
+        c.send_raw(frame(DATA, END_STREAM if end_stream else 0, 1, b"d" * size))
+    c.linger()
+    return c.result(responses=c.responses([1]))
+
+
+def mode_oversized_frame(c, a):
+    if not c.handshake():
+        return c.result(sent=0, responses=[])
+    c.go_raw()
+    headers = request_headers(a, "POST" if a.type == "data" else "GET")
+    if a.type == "data":
+        data = header_frames(1, stateless_block(headers), False) + frame(DATA, END_STREAM, 1, b"d" * a.size)
+    else:
+        block = stateless_block(headers)
+        filler = max(0, a.size - len(block) - 16)
+        block = stateless_block(headers + [(b"x-filler", b"f" * filler)])
+        data = frame(HEADERS, END_HEADERS | END_STREAM, 1, block)
+    written = c.send_raw(data, deadline=send_deadline(c))
+    c.linger()
+    return c.result(sent=written, frame_payload=len(data) - 9, responses=c.responses([1]))
 
 
 def mode_zero_window(c, a):
@@ -781,6 +840,8 @@ MODES = {
     "window-update-flood": mode_frame_flood,
     "empty-data-flood": mode_frame_flood,
     "excess-streams": mode_excess_streams,
+    "data-plan": mode_data_plan,
+    "oversized-frame": mode_oversized_frame,
     "zero-window": mode_zero_window,
     "idle": mode_idle,
 }
@@ -834,6 +895,12 @@ def parse_args(argv):
             p.add_argument("--refs", type=positive, default=1000)
         if name == "excess-streams":
             p.add_argument("--extra", type=positive, default=10)
+        if name == "data-plan":
+            p.add_argument("--frames", default="")
+            p.add_argument("--gap", type=float, default=0.5)
+        if name == "oversized-frame":
+            p.add_argument("--size", type=positive, default=20000)
+            p.add_argument("--type", choices=["headers", "data"], default="headers")
     a = parser.parse_args(argv)
     if a.port is None:
         parser.error("--port is required")
