@@ -29,6 +29,6 @@ public struct JSONLogHandler: LogHandler {
             line += ",\(JSONText.quoted(key)):\(JSONText.quoted(merged[key]!.description))"
         }
         line += "}\n"
-        FileHandle.standardError.write(Data(line.utf8))
+        Console.error(line)
     }
 }

@@ -69,11 +69,11 @@ struct Mint: ParsableCommand {
             default: out += credential.token + "\n"
             }
             if out.utf8.count > 1 << 20 {
-                FileHandle.standardOutput.write(Data(out.utf8))
+                Console.out(out)
                 out.removeAll(keepingCapacity: true)
             }
         }
-        FileHandle.standardOutput.write(Data(out.utf8))
+        Console.out(out)
     }
 }
 

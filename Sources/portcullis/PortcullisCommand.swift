@@ -19,7 +19,7 @@ func loadOrExit(_ file: String) -> GatewayConfiguration {
     do {
         return try ConfigurationLoader.load(file: file)
     } catch {
-        FileHandle.standardError.write(Data("portcullis: invalid configuration: \(error)\n".utf8))
+        Console.error("portcullis: invalid configuration: \(error)\n")
         Foundation.exit(2)
     }
 }
@@ -99,14 +99,14 @@ struct Demo: ParsableCommand {
                 configuration = try ConfigurationLoader.parse(DemoConfiguration.yaml, file: "<embedded Config/demo.yaml>",
                                                               environment: ProcessInfo.processInfo.environment)
             } catch {
-                FileHandle.standardError.write(Data("portcullis: \(error)\n".utf8))
+                Console.error("portcullis: \(error)\n")
                 throw ExitCode(2)
             }
         }
         let logger = bootstrapLogging(configuration.logLevel)
         let story: DemoWalkthrough.Story
         do { story = try DemoWalkthrough.Story(configuration) } catch {
-            FileHandle.standardError.write(Data("portcullis: demo credentials: \(error)\n".utf8))
+            Console.error("portcullis: demo credentials: \(error)\n")
             throw ExitCode(1)
         }
         var apps = DemoConfiguration.appPorts.map { app in

@@ -38,7 +38,7 @@ struct Revoke: ParsableCommand {
         let body = String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self)
         guard let (status, _, text) = DemoWalkthrough.fetch(host: admin.address.host, port: admin.address.port, method: undo ? "DELETE" : "POST",
                                                             path: "/revocations", header: "Authorization: Bearer \(token)", body: body) else {
-            FileHandle.standardError.write(Data("portcullis: cannot reach the admin listener at \(admin.address)\n".utf8))
+            Console.error("portcullis: cannot reach the admin listener at \(admin.address)\n")
             throw ExitCode(1)
         }
         print("\(status) \(text.trimmingCharacters(in: .whitespacesAndNewlines))")

@@ -9,6 +9,30 @@ import Glibc
 /// configuration errors, graceful shutdown.
 @Suite(.serialized)
 struct FailureModeTests {
+    /// Its log readers go away: standard output and standard error are pipes whose reading
+    /// ends closed (EPIPE on every write), or files past a file-size limit (EFBIG). Every
+    /// log line and access-log line is dropped; the gateway keeps serving and exits cleanly.
+    @Test(arguments: ["closed pipes", "file-size limit"])
+    func aGatewayWhoseLogsCannotBeWrittenKeepsServing(_ how: String) throws {
+        let upstream = try EchoUpstream()
+        let adminToken = "admin-token-0123456789abcdef"
+        let launcher = how == "closed pipes"
+            // Both streams into a process substitution that exits at once; then the gateway.
+            ? ["/bin/bash", "-c", "exec 1> >(exec true) 2>&1; sleep 0.2; exec \"$@\"", "bash"]
+            : ["/usr/bin/prlimit", "--fsize=600"]
+        let g = try GatewayProcess(upstream.openRoute, adminToken: adminToken, launcher: launcher)
+        for i in 0..<30 {
+            #expect(E2E.curl(["\(g.url)/x\(i)"]).status == 200)  // access-log lines
+            // Admin requests log on standard error (a revocation each).
+            #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(adminToken)", "-d", #"{"subject":"s\#(i)"}"#,
+                              "http://127.0.0.1:\(g.adminPort)/revocations"]).status == 201)
+        }
+        #expect(g.process.isRunning, "\(how): \(g.log.suffix(500))")
+        g.stop()
+        #expect(g.process.terminationReason == .exit && g.process.terminationStatus == 0,
+                "\(how): exit \(g.process.terminationStatus) \(g.process.terminationReason == .uncaughtSignal ? "by signal" : "")")
+    }
+
     @Test func refusedUpstreamGets502AndIsLoggedOnce() throws {
         let deadPort = Loopback.freePort()
         let g = try GatewayProcess("""
