@@ -35,6 +35,37 @@ import Testing
         #expect(metrics.contains("portcullis_http2_refused_streams_total \(extra)"), "\(metrics.prefix(4000))")
     }
 
+    /// nghttp2 is not told the stream limit, and it used to keep closed streams (for RFC
+    /// 7540 priorities) as many as that limit: unbounded, every stream a connection ever had.
+    /// 100,000 streams on one connection (h2load) leave the gateway's memory where 1,000 did.
+    @Test func aLongLivedConnectionDoesNotKeepItsClosedStreams() throws {
+        // Every stream answered 401 by the gateway itself: no upstream in the measurement.
+        let gateway = try GatewayProcess("""
+        providers:
+          - {name: app, type: hs256, secret: "\(AppFitEndToEndTests.secret)"}
+        upstreams:
+          app: {url: "http://127.0.0.1:1"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """, workers: 1, listen: HTTP2EndToEndTests.h2cListener())
+        func rss() -> Int {
+            let status = (try? String(contentsOfFile: "/proc/\(gateway.process.processIdentifier)/status", encoding: .utf8)) ?? ""
+            let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+            return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0  // KiB
+        }
+        func load(_ requests: Int) -> String {
+            let (_, out, _) = E2E.run("/usr/bin/h2load", ["-n", "\(requests)", "-c", "1", "-m", "20", "\(gateway.url)/x"],
+                                      timeout: 120)
+            return out
+        }
+        #expect(load(1_000).contains("1000 done"))
+        let before = rss()
+        let out = load(100_000)
+        #expect(out.contains("100000 done") && out.contains("100000 4xx"), "\(out.suffix(600))")
+        let grown = rss() - before
+        #expect(grown < 8 * 1024, "RSS grew \(grown) KiB over 100,000 streams on one connection")
+    }
+
     /// A client that keeps opening streams past the limit spends a budget and is ended with
     /// GOAWAY ENHANCE_YOUR_CALM, like the other floods.
     @Test func aFloodOfStreamsPastTheLimitEndsTheConnection() throws {

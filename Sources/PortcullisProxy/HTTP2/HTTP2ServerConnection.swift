@@ -116,6 +116,10 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         guard nghttp2_option_new(&option) == 0, let option else { return false }
         defer { nghttp2_option_del(option) }
         nghttp2_option_set_no_auto_window_update(option, 1)
+        // nghttp2 keeps closed streams for RFC 7540's priority tree, as many as its local
+        // SETTINGS_MAX_CONCURRENT_STREAMS; it does not know ours (see `AdvertisedStreamLimit`),
+        // so without this a long-lived connection would keep every stream it ever had.
+        nghttp2_option_set_no_closed_streams(option, 1)
         // Our own budgets (HTTP2FloodGuard) act first; nghttp2's stay as a backstop.
         nghttp2_option_set_max_outbound_ack(option, 1000)
         nghttp2_option_set_max_settings(option, 32)
