@@ -53,12 +53,17 @@ public struct AdminError: Error, Sendable {
 /// - `GET /metrics` → Prometheus text (also without a token when `admin.metrics_public: true`,
 ///   as Envoy's admin `/stats/prometheus` and oauth2-proxy's metrics address serve it).
 public final class AdminHandler: LocalHandler, @unchecked Sendable {
-    // @unchecked Sendable: immutable after start except `draining`, a benign flag
-    // written once at shutdown.
+    // @unchecked Sendable: immutable after start except `draining`, behind its lock.
     let token: String?
     let actions: AdminActions
     let metricsPublic: Bool
-    public var draining = false
+    private let drainingLock = Lock()
+    private var drainingFlag = false
+    /// Set at SIGTERM (from the main queue), read by `/readyz` on the admin loop.
+    public var draining: Bool {
+        get { drainingLock.withLock { drainingFlag } }
+        set { drainingLock.withLock { drainingFlag = newValue } }
+    }
 
     init(token: String?, actions: AdminActions = AdminActions(), metricsPublic: Bool = false) {
         self.token = token

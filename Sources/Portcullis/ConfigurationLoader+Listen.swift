@@ -161,10 +161,11 @@ extension ConfigurationLoader {
         return limits
     }
 
-    /// `timeouts`: the client side (header, idle, body) and the shutdown grace.
-    static func timeouts(_ node: ConfigNode?) throws(ConfigurationError) -> (ClientTimeouts, shutdownGrace: Double) {
+    /// `timeouts`: the client side (header, idle, body) and the shutdown grace (also
+    /// `shutdown.grace`; nil when not given here).
+    static func timeouts(_ node: ConfigNode?) throws(ConfigurationError) -> (ClientTimeouts, shutdownGrace: Double?) {
         var timeouts = ClientTimeouts()
-        var shutdownGrace = 10.0
+        var shutdownGrace: Double?
         guard var node else { return (timeouts, shutdownGrace) }
         if let n = try node.optional("header") { timeouts.header = try positiveDuration(n) }
         if let n = try node.optional("idle") { timeouts.idle = try positiveDuration(n) }
@@ -173,6 +174,23 @@ extension ConfigurationLoader {
         if let n = try node.optional("shutdown_grace") { shutdownGrace = try n.duration() }
         try node.finish()
         return (timeouts, shutdownGrace)
+    }
+
+    /// `shutdown: {drain_delay: 5s, grace: 10s}` (see `ShutdownSettings`). `timeouts.shutdown_grace`
+    /// is the older spelling of `grace`; both at once is refused.
+    static func shutdown(_ node: ConfigNode?, timeoutsGrace: Double?) throws(ConfigurationError) -> ShutdownSettings {
+        var settings = ShutdownSettings()
+        if let timeoutsGrace { settings.grace = timeoutsGrace }
+        guard var node else { return settings }
+        if let n = try node.optional("drain_delay") { settings.drainDelay = try n.duration() }
+        if let n = try node.optional("grace") {
+            if timeoutsGrace != nil {
+                throw n.error("set either shutdown.grace or timeouts.shutdown_grace, not both")
+            }
+            settings.grace = try n.duration()
+        }
+        try node.finish()
+        return settings
     }
 
     /// `trusted_proxies`: addresses or CIDR blocks whose X-Forwarded-* are believed.

@@ -52,7 +52,8 @@ public enum ConfigurationLoader {
         let logLevel = try Self.logLevel(try top.optional("log_level"))
         let accessLog = try Self.accessLog(try top.optional("access_log"))
         let limits = try Self.limits(try top.optional("limits"))
-        let (timeouts, shutdownGrace) = try Self.timeouts(try top.optional("timeouts"))
+        let (timeouts, timeoutsGrace) = try Self.timeouts(try top.optional("timeouts"))
+        let shutdown = try Self.shutdown(try top.optional("shutdown"), timeoutsGrace: timeoutsGrace)
         let trusted = try Self.trustedProxies(try top.optional("trusted_proxies"))
         let upstreams = try Self.upstreams(try top.required("upstreams"))
         let providersNode = try top.optional("providers")
@@ -111,7 +112,7 @@ public enum ConfigurationLoader {
             }
         }
         return GatewayConfiguration(file: file, listen: listen, admin: admin, workers: workers,
-                                    logLevel: logLevel, accessLog: accessLog, shutdownGrace: shutdownGrace,
+                                    logLevel: logLevel, accessLog: accessLog, shutdown: shutdown,
                                     proxy: proxy, providers: providers, routeAuth: routeAuth, identity: identity.settings,
                                     keyRefresh: keyRefresh, tokenCacheEntries: tokenCacheEntries, store: store)
     }

@@ -72,11 +72,12 @@ public enum Gateway {
         actions.revoke = { request, completion in revocations.revoke(request, completion: completion) }
         actions.undo = { request, completion in revocations.undo(request, completion: completion) }
         actions.listRevocations = { subject, completion in revocations.list(subject: subject, completion: completion) }
+        let startup = StartupReadiness(prefetch: configuration.keyRefresh.prefetch)
         actions.notReadyReason = {
             if case .unavailable = store.health, configuration.store.denyWhenUnavailable {
                 return "revocation store unavailable"
             }
-            return nil
+            return startup.notReadyReason
         }
         // One Redis client (on its own loop) for the secrets instances share at start and on
         // timers: TLS ticket keys and the generated assertion key. Made when first needed.
@@ -105,11 +106,16 @@ public enum Gateway {
         } else {
             let verifier = try makeVerifier(configuration)
             let keys: SigningKeys?
-            do { keys = try SigningKeys.make(configuration, verifier: verifier, logger: logger) } catch {
+            do {
+                keys = try SigningKeys.make(configuration, verifier: verifier, logger: logger) { event in
+                    if case .keysInstalled(let provider, _, _, _) = event { startup.keysInstalled(provider: provider) }
+                }
+            } catch {
                 throw StartupError(description: "\(configuration.file): providers: \(error)")
             }
             if let keys {
-                keys.manager.start()
+                startup.expectKeys(for: keys.managed)
+                keys.manager.start { startup.firstAttemptsFinished() }
                 actions.keys = { keys.statusJSON() }
             }
             metrics?.attach(verifier: verifier, keys: keys?.manager)
@@ -255,33 +261,68 @@ public enum Gateway {
         let endpoints = running.tlsEndpoints
         let targets = server.targets
         let assertionKeys = running.assertionKeys
-        let once = ShutdownOnce()
+        let shutdown = ShutdownSequence()
+        /// After the drain delay (or at once): stop accepting, GOAWAY, close idle connections,
+        /// give in-flight requests `grace`, exit.
+        @Sendable func stopServing() {
+            logger.info("draining", metadata: ["grace_seconds": "\(configuration.shutdown.grace)"])
+            server.shutdown(gracePeriod: configuration.shutdown.grace) {
+                logger.info("stopped")
+                exit(0)
+            }
+        }
         state.install(reload: {
             logger.info("SIGHUP: reloading certificates", metadata: ["listeners": "\(endpoints.count)"])
             reloadCertificates(endpoints, logger: logger)
             reloadClientCertificates(targets, logger: logger)
             if let assertionKeys { reloadAssertionKeys(assertionKeys, logger: logger) }
         }, stop: { sig in
-            guard once.begin() else { return }
-            logger.info("shutting down", metadata: ["signal": "\(sig == SIGTERM ? "SIGTERM" : "SIGINT")",
-                                                    "grace_seconds": "\(configuration.shutdownGrace)"])
-            admin?.draining = true
-            server.shutdown(gracePeriod: configuration.shutdownGrace) {
-                logger.info("stopped")
-                exit(0)
+            let name = sig == SIGTERM ? "SIGTERM" : "SIGINT"
+            switch shutdown.signalled() {
+            case .first:
+                // `/readyz` says 503 at once; traffic is still served for the drain delay.
+                admin?.draining = true
+                let delay = configuration.shutdown.drainDelay
+                logger.info("shutting down", metadata: ["signal": "\(name)", "drain_delay_seconds": "\(delay)",
+                                                        "grace_seconds": "\(configuration.shutdown.grace)"])
+                if delay > 0 {
+                    DispatchQueue.main.asyncAfter(deadline: .now() + delay) {
+                        if shutdown.beginStopping() { stopServing() }
+                    }
+                } else if shutdown.beginStopping() {
+                    stopServing()
+                }
+            case .duringDelay:
+                logger.info("a second signal ends the drain delay", metadata: ["signal": "\(name)"])
+                if shutdown.beginStopping() { stopServing() }
+            case .stopping:
+                break
             }
         })
         withExtendedLifetime(sources) { dispatchMain() }
     }
 }
 
-/// A flag set once, from the main queue.
-final class ShutdownOnce: @unchecked Sendable {
-    // @unchecked Sendable: only touched from the main queue (signal handlers).
-    private var started = false
-    func begin() -> Bool {
-        if started { return false }
-        started = true
+/// Where SIGTERM/SIGINT handling stands: serving, in the drain delay, stopping.
+final class ShutdownSequence: @unchecked Sendable {
+    // @unchecked Sendable: only touched from the main queue (signal handlers, the delay timer).
+    enum Signal { case first, duringDelay, stopping }
+    private var hasSignal = false
+    private var stopping = false
+
+    func signalled() -> Signal {
+        dispatchPrecondition(condition: .onQueue(.main))
+        if stopping { return .stopping }
+        if hasSignal { return .duringDelay }
+        hasSignal = true
+        return .first
+    }
+
+    /// True once: the drain delay is over (or cut short) and the server stops.
+    func beginStopping() -> Bool {
+        dispatchPrecondition(condition: .onQueue(.main))
+        if stopping { return false }
+        stopping = true
         return true
     }
 }
@@ -321,5 +362,49 @@ final class SignalState: @unchecked Sendable {
         }
         if runReload { DispatchQueue.global().async { reload() } }
         if let runStop { DispatchQueue.main.async { stop(runStop) } }
+    }
+}
+
+/// What `/readyz` waits for at start (see `KeyPrefetch`): with `required`, every provider
+/// whose keys come from a URL has had keys installed once; with `best_effort`, every such
+/// provider's first attempt finished. Once ready for these reasons it stays so (later key
+/// failures serve stale keys and are `GET /keys`' business, not readiness').
+final class StartupReadiness: @unchecked Sendable {
+    // @unchecked Sendable: every member only under `lock`.
+    private let lock = Lock()
+    private let prefetch: KeyPrefetch
+    private var waitingForKeys: Set<String> = []
+    private var firstAttemptsDone = true
+
+    init(prefetch: KeyPrefetch) { self.prefetch = prefetch }
+
+    /// Before the key manager starts: these providers' keys are awaited.
+    func expectKeys(for providers: Set<String>) {
+        lock.withLock {
+            waitingForKeys = providers
+            firstAttemptsDone = providers.isEmpty
+        }
+    }
+
+    func keysInstalled(provider: String) {
+        lock.withLock { _ = waitingForKeys.remove(provider) }
+    }
+
+    func firstAttemptsFinished() {
+        lock.withLock { firstAttemptsDone = true }
+    }
+
+    /// nil when ready as far as start-up goes.
+    var notReadyReason: String? {
+        lock.withLock {
+            switch prefetch {
+            case .required where !waitingForKeys.isEmpty:
+                return "keys not fetched yet: \(waitingForKeys.sorted().joined(separator: ", ")) (keys.prefetch: required)"
+            case .bestEffort where !firstAttemptsDone:
+                return "first key fetches in progress (keys.prefetch: best_effort)"
+            default:
+                return nil
+            }
+        }
     }
 }

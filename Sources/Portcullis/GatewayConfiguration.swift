@@ -45,7 +45,9 @@ public struct GatewayConfiguration: Sendable {
     public var workers: Int
     public var logLevel: Logger.Level
     public var accessLog: AccessLogTarget
-    public var shutdownGrace: Double
+    public var shutdown = ShutdownSettings()
+    /// `shutdown.grace` (also `timeouts.shutdown_grace`).
+    public var shutdownGrace: Double { shutdown.grace }
     public var proxy: ProxyConfiguration
     /// Credential providers, in the order they are tried.
     public var providers: [ProviderSettings] = []
@@ -66,6 +68,28 @@ extension GatewayConfiguration {
     }
 }
 
+/// What SIGTERM does (`shutdown:`). At once: `/readyz` answers 503 and the gateway keeps
+/// serving, for `drain_delay`, so load balancers and Kubernetes endpoints take it out of
+/// rotation before anything is refused (oauth2-proxy #3066 is the complaint this answers).
+/// Then it stops accepting, sends GOAWAY on HTTP/2 and closes idle keep-alive connections,
+/// and in-flight requests get `grace` to finish. A second SIGTERM or SIGINT during the delay
+/// ends the delay. `drain_delay` is 0 by default (a developer's Ctrl-C stops at once); the
+/// Kubernetes and Compose files under `deploy/` set 5 s.
+public struct ShutdownSettings: Sendable, Equatable {
+    public var drainDelay: Double = 0
+    public var grace: Double = 10
+    public init() {}
+}
+
+/// What `/readyz` waits for at start (`keys.prefetch`): `required` (the default): every
+/// provider whose keys come from a URL has had keys installed once (fetched, or read from
+/// the shared cache), so a rolling deploy never routes to an instance that would refuse
+/// valid tokens; `best_effort`: every provider's first attempt finished, success or not.
+public enum KeyPrefetch: String, Sendable, Equatable {
+    case required
+    case bestEffort = "best_effort"
+}
+
 /// How fetched key sets (`jwks_url` and the Google/Apple/Firebase defaults) are refreshed.
 public struct KeyRefreshSettings: Sendable {
     /// One fetch, connect to last byte.
@@ -77,6 +101,8 @@ public struct KeyRefreshSettings: Sendable {
     public var minimumRefetchInterval: Double = 30
     /// While the key host fails, the last good keys are kept this long past their expiry.
     public var serveStaleFor: Double = 86_400
+    /// `keys.prefetch`: what readiness waits for at start.
+    public var prefetch = KeyPrefetch.required
     public init() {}
 }
 

@@ -299,6 +299,13 @@ extension ConfigurationLoader {
         if let n = try node.optional("max_ttl") { keyRefresh.maximumTTL = try positiveDuration(n) }
         if let n = try node.optional("min_refetch_interval") { keyRefresh.minimumRefetchInterval = try positiveDuration(n) }
         if let n = try node.optional("serve_stale_for") { keyRefresh.serveStaleFor = try n.duration() }
+        if let n = try node.optional("prefetch") {
+            let text = try n.string()
+            guard let prefetch = KeyPrefetch(rawValue: text) else {
+                throw n.error("must be required or best_effort, not \(text)")
+            }
+            keyRefresh.prefetch = prefetch
+        }
         if keyRefresh.minimumTTL > keyRefresh.maximumTTL {
             throw node.error("min_ttl (\(keyRefresh.minimumTTL)s) exceeds max_ttl (\(keyRefresh.maximumTTL)s)", key: "min_ttl")
         }

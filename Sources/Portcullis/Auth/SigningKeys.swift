@@ -43,7 +43,9 @@ final class SigningKeys: KeyRefetching {
 
     /// The key manager for every provider whose keys come from a URL, sharing
     /// fetched documents through Redis when the store is Redis.
-    static func make(_ configuration: GatewayConfiguration, verifier: CredentialVerifier, logger: Logger) throws -> SigningKeys? {
+    /// `onEvent` hears every state change (on the manager's queue; it must not call back).
+    static func make(_ configuration: GatewayConfiguration, verifier: CredentialVerifier, logger: Logger,
+                     onEvent: (@Sendable (KeyManagerEvent) -> Void)? = nil) throws -> SigningKeys? {
         var providers: [ManagedKeyProvider] = []
         for p in configuration.providers {
             guard case .url(let url) = p.keys else { continue }
@@ -64,7 +66,7 @@ final class SigningKeys: KeyRefetching {
         }
         // The manager logs each state change itself (once).
         let manager = try KeyManager(verifier: verifier, providers: providers, cache: cache, fetchLoop: fetchLoop,
-                                     configuration: settings, logger: logger)
+                                     configuration: settings, logger: logger, onEvent: onEvent)
         return SigningKeys(manager: manager, managed: Set(providers.map(\.name)))
     }
 }

@@ -1,0 +1,43 @@
+import ArgumentParser
+import Foundation
+import Portcullis
+
+/// `portcullis health`: probes the running gateway's admin listener, for images without
+/// curl (a container HEALTHCHECK, a Kubernetes exec probe, a systemd watchdog script).
+/// Exit 0 when the endpoint answers 200, 1 otherwise; one line says what it answered.
+struct Health: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Probe the running gateway's admin listener: /readyz (default) or, with --live, /healthz. Exit 0 on 200.")
+
+    @Option(name: .long, help: "Path to the YAML configuration of the running gateway (its admin address).")
+    var config: String?
+    @Option(name: .long, help: "The admin listener as HOST:PORT, instead of --config (IPv4).")
+    var address: String?
+    @Flag(name: .long, help: "Liveness: /healthz (the process serves) instead of readiness (/readyz).")
+    var live = false
+
+    func run() throws {
+        let target: String
+        if let address {
+            target = address
+        } else if let config {
+            guard let admin = loadOrExit(config).admin else { throw ValidationError("\(config): admin is off; nothing to probe") }
+            target = admin.address.description
+        } else {
+            throw ValidationError("give --config FILE or --address HOST:PORT")
+        }
+        guard let colon = target.lastIndex(of: ":"), let port = UInt16(target[target.index(after: colon)...]) else {
+            throw ValidationError("\(target): not HOST:PORT")
+        }
+        var host = String(target[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        // A wildcard listener is probed on loopback.
+        if host == "0.0.0.0" || host == "::" || host.isEmpty { host = "127.0.0.1" }
+        let path = live ? "/healthz" : "/readyz"
+        guard let (status, _, body) = DemoWalkthrough.fetch(host: host, port: port, method: "GET", path: path, header: nil) else {
+            Console.error("portcullis: \(path): no answer from \(host):\(port)\n")
+            throw ExitCode(1)
+        }
+        Console.out("\(path) \(status) \(body.trimmingCharacters(in: .whitespacesAndNewlines))\n")
+        if status != 200 { throw ExitCode(1) }
+    }
+}
