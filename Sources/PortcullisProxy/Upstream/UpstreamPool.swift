@@ -39,6 +39,7 @@ final class UpstreamPool: @unchecked Sendable {
     let connectTimeoutNanoseconds: UInt64
     let responseTimeoutNanoseconds: UInt64
     let idleTimeoutNanoseconds: UInt64
+    /// Idle connections; every change is counted in the target (`UpstreamTarget.idleChanged`).
     private var idle: [UpstreamConnection] = []
     private var waiters: [Exchange] = []
     /// Open connections, connecting ones included.
@@ -79,7 +80,10 @@ final class UpstreamPool: @unchecked Sendable {
     /// Hands `exchange` a connection now, queues it, or answers 503 through it.
     /// `fresh` skips idle connections (used for the retry after a stale one).
     func acquire(for exchange: Exchange, fresh: Bool = false) {
-        while !fresh, let connection = idle.popLast() {
+        // An idle connection is reused only when no request waits anywhere: a waiter is
+        // older, and this connection's slot is its (the loop holding it trims it for them).
+        while !fresh, !idle.isEmpty, target.takeIdle() {
+            let connection = idle.removeLast()
             // One that spoke while idle (its bytes not read yet) would answer with them.
             if connection.hasUnreadInput {
                 unexpectedBytes(0, reason: "a response while idle")
@@ -100,6 +104,9 @@ final class UpstreamPool: @unchecked Sendable {
         if target.claimWaiter(loop: loop.index) {
             waiters.append(exchange)
             exchange.markQueued(until: loop.lastNow &+ connectTimeoutNanoseconds)
+            // Idle here but older requests wait: the oldest one gets this loop's connection
+            // now (trimming on the other loops covers only theirs).
+            if !idle.isEmpty { handIdleToOldestWaiter() }
             return
         }
         exchange.poolExhausted()
@@ -115,10 +122,38 @@ final class UpstreamPool: @unchecked Sendable {
         }
     }
 
+    /// One idle connection of this loop goes to the oldest waiter anywhere: reused for it
+    /// here, or closed so that its slot passes to that waiter's loop.
+    private func handIdleToOldestWaiter() {
+        while let connection = idle.last, connection.hasUnreadInput {
+            idle.removeLast()
+            target.idleChanged(by: -1)
+            unexpectedBytes(0, reason: "a response while idle")
+            connection.close()  // its slot goes to the oldest waiter
+        }
+        guard let connection = idle.last else { return }
+        switch target.takeOldestWaiter(ifOn: loop.index) {
+        case .here:
+            guard let waiter = nextWaiter() else { return }
+            idle.removeLast()
+            target.idleChanged(by: -1)
+            connection.reuse()
+            waiter.attach(connection)
+        case .elsewhere:
+            idle.removeLast()
+            target.idleChanged(by: -1)
+            connection.close()
+        case .none:
+            break
+        }
+    }
+
     /// Another loop has requests waiting and no slot: an idle connection here gives its slot.
     func trimIdleForWaiters() {
         guard !idle.isEmpty, target.hasWaiters else { return }
-        idle.removeFirst().close()
+        let connection = idle.removeFirst()
+        target.idleChanged(by: -1)
+        connection.close()
     }
 
     private func openConnection(for exchange: Exchange) {
@@ -203,11 +238,15 @@ final class UpstreamPool: @unchecked Sendable {
         }
         connection.becameIdle(idleDeadline: loop.lastNow &+ idleTimeoutNanoseconds)
         idle.append(connection)
+        target.idleChanged(by: 1)
     }
 
     func connectionClosed(_ connection: UpstreamConnection) {
         openCount -= 1
-        if let i = idle.firstIndex(where: { $0 === connection }) { idle.remove(at: i) }
+        if let i = idle.firstIndex(where: { $0 === connection }) {
+            idle.remove(at: i)
+            target.idleChanged(by: -1)
+        }
         if connection.holdsSlot { target.releaseSlot() }
     }
 
@@ -233,6 +272,7 @@ final class UpstreamPool: @unchecked Sendable {
     func closeIdle() {
         let connections = idle
         idle.removeAll()
+        target.idleChanged(by: -connections.count)
         for connection in connections { connection.close() }
     }
 }

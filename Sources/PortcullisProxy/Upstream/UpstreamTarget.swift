@@ -164,6 +164,9 @@ public final class UpstreamTarget: @unchecked Sendable {
 
     /// Connections open or opening for this upstream, all loops together.
     private var slotsInUse = 0
+    /// Of those, idle in some loop's pool: each is a slot a waiter gets as soon as its loop
+    /// trims it (`trimIdle`), so a waiter it will serve takes no `max_pending` place.
+    private var idleConnections = 0
     /// One entry per request waiting for a connection: its loop, oldest first.
     private var waiting: [Int] = []
     /// Hands a freed slot to a loop's pool (set by `ProxyServer`): called with the
@@ -181,15 +184,35 @@ public final class UpstreamTarget: @unchecked Sendable {
         }
     }
 
-    /// A place in the (global) queue for a request on `loop`, if `max_pending` allows.
+    /// A place in the (global) queue for a request on `loop`, if `max_pending` allows. The
+    /// queue is as long as `max_pending` plus the idle connections on other loops: each of
+    /// those is closed for the oldest waiter at once (`trimIdle`), so the request it serves
+    /// never keeps another from its place (which 503s would otherwise depend on the loop a
+    /// client landed on, whenever the last connection idled on another loop).
     func claimWaiter(loop: Int) -> Bool {
         let queued = lock.withLock { () -> Bool in
-            guard waiting.count < configuration.maxPending else { return false }
+            guard waiting.count < configuration.maxPending + idleConnections else { return false }
             waiting.append(loop)
             return true
         }
         if queued { trimIdle?(loop) }  // idle connections on other loops hold the slots
         return queued
+    }
+
+    /// A pool's idle list grew or shrank by `delta` (exact, under the lock: `claimWaiter`
+    /// counts on it; an uncontended lock, two per reused connection).
+    func idleChanged(by delta: Int) {
+        lock.withLock { idleConnections += delta }
+    }
+
+    /// A pool is about to reuse one of its idle connections: allowed (and counted) unless
+    /// requests wait, which are older and get the slot instead.
+    func takeIdle() -> Bool {
+        lock.withLock {
+            guard waiting.isEmpty else { return false }
+            idleConnections -= 1
+            return true
+        }
     }
 
     /// A waiter on `loop` left the queue (served, timed out, gone).
