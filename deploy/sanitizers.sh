@@ -27,8 +27,11 @@ step "AddressSanitizer build"
 if ! swift build --build-tests --sanitize=address --scratch-path .build-asan; then exit 1; fi
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:log_path=$reports/asan"
 step "AddressSanitizer: proxy path and end-to-end tests"
+# Memory measurements are left to the plain build: ASan keeps freed memory in its quarantine
+# and adds shadow memory, so RSS says nothing about the gateway there.
 timeout --kill-after=30 "${ASAN_TEST_TIMEOUT:-2400}" swift test --skip-build --sanitize=address --scratch-path .build-asan \
-  --no-parallel --filter 'PortcullisProxyTests|PortcullisEndToEndTests' || status=1
+  --no-parallel --filter 'PortcullisProxyTests|PortcullisEndToEndTests' \
+  --skip 'aLongLivedConnectionDoesNotKeepItsClosedStreams' || status=1
 step "AddressSanitizer: chaos (${CHAOS_SECONDS:-60} s, seed ${CHAOS_SEED:-1})"
 # Memory is bounded by the debug-build run in deploy/test.sh: ASan holds freed memory in its
 # quarantine (256 MiB) and maps shadow memory, so here RSS only has to stay under 1 GiB.
