@@ -47,9 +47,13 @@ import PortcullisIO
 
         let e = try RedisConfiguration(url: "redis://[::1]:7000/0")
         #expect(e.password == nil && e.handshake.isEmpty)
+
+        // A service name (Kubernetes, Compose): resolved at each connect, off the loops.
+        let f = try RedisConfiguration(url: "redis://:pw@redis-master.cache.svc.cluster.local:6380/1")
+        #expect(f.topology == .standaloneHost("redis-master.cache.svc.cluster.local", port: 6380) && f.tls == nil)
     }
 
-    @Test(arguments: ["http://127.0.0.1", "redis://127.0.0.1:x", "redis://127.0.0.1/zero", "redis://example.com:6379", "rediss://bad_host:6379"])
+    @Test(arguments: ["http://127.0.0.1", "redis://127.0.0.1:x", "redis://127.0.0.1/zero", "redis://bad_host:6379", "rediss://bad_host:6379", "redis://:pw@:6379"])
     func badURLsAreRefused(_ url: String) {
         #expect(throws: RedisError.self) { _ = try RedisConfiguration(url: url) }
     }

@@ -3,13 +3,13 @@ import PortcullisIO
 extension RedisConfiguration {
     /// Reads `redis://[user][:password]@host[:port][/db]`.
     ///
-    /// - `host` is a numeric IPv4 address, `[IPv6]`, or `localhost` (127.0.0.1):
-    ///   the gateway resolves no names on its event loops.
+    /// - `host` is a numeric IPv4 address, `[IPv6]`, `localhost` (127.0.0.1), or a name
+    ///   (a Kubernetes or Compose service), resolved off the event loops at each connect.
     /// - `port` defaults to 6379, `db` to 0.
     /// - user and password are percent-decoded; `redis://:secret@…` is the
     ///   `default` user, `redis://alice:secret@…` an ACL user.
     /// - `rediss://` is the same over TLS (verified against the system store unless
-    ///   `tls.caFile` says otherwise); its host may be a name, resolved off the loops.
+    ///   `tls.caFile` says otherwise; a name is also the name the certificate must carry).
     public init(url: String) throws(RedisError) {
         let secure = url.hasPrefix("rediss://")
         guard url.hasPrefix("redis://") || secure else {
@@ -47,14 +47,14 @@ extension RedisConfiguration {
         if let address = try? SocketAddress(parsing: hostPort) {
             topology = .standalone(address)
         } else {
-            // A name: DNS letters, digits, '-' and '.'; TLS services are reached by name.
+            // A name: DNS letters, digits, '-' and '.'.
             guard let colon = hostPort.lastIndex(of: ":"), let port = UInt16(hostPort[hostPort.index(after: colon)...]), port > 0 else {
                 throw .invalidConfiguration("port in \(Self.redacted(url)) is not a number")
             }
             let host = hostPort[..<colon].lowercased()
-            guard secure, !host.isEmpty,
+            guard !host.isEmpty,
                   host.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D || $0 == 0x2E }) else {
-                throw .invalidConfiguration("host '\(rest)' in \(Self.redacted(url)): a numeric address or localhost (host names need rediss://)")
+                throw .invalidConfiguration("host '\(rest)' in \(Self.redacted(url)): a numeric address, localhost or a host name")
             }
             topology = host == "localhost" ? .standalone(try! SocketAddress(parsing: "127.0.0.1:\(port)")) : .standaloneHost(host, port: port)
         }
