@@ -101,7 +101,8 @@ var package = Package(
         // Real redis-server / sentinel processes for the tests that need them.
         .target(name: "PortcullisTestSupport", path: "Tests/PortcullisTestSupport"),
         // Fixtures are scripts the tests run from the source tree, not bundled resources.
-        .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis", "PortcullisTestSupport"],
+        .testTarget(name: "PortcullisEndToEndTests", dependencies: ["portcullis", "PortcullisTestSupport",
+                                                                     .product(name: "Yams", package: "Yams")],
                     exclude: ["Fixtures"]),
         .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisStoreTests", dependencies: ["PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),

@@ -408,3 +408,33 @@ final class StartupReadiness: @unchecked Sendable {
         }
     }
 }
+
+extension Gateway {
+    /// Serves local apps only (no gateway listener, no admin): `portcullis demo-apps`, the demo
+    /// apps and key host as their own process (the Compose file runs them in a container).
+    /// Runs until SIGTERM or SIGINT, then exits 0.
+    public static func serveLocalApps(_ apps: [LocalApp], logger: Logger) throws -> Never {
+        signal(SIGTERM, SIG_IGN)
+        signal(SIGINT, SIG_IGN)
+        System.ignoreWriteSignals()
+        let group = EventLoopGroup(count: 1)
+        let server = try ProxyServer(group: group, configuration: ProxyConfiguration(routes: [], upstreams: []),
+                                     authenticator: NoProvidersAuthenticator(realm: "demo"), accessLogFD: nil, logger: logger)
+        for app in apps {
+            do { try server.addListener(address: app.address, mode: .local(app.handler)) } catch {
+                throw StartupError(description: "cannot listen on \(app.address): \(error)")
+            }
+        }
+        server.start()
+        logger.info("demo apps started", metadata: ["listen": "\(apps.map(\.address.description).joined(separator: ","))"])
+        let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .main)
+            source.setEventHandler {
+                server.shutdown(gracePeriod: 2) { exit(0) }
+            }
+            source.resume()
+            return source
+        }
+        withExtendedLifetime(sources) { dispatchMain() }
+    }
+}

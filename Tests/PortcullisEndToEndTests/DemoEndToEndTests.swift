@@ -9,6 +9,31 @@ import Glibc
 /// with Config/demo.yaml, tells its story on standard output and keeps the gateway's log on
 /// standard error; every step of the story gets the answer it announces.
 @Suite(.serialized) struct DemoEndToEndTests {
+    /// `portcullis demo-apps`: the demo's apps and key host alone (the Compose file's `apps`
+    /// container); a gateway elsewhere reaches them; SIGTERM ends it with status 0.
+    @Test func theDemoAppsRunAlone() throws {
+        for port: UInt16 in [3001, 3002, 3003, 3004] {
+            #expect(!Loopback.waitForPort(port, timeout: 0.2), "port \(port) is taken; demo-apps needs it")
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: E2E.binary)
+        process.arguments = ["demo-apps", "--host", "127.0.0.1"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        defer { E2E.stop(process, signal: SIGKILL) }
+        #expect(Loopback.waitForPort(3004))
+        for (port, name) in [(3001, "visits"), (3002, "notes"), (3003, "books")] {
+            let (status, body) = E2E.curl(["http://127.0.0.1:\(port)/hello"])
+            #expect(status == 200 && body.contains(name), "\(port): \(status) \(body)")
+        }
+        let keys = E2E.curl(["http://127.0.0.1:3004/oauth2/v3/certs"])
+        #expect(keys.status == 200 && keys.body.contains("\"kid\":\"demo-g1\""), "\(keys)")
+        kill(process.processIdentifier, SIGTERM)
+        E2E.waitForExit(process, timeout: 10)
+        #expect(!process.isRunning && process.terminationStatus == 0)
+    }
+
     @Test func theDemoTellsItsStoryAndEveryStepHoldsTrue() throws {
         // The demo listens on fixed ports (8080, 9901, 3001-3004): fail clearly when one is taken.
         for port: UInt16 in [8080, 9901, 3001, 3002, 3003, 3004] {

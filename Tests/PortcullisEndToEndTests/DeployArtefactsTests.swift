@@ -1,0 +1,297 @@
+import Foundation
+import PortcullisTestSupport
+import Testing
+import Yams
+
+/// The deploy artefacts (#26.4), checked as far as this machine allows (no container
+/// runtime here): the Kubernetes base rendered with `kubectl kustomize` and held against the
+/// configuration it ships; the systemd unit through `systemd-analyze verify`; the image's
+/// runtime stage against what the binary links, and its entrypoint command line run on this
+/// host; the Compose file against its gateway configuration. Every shipped configuration
+/// passes `portcullis check-config` with the secrets the artefact provides.
+@Suite(.serialized) struct DeployArtefactsTests {
+    static let root = E2E.packageRoot.path
+
+    static func file(_ path: String) throws -> String {
+        try String(contentsOfFile: "\(root)/\(path)", encoding: .utf8)
+    }
+
+    /// `5s`, `20s`, `1m` as seconds.
+    static func seconds(_ text: String?) -> Double {
+        guard let text, let unit = text.last, let value = Double(text.dropLast()) else { return -1 }
+        switch unit {
+        case "s": return value
+        case "m": return value * 60
+        default: return -1
+        }
+    }
+
+    static func port(_ address: Any?) -> Int? {
+        (address as? String).flatMap { Int($0.split(separator: ":").last ?? "") }
+    }
+
+    /// `${NAME}` references without a default in a configuration's text.
+    static func requiredVariables(_ text: String) -> Set<String> {
+        let regex = try! NSRegularExpression(pattern: #"\$\{([A-Z0-9_]+)\}"#)
+        let range = NSRange(text.startIndex..., in: text)
+        return Set(regex.matches(in: text, range: range).map { String(text[Range($0.range(at: 1), in: text)!]) })
+    }
+
+    static func checkConfig(_ path: String, environment: [String: String]) -> (Int32, String) {
+        portcullis(["check-config", path], environment: environment)
+    }
+
+    /// The binary with exactly `environment` (and PATH); exit status and standard error.
+    static func portcullis(_ arguments: [String], environment: [String: String]) -> (Int32, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: E2E.binary)
+        process.arguments = arguments
+        process.environment = ["PATH": "/usr/bin:/bin"].merging(environment) { $1 }
+        let err = Pipe()
+        process.standardError = err
+        process.standardOutput = FileHandle.nullDevice
+        try? process.run()
+        let data = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    static func envFile(_ text: String) -> [String: String] {
+        var values: [String: String] = [:]
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            guard let eq = line.firstIndex(of: "=") else { continue }
+            values[String(line[..<eq])] = String(line[line.index(after: eq)...])
+        }
+        return values
+    }
+
+    // MARK: Kubernetes
+
+    @Test func theKubernetesBaseAgreesWithTheConfigurationItShips() throws {
+        let (status, out, err) = E2E.run("/usr/bin/env", ["kubectl", "kustomize", "\(Self.root)/deploy/kubernetes"], timeout: 60)
+        try #require(status == 0, "kubectl kustomize (kubectl >= 1.21, as on this machine kind): \(err)")
+        let documents = try Yams.load_all(yaml: out).compactMap { $0 as? [String: Any] }
+        func one(_ kind: String) throws -> [String: Any] {
+            try #require(documents.first { $0["kind"] as? String == kind }, "no \(kind) rendered")
+        }
+        let configMap = try one("ConfigMap"), secret = try one("Secret"), deployment = try one("Deployment")
+        let service = try one("Service"), budget = try one("PodDisruptionBudget")
+        let configText = try #require((configMap["data"] as? [String: Any])?["portcullis.yaml"] as? String)
+        let config = try #require(try Yams.load(yaml: configText) as? [String: Any])
+
+        let podSpec = try #require(((deployment["spec"] as? [String: Any])?["template"] as? [String: Any])?["spec"] as? [String: Any])
+        let container = try #require((podSpec["containers"] as? [[String: Any]])?.first)
+        // Ports: the listener and the admin listener the configuration names.
+        let ports = (container["ports"] as? [[String: Any]] ?? []).reduce(into: [String: Int]()) {
+            $0[$1["name"] as? String ?? ""] = $1["containerPort"] as? Int
+        }
+        let listen = (config["listen"] as? [[String: Any]])?.first?["address"]
+        #expect(ports["http"] == Self.port(listen) && ports["http"] != nil, "\(ports) vs \(String(describing: listen))")
+        #expect(ports["admin"] == Self.port((config["admin"] as? [String: Any])?["address"]) && ports["admin"] != nil)
+        #expect(((config["admin"] as? [String: Any])?["address"] as? String)?.hasPrefix("0.0.0.0:") == true,
+                "the kubelet reaches the admin listener from the node")
+        // Probes: readiness and startup on /readyz, liveness on /healthz, all on the admin port.
+        func probe(_ name: String) -> (String?, String?) {
+            let get = (container[name] as? [String: Any])?["httpGet"] as? [String: Any]
+            return (get?["path"] as? String, get?["port"] as? String)
+        }
+        #expect(probe("startupProbe") == ("/readyz", "admin") && probe("readinessProbe") == ("/readyz", "admin"))
+        #expect(probe("livenessProbe") == ("/healthz", "admin"))
+        // The grace period covers the drain delay and the grace.
+        let shutdown = config["shutdown"] as? [String: Any]
+        let needed = Self.seconds(shutdown?["drain_delay"] as? String) + Self.seconds(shutdown?["grace"] as? String)
+        let granted = Double(podSpec["terminationGracePeriodSeconds"] as? Int ?? 0)
+        #expect(needed > 0 && granted > needed, "terminationGracePeriodSeconds \(granted) for \(needed) s")
+        // Secrets: the Secret the container reads holds every variable the configuration needs.
+        let secretName = (((container["envFrom"] as? [[String: Any]])?.first?["secretRef"]) as? [String: Any])?["name"] as? String
+        #expect(secretName == (secret["metadata"] as? [String: Any])?["name"] as? String)
+        let secretKeys = Set((secret["data"] as? [String: Any] ?? [:]).keys)
+        #expect(Self.requiredVariables(configText).isSubset(of: secretKeys), "\(Self.requiredVariables(configText)) vs \(secretKeys)")
+        // Configuration: the ConfigMap mounted where the arguments point.
+        let volume = (podSpec["volumes"] as? [[String: Any]])?.first { ($0["configMap"] as? [String: Any]) != nil }
+        #expect((volume?["configMap"] as? [String: Any])?["name"] as? String == (configMap["metadata"] as? [String: Any])?["name"] as? String)
+        let mount = (container["volumeMounts"] as? [[String: Any]])?.first { $0["name"] as? String == volume?["name"] as? String }
+        let configPath = (container["args"] as? [String] ?? []).last ?? ""
+        #expect(configPath == "\(mount?["mountPath"] as? String ?? "-")/portcullis.yaml", "\(configPath)")
+        // Hardening.
+        let pod = podSpec["securityContext"] as? [String: Any] ?? [:]
+        let own = container["securityContext"] as? [String: Any] ?? [:]
+        #expect(pod["runAsNonRoot"] as? Bool == true && (pod["runAsUser"] as? Int ?? 0) > 0)
+        #expect(own["readOnlyRootFilesystem"] as? Bool == true && own["allowPrivilegeEscalation"] as? Bool == false)
+        #expect((own["capabilities"] as? [String: Any])?["drop"] as? [String] == ["ALL"])
+        // The budget and the Service select the Deployment's pods; the Service targets the listener.
+        let podLabels = ((deployment["spec"] as? [String: Any])?["template"] as? [String: Any]).flatMap {
+            ($0["metadata"] as? [String: Any])?["labels"] as? [String: String]
+        } ?? [:]
+        let budgetSelector = ((budget["spec"] as? [String: Any])?["selector"] as? [String: Any])?["matchLabels"] as? [String: String] ?? [:]
+        #expect(!budgetSelector.isEmpty && budgetSelector.allSatisfy { podLabels[$0.key] == $0.value })
+        let serviceSpec = service["spec"] as? [String: Any] ?? [:]
+        #expect((serviceSpec["selector"] as? [String: String] ?? [:]).allSatisfy { podLabels[$0.key] == $0.value })
+        #expect((serviceSpec["ports"] as? [[String: Any]])?.first?["targetPort"] as? String == "http")
+        // The embedded configuration passes check-config with the base's secrets.
+        let configFile = try AppFitEndToEndTests.writeConfig(configText)
+        let secrets = Self.envFile(try Self.file("deploy/kubernetes/secrets.env"))
+        let check = Self.checkConfig(configFile, environment: secrets)
+        #expect(check.0 == 0, "check-config: \(check.1)")
+    }
+
+    // MARK: systemd
+
+    @Test func theSystemdUnitVerifies() throws {
+        let (present, _, _) = E2E.run("/usr/bin/env", ["sh", "-c", "command -v systemd-analyze"])
+        try #require(present == 0, "systemd-analyze is part of systemd on Debian 12")
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("unit-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        // The unit as shipped, with its two host paths pointed at this build and an empty env file.
+        let unit = try Self.file("deploy/systemd/portcullis.service")
+            .replacingOccurrences(of: "/usr/local/bin/portcullis", with: E2E.binary)
+            .replacingOccurrences(of: "/etc/portcullis/env", with: "\(dir)/env")
+        FileManager.default.createFile(atPath: "\(dir)/env", contents: Data())
+        try unit.write(toFile: "\(dir)/portcullis.service", atomically: true, encoding: .utf8)
+        let (status, out, err) = E2E.run("/usr/bin/env", ["systemd-analyze", "verify", "\(dir)/portcullis.service"], timeout: 60)
+        #expect(status == 0 && err.isEmpty && out.isEmpty, "\(out)\(err)")
+        for hardening in ["NoNewPrivileges=yes", "ProtectSystem=strict", "DynamicUser=yes", "CapabilityBoundingSet=\n",
+                          "SystemCallFilter=@system-service", "TimeoutStopSec=30"] {
+            #expect(unit.contains(hardening), "\(hardening)")
+        }
+    }
+
+    // MARK: The image
+
+    struct Containerfile {
+        let runtime: [String]  // the runtime stage's instructions, continuation lines joined
+
+        init(_ text: String) {
+            var lines: [String] = []
+            var current = ""
+            for line in text.split(separator: "\n", omittingEmptySubsequences: false) where !line.hasPrefix("#") {
+                current += line.hasSuffix("\\") ? String(line.dropLast()) : String(line)
+                if !line.hasSuffix("\\") { if !current.trimmingCharacters(in: .whitespaces).isEmpty { lines.append(current) }; current = "" }
+            }
+            let start = lines.lastIndex { $0.hasPrefix("FROM ") } ?? 0
+            runtime = Array(lines[start...])
+        }
+
+        func instruction(_ name: String) -> String? {
+            runtime.last { $0.hasPrefix(name + " ") }.map { String($0.dropFirst(name.count + 1)) }
+        }
+
+        func jsonArray(_ name: String) -> [String] {
+            guard let text = instruction(name), let start = text.firstIndex(of: "[") else { return [] }
+            return (try? JSONSerialization.jsonObject(with: Data(text[start...].utf8)) as? [String]) ?? []
+        }
+    }
+
+    /// The runtime stage installs a package for every shared library the binary links
+    /// (outside glibc, libgcc and the Swift runtime, which the build links statically);
+    /// it runs as a non-root user; its HEALTHCHECK is `portcullis health` on its own
+    /// configuration.
+    @Test func theImageRuntimeHasWhatTheBinaryLinksAndRunsUnprivileged() throws {
+        let file = Containerfile(try Self.file("deploy/container/Containerfile"))
+        let installs = file.runtime.first { $0.contains("apt-get install") } ?? ""
+        let (_, ldd, _) = E2E.run("/usr/bin/ldd", [E2E.binary])
+        var needed: Set<String> = []
+        for line in ldd.split(separator: "\n") {
+            guard let arrow = line.range(of: "=> ") else { continue }
+            // dpkg knows the merged-/usr path of the file itself (not /lib/… nor the soname link).
+            let linked = String(line[arrow.upperBound...].split(separator: " ").first ?? "")
+            let path = URL(fileURLWithPath: linked).resolvingSymlinksInPath().path
+            guard path.hasPrefix("/lib") || path.hasPrefix("/usr/lib") else { continue }  // the Swift toolchain's own: static in the image
+            guard !path.contains("/swift/") else { continue }
+            let (status, owner, _) = E2E.run("/usr/bin/dpkg", ["-S", path])
+            guard status == 0, let package = owner.split(separator: ":").first.map(String.init) else { continue }
+            if ["libc6", "libgcc-s1"].contains(package) { continue }  // in debian:bookworm-slim
+            needed.insert(package)
+        }
+        #expect(needed.contains("libssl3") && needed.contains("libnghttp2-14") && needed.contains("libhiredis0.14"), "\(needed)")
+        for package in needed {
+            #expect(installs.contains(" \(package)"), "the runtime stage does not install \(package): \(installs)")
+        }
+        let user = file.instruction("USER") ?? "root"
+        #expect(!user.hasPrefix("root") && !user.hasPrefix("0"), "USER \(user)")
+        #expect(file.jsonArray("ENTRYPOINT") == ["/usr/local/bin/portcullis"])
+        #expect(file.jsonArray("CMD") == ["run", "--config", "/etc/portcullis/portcullis.yaml"])
+        #expect(file.jsonArray("HEALTHCHECK") == ["/usr/local/bin/portcullis", "health", "--config", "/etc/portcullis/portcullis.yaml"])
+        #expect(file.runtime.contains("COPY deploy/container/portcullis.yaml /etc/portcullis/portcullis.yaml"))
+        #expect(file.runtime.contains { $0.contains("--static-swift-stdlib") } == false, "built in the build stage")
+        #expect(try Self.file("deploy/container/Containerfile").contains("--static-swift-stdlib"))
+    }
+
+    /// The image's entrypoint command line (`portcullis run --config <its file>`) on this
+    /// host, with the environment the file asks for (its ports moved to free ones): it
+    /// serves, the HEALTHCHECK command passes, and a token of its secret reaches the app.
+    @Test func theImageCommandLineRunsOnThisHost() throws {
+        let upstream = try EchoUpstream()
+        let (port, admin) = (Loopback.freePort(), Loopback.freePort())
+        let config = try Self.file("deploy/container/portcullis.yaml")
+            .replacingOccurrences(of: "0.0.0.0:8080", with: "127.0.0.1:\(port)")
+            .replacingOccurrences(of: "0.0.0.0:9901", with: "127.0.0.1:\(admin)")
+        let path = try AppFitEndToEndTests.writeConfig(config)
+        let secret = AppFitEndToEndTests.secret
+        let environment = ["AUTH_SECRET": secret, "PORTCULLIS_ADMIN_TOKEN": "image-admin-token-0123456789",
+                           "APP_URL": "http://127.0.0.1:\(upstream.port)", "PATH": "/usr/bin:/bin"]
+        let check = Self.checkConfig(path, environment: environment)
+        #expect(check.0 == 0, "\(check.1)")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: E2E.binary)
+        process.arguments = ["run", "--config", path]
+        process.environment = environment
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        defer { E2E.stop(process, signal: SIGTERM) }
+        #expect(Loopback.waitForPort(admin))
+        // The HEALTHCHECK's command, with the container's environment.
+        let health = Self.portcullis(["health", "--config", path], environment: environment)
+        #expect(health.0 == 0, "\(health)")
+        let token = try AppFitEndToEndTests.mint(#"{"sub": "image-user", "exp": "+600"}"#, secret: secret)
+        #expect(E2E.curl(["-H", "Authorization: Bearer \(token)", "http://127.0.0.1:\(port)/x"]).status == 200)
+        #expect(E2E.curl(["http://127.0.0.1:\(port)/x"]).status == 401)
+    }
+
+    // MARK: Compose
+
+    @Test func theComposeFileAgreesWithItsGatewayConfiguration() throws {
+        let compose = try #require(try Yams.load(yaml: try Self.file("deploy/compose.yaml")) as? [String: Any])
+        let services = try #require(compose["services"] as? [String: [String: Any]])
+        let configText = try Self.file("deploy/compose/portcullis.yaml")
+        let config = try #require(try Yams.load(yaml: configText) as? [String: Any])
+        func address(_ service: String) -> String? {
+            ((services[service]?["networks"] as? [String: Any])?["portcullis"] as? [String: Any])?["ipv4_address"] as? String
+        }
+        let gateways = services.keys.filter { $0.hasPrefix("gateway-") }.sorted()
+        #expect(gateways.count == 2)
+        let sentinels = services.keys.filter { $0.hasPrefix("sentinel-") }.sorted()
+        #expect(sentinels.count == 3 && services["redis"] != nil && services["redis-replica"] != nil)
+        // The gateways' store: the Sentinels' addresses; the apps' address for upstreams and keys.
+        let store = config["store"] as? [String: Any] ?? [:]
+        let configured = Set((store["sentinel"] as? [String: Any])?["addresses"] as? [String] ?? [])
+        #expect(configured == Set(sentinels.compactMap { address($0).map { "\($0):26379" } }), "\(configured)")
+        let apps = try #require(address("apps"))
+        for (_, upstream) in config["upstreams"] as? [String: [String: Any]] ?? [:] {
+            #expect((upstream["url"] as? String)?.contains("//\(apps):") == true)
+        }
+        #expect(configText.contains("http://\(apps):3004/"), "the key host")
+        #expect((services["apps"]?["command"] as? [String])?.prefix(1) == ["demo-apps"])
+        let shutdown = config["shutdown"] as? [String: Any]
+        let needed = Self.seconds(shutdown?["drain_delay"] as? String) + Self.seconds(shutdown?["grace"] as? String)
+        for name in gateways {
+            let gateway = services[name] ?? [:]
+            #expect(gateway["read_only"] as? Bool == true, "\(name)")
+            #expect((gateway["volumes"] as? [String])?.contains("./compose/portcullis.yaml:/etc/portcullis/portcullis.yaml:ro") == true, "\(name)")
+            #expect(Self.seconds(gateway["stop_grace_period"] as? String) > needed, "\(name)")
+            let ports = gateway["ports"] as? [String] ?? []
+            #expect(ports.contains { $0.hasSuffix(":8080") } && ports.contains { $0.hasSuffix(":9901") }, "\(ports)")
+        }
+        // The configuration passes check-config with the Compose file's default secrets.
+        let defaults = try #require(compose["x-secrets"] as? [String: String])
+        var environment: [String: String] = [:]
+        for (key, value) in defaults {
+            // "${NAME:-default}" → default
+            if let range = value.range(of: ":-") { environment[key] = String(value[range.upperBound...].dropLast()) }
+        }
+        #expect(Self.requiredVariables(configText).isSubset(of: Set(environment.keys)))
+        let check = Self.checkConfig(try AppFitEndToEndTests.writeConfig(configText), environment: environment)
+        #expect(check.0 == 0, "\(check.1)")
+    }
+}
