@@ -34,6 +34,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         let challenge: LocalResponse
         /// `credential.json_field` (nil: the credential is in the head).
         let bodyField: [UInt8]?
+        /// `bodyField` as configured, for descriptions that name it.
+        let bodyFieldName: String?
         /// Providers accepted for the body credential.
         let bodyProviders: Set<String>?
         /// How much of the body is read for it (`credential.max_body`).
@@ -94,6 +96,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                                challenge: Self.errorResponse(401, code: "unauthorized", description: "No credentials",
                                                              challenge: noCredential, body: settings.errorBody ?? globalBody),
                                bodyField: settings.bodyCredential.map { Array($0.field.utf8) },
+                               bodyFieldName: settings.bodyCredential?.field,
                                bodyProviders: settings.bodyCredential.flatMap { $0.providers.map(Set.init) } ?? allowed,
                                bodyLimit: settings.bodyCredential?.maxBodyBytes)
         }
@@ -123,11 +126,11 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         case .bearer(let range):
             outcome = verifyToken(UnsafeRawBufferPointer(rebasing: request.bytes[range]), providers: policy.allowed,
                                   policy: policy, request: request, route: route, now: now, resumption: resumption,
-                                  foreign: found.foreign)
+                                  foreign: found.foreign, presentedAs: .accessToken)
         case .cookies(let jar):
             let result = verifier.verifySessionCookies(jar.pairs, providers: policy.allowed, now: now)
             outcome = decide(result, policy: policy, cookies: jar, request: request, loopIndex: request.loop.index, now: now,
-                             upstream: route.upstreamIndex)
+                             upstream: route.upstreamIndex, presentedAs: .sessionCookie)
         }
         return Self.stripping(found.foreign, from: outcome)
     }
@@ -158,15 +161,25 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         }
         // Session cookies are not this route's credential: any an app would read go.
         let foreign = PresentedCredential.find(in: request, cookieNames: [], sessionBases: sessionBases).foreign
+        let member = AuthFailure.PresentedAs.bodyMember(policy.bodyFieldName ?? "")
         switch BodyCredential.find(in: body, field: field) {
         case .absent:
+            // A required credential the body does not carry is a malformed request (400
+            // invalid_request, as the apps' own handlers answer a body without `idToken`);
+            // an optional route goes on without identity.
+            if policy.mode == .required {
+                counters?.decided(loopIndex: request.loop.index, provider: nil, .noCredential)
+                return rejectFailure(AuthFailure(.missingBodyCredential), loopIndex: request.loop.index, body: policy.errorBody,
+                                     presentedAs: member)
+            }
             return Self.stripping(foreign, from: unauthenticated(policy, request: request))
         case .malformed:
-            return rejectFailure(AuthFailure(.malformedBody), loopIndex: request.loop.index, body: policy.errorBody)
+            return rejectFailure(AuthFailure(.malformedBody), loopIndex: request.loop.index, body: policy.errorBody,
+                                 presentedAs: member)
         case .token(let token):
             let outcome = token.withUnsafeBytes { bytes in
                 verifyToken(bytes, providers: policy.bodyProviders, policy: policy, request: request, route: route,
-                            now: WallClock.nowSeconds(), resumption: resumption, foreign: foreign)
+                            now: WallClock.nowSeconds(), resumption: resumption, foreign: foreign, presentedAs: member)
             }
             return Self.stripping(foreign, from: outcome)
         }
@@ -176,7 +189,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     /// while a provider's keys are refetched for an unknown `kid`.
     private func verifyToken(_ token: UnsafeRawBufferPointer, providers: Set<String>?, policy: RoutePolicy,
                              request: RequestView, route: Route, now: Double, resumption: AuthResumption,
-                             foreign: ForeignSessionCookies? = nil) -> AuthOutcome {
+                             foreign: ForeignSessionCookies? = nil, presentedAs: AuthFailure.PresentedAs) -> AuthOutcome {
         let result = verifier.verifyBearer(token, providers: providers, now: now)
         if case .failed(let failure) = result, failure.reason == .unknownKey || failure.reason == .keysUnavailable,
            let provider = failure.provider, let keys {
@@ -187,17 +200,18 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                 let now = WallClock.nowSeconds()
                 let retried = verifier.verifyBearer(copy, providers: providers, now: now)
                 resumption.resume(Self.stripping(foreign, from: decide(retried, policy: policy, cookies: nil, request: nil,
-                                         loopIndex: resumption.loop.index, now: now, upstream: route.upstreamIndex)))
+                                         loopIndex: resumption.loop.index, now: now, upstream: route.upstreamIndex,
+                                         presentedAs: presentedAs)))
             }
             if started { return .deferred }
         }
         return decide(result, policy: policy, cookies: nil, request: request, loopIndex: request.loop.index, now: now,
-                      upstream: route.upstreamIndex)
+                      upstream: route.upstreamIndex, presentedAs: presentedAs)
     }
 
     /// `request` is nil when deciding after a deferral (the head is no longer readable).
     private func decide(_ result: VerificationResult, policy: RoutePolicy, cookies: CookieJar?, request: RequestView?,
-                        loopIndex: Int, now: Double, upstream: Int) -> AuthOutcome {
+                        loopIndex: Int, now: Double, upstream: Int, presentedAs: AuthFailure.PresentedAs) -> AuthOutcome {
         let identity: VerifiedIdentity
         switch result {
         case .failed(let failure):
@@ -205,13 +219,13 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             if let cookies, let request, let outcome = staleCookie(failure, policy: policy, cookies: cookies, request: request) {
                 return outcome
             }
-            return rejectFailure(failure, loopIndex: loopIndex, body: policy.errorBody)
+            return rejectFailure(failure, loopIndex: loopIndex, body: policy.errorBody, presentedAs: presentedAs)
         case .verified(let verified):
             identity = verified
         }
         for rule in policy.rules where !Self.satisfies(identity, rule) {
             return rejectFailure(AuthFailure(.requiredClaimMismatch, provider: identity.provider), loopIndex: loopIndex,
-                                 body: policy.errorBody)
+                                 body: policy.errorBody, presentedAs: presentedAs)
         }
         let userID = prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
         if let revocations {
@@ -224,7 +238,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                 if let cookies, let request, let outcome = staleCookie(failure, policy: policy, cookies: cookies, request: request) {
                     return outcome
                 }
-                return rejectFailure(failure, loopIndex: loopIndex, body: policy.errorBody)
+                return rejectFailure(failure, loopIndex: loopIndex, body: policy.errorBody, presentedAs: presentedAs)
             case .unavailable:
                 counters?.decided(loopIndex: loopIndex, provider: identity.provider, .storeUnavailable)
                 return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
@@ -304,7 +318,9 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         return .reject(LocalResponse(status: 302, headers: headers, body: Array(body.utf8)))
     }
 
-    private func rejectFailure(_ failure: AuthFailure, loopIndex: Int, body: ErrorBodyTemplate) -> AuthOutcome {
+    /// `presentedAs` names the credential in the description ("The refresh token expired").
+    private func rejectFailure(_ failure: AuthFailure, loopIndex: Int, body: ErrorBodyTemplate,
+                               presentedAs: AuthFailure.PresentedAs = .accessToken) -> AuthOutcome {
         counters?.decided(loopIndex: loopIndex, provider: failure.provider, .refused(failure.reason))
         logger.debug("credential refused", metadata: ["reason": "\(failure.reason.rawValue)",
                                                       "provider": "\(failure.provider ?? "-")"])
@@ -314,8 +330,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                                               challenge: nil, extra: [("retry-after", "5")], body: body))
         }
         let code = failure.errorCode?.rawValue ?? "invalid_token"
-        return .reject(Self.errorResponse(failure.httpStatus, code: code, description: failure.description,
-                                          challenge: failure.wwwAuthenticate(realm: realm), body: body))
+        return .reject(Self.errorResponse(failure.httpStatus, code: code, description: failure.description(presentedAs: presentedAs),
+                                          challenge: failure.wwwAuthenticate(realm: realm, presentedAs: presentedAs), body: body))
     }
 
     // MARK: Helpers

@@ -18,7 +18,7 @@ import Testing
         #expect(AuthFailure(.expired).wwwAuthenticate(realm: "api")
             == #"Bearer realm="api", error="invalid_token", error_description="The access token expired""#)
         #expect(AuthFailure(.requiredClaimMismatch).wwwAuthenticate(realm: "a\"b\\c", scope: "read write")
-            == #"Bearer realm="abc", error="insufficient_scope", error_description="The token lacks a required claim", scope="read write""#)
+            == #"Bearer realm="abc", error="insufficient_scope", error_description="The access token lacks a required claim", scope="read write""#)
     }
 
     @Test(arguments: AuthFailure.Reason.allCases)
@@ -26,5 +26,25 @@ import Testing
         let text = AuthFailure(reason).description
         #expect(!text.isEmpty && text.count < 80)
         #expect(AuthFailure.quotable(text) == text)
+    }
+
+    /// A description names what was refused: an app's client refreshes an expired access
+    /// token, but signs in again for an expired refresh token, ID token or session cookie.
+    @Test func descriptionsNameTheCredential() {
+        #expect(AuthFailure(.expired).description(presentedAs: .accessToken) == "The access token expired")
+        #expect(AuthFailure(.expired).description(presentedAs: .sessionCookie) == "The session cookie expired")
+        #expect(AuthFailure(.expired).description(presentedAs: .bodyMember("refreshToken")) == "The refresh token expired")
+        #expect(AuthFailure(.expired).description(presentedAs: .bodyMember("refresh_token")) == "The refresh token expired")
+        #expect(AuthFailure(.revoked).description(presentedAs: .bodyMember("idToken")) == "The ID token has been revoked")
+        #expect(AuthFailure(.signatureInvalid).description(presentedAs: .bodyMember("assertion"))
+                == "The token in assertion signature is invalid")
+        #expect(AuthFailure(.revoked).description(presentedAs: .sessionCookie) == "The session cookie has been revoked")
+        #expect(AuthFailure(.missingBodyCredential).description(presentedAs: .bodyMember("idToken"))
+                == "The request body has no idToken member")
+        #expect(AuthFailure(.missingBodyCredential).httpStatus == 400)
+        // Descriptions that name no token are kept.
+        #expect(AuthFailure(.malformedCookie).description(presentedAs: .bodyMember("idToken")) == "The session cookie is malformed")
+        #expect(AuthFailure(.expired).wwwAuthenticate(realm: "api", presentedAs: .bodyMember("idToken"))
+            == #"Bearer realm="api", error="invalid_token", error_description="The ID token expired""#)
     }
 }

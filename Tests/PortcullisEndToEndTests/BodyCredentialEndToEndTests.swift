@@ -71,12 +71,15 @@ import Testing
         let forged = try AppFitEndToEndTests.mint(#"{"sub": "rvu-user-1", "exp": "+3600"}"#,
                                                   secret: "another-secret-0123456789abcdef0123456")
         #expect(Self.post(refresh, #"{"token": "\#(forged)"}"#).status == 401)
-        #expect(Self.post(refresh, #"{"token": "\#(expired)"}"#).status == 401)
+        let expiredBody = Self.post(refresh, #"{"token": "\#(expired)"}"#)
+        #expect(expiredBody.status == 401 && expiredBody.body.contains("The token expired"), "names what failed: \(expiredBody)")
         #expect(Self.post(refresh, #"{"token": "none.none.none"}"#).status == 401)
+        // A body without the member is a malformed request, as the apps' own handlers answer it.
         let missing = Self.post(refresh, #"{"device": "ios"}"#)
-        #expect(missing.status == 401 && missing.body.contains("No credentials"), "\(missing)")
-        #expect(Self.post(refresh, "").status == 401)
-        #expect(Self.post(refresh, #"{"token": null}"#).status == 401)
+        #expect(missing.status == 400 && missing.body.contains("invalid_request")
+                && missing.body.contains("The request body has no token member"), "\(missing)")
+        #expect(Self.post(refresh, "").status == 400)
+        #expect(Self.post(refresh, #"{"token": null}"#).status == 400)
         for malformed in ["token=abc", #"["\#(valid)"]"#, #"{"token": 5}"#, #"{"token": {"t": "x"}}"#,
                           #"{"token": "\#(valid)", "token": "other"}"#, #"{"token": "\#(valid)""#] {
             let refused = Self.post(refresh, malformed)
@@ -125,7 +128,17 @@ import Testing
         let wrongAudience = try Self.mintRS256(host, kid: "k1", """
         {"iss": "https://accounts.google.com", "aud": "someone-else", "sub": "9", "exp": "+3600", "iat": "-5"}
         """)
-        #expect(Self.post(exchange, #"{"idToken": "\#(wrongAudience)"}"#).status == 401)
+        let refusedAudience = Self.post(exchange, #"{"idToken": "\#(wrongAudience)"}"#)
+        #expect(refusedAudience.status == 401 && refusedAudience.body.contains("The ID token audience is not accepted"),
+                "the description names the ID token: \(refusedAudience)")
+        let expiredGoogle = try Self.mintRS256(host, kid: "k1", """
+        {"iss": "https://accounts.google.com", "aud": "ios-client.apps.googleusercontent.com", "sub": "9", "exp": "-3600", "iat": "-7200"}
+        """)
+        let expired = Self.post(exchange, #"{"idToken": "\#(expiredGoogle)"}"#, ["-D", "-"])
+        #expect(expired.status == 401 && expired.body.contains("The ID token expired")
+                && expired.body.contains(#"error_description="The ID token expired""#), "\(expired)")
+        let missing = Self.post(exchange, #"{"id_token": "x"}"#)
+        #expect(missing.status == 400 && missing.body.contains("The request body has no idToken member"), "\(missing)")
 
         // Google rotated its keys: the request waits for the refetch, then passes.
         try host.publish(["k1", "k2"])

@@ -3,10 +3,10 @@ extension AuthFailure {
     /// with `realm`, then `error` and `error_description` unless no
     /// credential was presented (§3.1: no `error` then). `realm` and `scope`
     /// are filtered to the characters RFC 6750 allows in quoted values.
-    public func wwwAuthenticate(realm: String, scope: String? = nil) -> String {
+    public func wwwAuthenticate(realm: String, scope: String? = nil, presentedAs: PresentedAs = .accessToken) -> String {
         var value = "Bearer realm=\"\(AuthFailure.quotable(realm))\""
         if let code = errorCode {
-            value += ", error=\"\(code.rawValue)\", error_description=\"\(AuthFailure.quotable(description))\""
+            value += ", error=\"\(code.rawValue)\", error_description=\"\(AuthFailure.quotable(description(presentedAs: presentedAs)))\""
         }
         if let scope, errorCode == .insufficientScope {
             value += ", scope=\"\(AuthFailure.quotable(scope))\""

@@ -10,6 +10,8 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         /// A `credential: {json_field}` route's body is not a JSON object, holds the field
         /// twice, or holds it as something other than a string.
         case malformedBody
+        /// A `credential: {json_field}` route (auth required) whose JSON body has no such member.
+        case missingBodyCredential
         /// A chunked session cookie with a chunk missing: an invalid token (401), not a
         /// malformed request — the browser dropped or never got part of it.
         case incompleteCookie
@@ -67,7 +69,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     public var errorCode: ErrorCode? {
         switch reason {
         case .noCredential: return nil
-        case .ambiguousCredential, .malformedAuthorization, .malformedCookie, .malformedBody: return .invalidRequest
+        case .ambiguousCredential, .malformedAuthorization, .malformedCookie, .malformedBody, .missingBodyCredential: return .invalidRequest
         case .requiredClaimMismatch, .hostedDomainMismatch: return .insufficientScope
         default: return .invalidToken
         }
@@ -90,6 +92,7 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
         case .malformedAuthorization: return "The Authorization header is malformed"
         case .malformedCookie: return "The session cookie is malformed"
         case .malformedBody: return "The request body is not a JSON object with a string credential field"
+        case .missingBodyCredential: return "The request body has no credential member"
         case .incompleteCookie: return "The session cookie is missing a chunk"
         case .tooLarge: return "The token is too large"
         case .malformed: return "The token is malformed"
@@ -128,7 +131,8 @@ public struct AuthFailure: Error, Sendable, Equatable, CustomStringConvertible {
     var stage: Int {
         switch reason {
         case .noCredential, .noMatchingProvider: return 0
-        case .ambiguousCredential, .malformedAuthorization, .malformedCookie, .malformedBody, .incompleteCookie, .tooLarge, .malformed, .badEncoding, .badJSON: return 1
+        case .ambiguousCredential, .malformedAuthorization, .malformedCookie, .malformedBody, .missingBodyCredential, .incompleteCookie,
+             .tooLarge, .malformed, .badEncoding, .badJSON: return 1
         case .unsupportedHeader, .algorithmNotAllowed: return 2
         case .typeNotAccepted: return 3  // the provider took the algorithm
         case .issuerNotAccepted: return 3
@@ -160,5 +164,52 @@ public enum AuthConfigurationError: Error, Sendable, Equatable, CustomStringConv
         case .unknownProvider(let name): return "keys given for unknown provider \(name)"
         case .key(let provider, let error): return "provider \(provider): \(error)"
         }
+    }
+}
+
+extension AuthFailure {
+    /// What the refused credential was, so a description names it: an app's client tells
+    /// an expired access token (refresh it) from an expired refresh token or ID token (sign
+    /// in again) from an expired session cookie.
+    public enum PresentedAs: Sendable, Equatable {
+        /// `Authorization: Bearer`.
+        case accessToken
+        case sessionCookie
+        /// A member of the JSON body (`credential: {json_field}`), by its name.
+        case bodyMember(String)
+
+        /// The credential in a sentence: "access token", "session cookie", "ID token",
+        /// "refresh token", else "token in <member>".
+        public var noun: String {
+            switch self {
+            case .accessToken: return "access token"
+            case .sessionCookie: return "session cookie"
+            case .bodyMember(let name):
+                let folded = String(name.lowercased().filter { $0 != "_" && $0 != "-" })
+                switch folded {
+                case "idtoken", "identitytoken": return "ID token"
+                case "refreshtoken": return "refresh token"
+                case "accesstoken": return "access token"
+                case "token": return "token"
+                default: return "token in \(name)"
+                }
+            }
+        }
+    }
+
+    /// `description`, naming the credential instead of "the token" or "the access token".
+    public func description(presentedAs: PresentedAs) -> String {
+        if case .bodyMember(let name) = presentedAs, !name.isEmpty {
+            switch reason {
+            case .missingBodyCredential: return "The request body has no \(name) member"
+            case .malformedBody: return "The request body is not a JSON object with a string \(name) member"
+            default: break
+            }
+        }
+        let text = description
+        for generic in ["The access token ", "The token "] where text.hasPrefix(generic) {
+            return "The \(presentedAs.noun) " + text.dropFirst(generic.count)
+        }
+        return text
     }
 }
