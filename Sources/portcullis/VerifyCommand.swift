@@ -58,10 +58,27 @@ struct Verify: ParsableCommand {
         case .verified(let identity):
             print("verified: provider=\(identity.provider) sub=\(identity.subject) exp=\(Int64(identity.expiresAt)) jti=\(identity.tokenID ?? "-") claims=\(identity.claims.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))")
             print("revocation handle: \(Self.revocationHandle(identity))")
+            print(Self.revocationNote(configuration, identity: identity))
         case .failed(let failure):
             print("refused: \(failure.errorCode?.rawValue ?? "no_credential") (\(failure.reason.rawValue)): \(failure.description)")
             throw ExitCode(1)
         }
+    }
+
+    /// `verify` checks signature, claims and times; it does not consult the revocation store,
+    /// and says so, with where the revocations are and how to list the user's.
+    static func revocationNote(_ configuration: GatewayConfiguration, identity: VerifiedIdentity) -> String {
+        let store: String
+        if configuration.store.usesRedis {
+            store = "they are in Redis (store.redis)"
+        } else if let directory = configuration.store.stateDirectory {
+            store = "they are in the running gateway and \(directory)/revocations.jsonl"
+        } else {
+            store = "they are in the running gateway's memory only"
+        }
+        let user = configuration.identity.prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
+        return "revocations: NOT checked (\(store)); the running gateway refuses this credential if it is revoked. "
+            + "List the user's: GET /revocations?subject=\(user) on the admin listener"
     }
 
     /// The body of `POST /revocations` (or `DELETE`) that revokes exactly this credential, as a

@@ -37,6 +37,11 @@ import Testing
         #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(Self.adminToken)", "-d", body,
                           "http://127.0.0.1:\(gateway.adminPort)/revocations"]).status == 201)
         #expect(E2E.curl(["-H", google, "\(gateway.url)/x"]).status == 401, "the printed handle revoked the token")
+        // verify does not consult the revocation store, and says so plainly (#26.5).
+        let (_, after) = verify([token])
+        #expect(after.contains("verified: provider=google")
+                && after.contains("revocations: NOT checked (they are in the running gateway's memory only)")
+                && after.contains("GET /revocations?subject=g-1"), "\(after)")
 
         // Cookies as pasted: a whole Cookie line, or name=value.
         let cookie = try AuthFixtures.mint(gateway, "webv5", ["--sub", "w-1"])  // "Cookie: authjs.session-token=…"
