@@ -46,8 +46,6 @@ public struct GatewayConfiguration: Sendable {
     public var logLevel: Logger.Level
     public var accessLog: AccessLogTarget
     public var shutdown = ShutdownSettings()
-    /// `shutdown.grace` (also `timeouts.shutdown_grace`).
-    public var shutdownGrace: Double { shutdown.grace }
     public var proxy: ProxyConfiguration
     /// Credential providers, in the order they are tried.
     public var providers: [ProviderSettings] = []

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Portcullis
+import PortcullisIO
 
 /// `portcullis health`: probes the running gateway's admin listener, for images without
 /// curl (a container HEALTHCHECK, a Kubernetes exec probe, a systemd watchdog script).
@@ -17,21 +18,18 @@ struct Health: ParsableCommand {
     var live = false
 
     func run() throws {
-        let target: String
+        let target: SocketAddress
         if let address {
-            target = address
+            do { target = try SocketAddress(parsing: address) } catch { throw ValidationError("--address \(address): \(error)") }
         } else if let config {
             guard let admin = loadOrExit(config).admin else { throw ValidationError("\(config): admin is off; nothing to probe") }
-            target = admin.address.description
+            target = admin.address
         } else {
             throw ValidationError("give --config FILE or --address HOST:PORT")
         }
-        guard let colon = target.lastIndex(of: ":"), let port = UInt16(target[target.index(after: colon)...]) else {
-            throw ValidationError("\(target): not HOST:PORT")
-        }
-        var host = String(target[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        let port = target.port
         // A wildcard listener is probed on loopback.
-        if host == "0.0.0.0" || host == "::" || host.isEmpty { host = "127.0.0.1" }
+        let host = target.host == "0.0.0.0" || target.host == "::" ? "127.0.0.1" : target.host
         let path = live ? "/healthz" : "/readyz"
         guard let (status, _, body) = DemoWalkthrough.fetch(host: host, port: port, method: "GET", path: path, header: nil) else {
             Console.error("portcullis: \(path): no answer from \(host):\(port)\n")
