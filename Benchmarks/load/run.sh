@@ -19,6 +19,9 @@ usage: Benchmarks/load/run.sh [options]
   --baseline BIN      add a row for another portcullis binary (e.g. main's build), same config
   --tls               the proxies terminate TLS (EC P-256 leaf, TLS 1.3, tickets) and wrk speaks https;
                       the upstream stays plain HTTP/1.1
+  --reload-every MS   add a row: the same Portcullis while its whole configuration is reloaded
+                      (POST /reload) every MS milliseconds during the wrk run; the row fails if any
+                      reload is refused or wrk sees an error
 Environment: PORTCULLIS_BIN (default .build/release/portcullis), ROUNDS, DURATION,
 CONNECTIONS, WARMUP.
 USAGE
@@ -34,6 +37,7 @@ HEADERS=()
 KEEP=""
 BASELINE_BIN=""
 TLS=0
+RELOAD_MS=0
 INVOCATION="$0 $*"
 
 while [[ $# -gt 0 ]]; do
@@ -48,11 +52,12 @@ while [[ $# -gt 0 ]]; do
         --keep) KEEP="$2"; shift 2 ;;
         --baseline) BASELINE_BIN="$2"; shift 2 ;;
         --tls) TLS=1; shift ;;
+        --reload-every) RELOAD_MS="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
 done
-for n in "$ROUNDS" "$DURATION" "$CONNECTIONS" "$WARMUP"; do
+for n in "$ROUNDS" "$DURATION" "$CONNECTIONS" "$WARMUP" "$RELOAD_MS"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "error: '$n' is not a whole number" >&2; exit 2; }
 done
 (( ROUNDS >= 1 && DURATION >= 1 && CONNECTIONS >= 1 )) || { echo "error: rounds, duration and connections must be >= 1" >&2; exit 2; }
@@ -105,6 +110,11 @@ else
         add_row baseline "Portcullis baseline$T" "$S://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"
     fi
     if wants portcullis; then start_portcullis; add_row portcullis "Portcullis$T" "$S://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"; fi
+    if (( RELOAD_MS > 0 )); then
+        start_portcullis "" "$PORTCULLIS_BIN" reloading
+        RELOAD_ADMIN="$PORTCULLIS_ADMIN"; RELOAD_TOKEN="$(cat "$WORKDIR/reloading/admin-token")"
+        add_row reloading "Portcullis$T, reload every ${RELOAD_MS} ms" "$S://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"
+    fi
 fi
 [[ ${#ROW_NAMES[@]} -gt 0 ]] || { echo "error: no rows selected" >&2; exit 2; }
 
@@ -145,8 +155,28 @@ for round in $(seq 1 "$ROUNDS"); do
         out="$WORKDIR/wrk-$row-$round.txt"
         before=""; cpu="null"; hz=100
         [[ -n "${ROW_PIDS[$row]}" ]] && before="$($HELPER cpu ${ROW_PIDS[$row]})"
+        reloader=""
+        if [[ "$row" == reloading ]]; then
+            # POST /reload every RELOAD_MS while wrk runs; each verdict is kept.
+            ( end=$(( $(date +%s) + DURATION )); n=0
+              while (( $(date +%s) < end )); do
+                  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "authorization: Bearer $RELOAD_TOKEN" \
+                         "http://127.0.0.1:$RELOAD_ADMIN/reload" || echo 000)
+                  echo "$code"; n=$((n + 1))
+                  sleep "$(awk -v ms="$RELOAD_MS" 'BEGIN { printf "%.3f", ms / 1000 }')"
+              done ) > "$WORKDIR/reloads-$round.txt" &
+            reloader=$!
+        fi
         if ! wrk "${WRK_ARGS[@]}" "${ROW_URL[$row]}" > "$out" 2>&1; then
             echo "error: wrk failed against ${ROW_LABEL[$row]}:" >&2; cat "$out" >&2; exit 1
+        fi
+        if [[ -n "$reloader" ]]; then
+            wait "$reloader" || true
+            applied=$(grep -c '^200$' "$WORKDIR/reloads-$round.txt" || true)
+            other=$(grep -vc '^200$' "$WORKDIR/reloads-$round.txt" || true)
+            echo "round $round: $applied reloads applied during the run, $other not" >&2
+            (( other == 0 )) || { echo "error: a reload was refused or failed" >&2; cat "$WORKDIR/reloading/portcullis.out" >&2; exit 1; }
+            if grep -qE 'Non-2xx|Socket errors' "$out"; then echo "error: wrk saw errors while reloading:" >&2; cat "$out" >&2; exit 1; fi
         fi
         if [[ -n "$before" ]]; then
             after="$($HELPER cpu ${ROW_PIDS[$row]})"

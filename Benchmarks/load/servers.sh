@@ -252,9 +252,10 @@ start_portcullis() {
         listen="listen: [{address: \"127.0.0.1:$PORTCULLIS_PORT\"$( [[ -z "$TLS_CERT" ]] || echo ", tls: {certificates: [{certificate: \"$TLS_CERT\", private_key: \"$TLS_KEY\"}]}")}]"
     # (a failing [[ ]] && … as the last command of a substitution would end the caller under set -e)
     fi
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$d/admin-token"
     cat > "$d/portcullis.yaml" <<CONF
 $listen
-admin: {address: "127.0.0.1:$PORTCULLIS_ADMIN"}
+admin: {address: "127.0.0.1:$PORTCULLIS_ADMIN", token: "$(cat "$d/admin-token")"}
 workers: 2
 access_log: off
 log_level: warning

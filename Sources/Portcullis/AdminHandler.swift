@@ -29,7 +29,31 @@ public struct AdminActions: Sendable {
     public var notReadyReason: (@Sendable () -> String?)?
     /// The identity assertion's JWKS (`GET /.well-known/portcullis/jwks.json`, no token needed).
     public var published: (any PublishedDocument)?
+    /// `POST /reload`: reloads the configuration file; the verdict comes later (off the loops).
+    public var reload: (@Sendable (@escaping @Sendable (ReloadVerdict) -> Void) -> Void)?
+    /// What serves now, for `/readyz` and `/reload`: the generation and the loaded file's SHA-256.
+    public var served: (@Sendable () -> (generation: UInt64, sha256: String))?
     public init() {}
+}
+
+/// The outcome of one reload (SIGHUP, `POST /reload`, `portcullis reload`).
+public struct ReloadVerdict: Sendable {
+    /// nil: applied; else why the file was refused (`FILE:LINE: KEY: REASON`), nothing changed.
+    public var refusal: String?
+    /// The generation serving after it (unchanged when refused).
+    public var generation: UInt64
+    /// SHA-256 of the file serving after it.
+    public var sha256: String
+    /// What changed, one short phrase each (applied reloads).
+    public var changes: [String] = []
+
+    public var json: String {
+        var fields = ["\"status\":\(JSONText.quoted(refusal == nil ? "applied" : "refused"))",
+                      "\"generation\":\(generation)", "\"config_sha256\":\(JSONText.quoted(sha256))"]
+        if let refusal { fields.append("\"reason\":\(JSONText.quoted(refusal))") }
+        if refusal == nil { fields.append("\"changes\":[\(changes.map(JSONText.quoted).joined(separator: ","))]") }
+        return "{" + fields.joined(separator: ",") + "}\n"
+    }
 }
 
 public struct AdminError: Error, Sendable {
@@ -49,26 +73,46 @@ public struct AdminError: Error, Sendable {
 /// - `DELETE /revocations` with the same bodies → 200 `{"status":"unrevoked","found":…}`: the
 ///   revocation is undone on every instance (`exp`/`before` are not needed and not looked at);
 /// - `GET /revocations?subject=…` → the subject's recorded revocations;
+/// - `POST /reload` → reloads the configuration file (as SIGHUP does) and answers the verdict:
+///   200 `{"status":"applied","generation":N,"config_sha256":…,"changes":[…]}` or 422
+///   `{"status":"refused","reason":"FILE:LINE: KEY: REASON",…}` (the old configuration serves on);
 /// - `GET /keys` → per provider: kids, fetched at, expires at, last error;
 /// - `GET /metrics` → Prometheus text (also without a token when `admin.metrics_public: true`,
 ///   as Envoy's admin `/stats/prometheus` and oauth2-proxy's metrics address serve it).
 public final class AdminHandler: LocalHandler, @unchecked Sendable {
-    // @unchecked Sendable: immutable after start except `draining`, behind its lock.
-    let token: String?
-    let actions: AdminActions
-    let metricsPublic: Bool
-    private let drainingLock = Lock()
+    // @unchecked Sendable: everything mutable is behind `lock`.
+    private let lock = Lock()
+    private var actionsValue: AdminActions
+    var actions: AdminActions { lock.withLock { actionsValue } }
+    private var tokenValue: String?
+    private var metricsPublicValue: Bool
     private var drainingFlag = false
     /// Set at SIGTERM (from the main queue), read by `/readyz` on the admin loop.
     public var draining: Bool {
-        get { drainingLock.withLock { drainingFlag } }
-        set { drainingLock.withLock { drainingFlag = newValue } }
+        get { lock.withLock { drainingFlag } }
+        set { lock.withLock { drainingFlag = newValue } }
     }
+    /// `admin.token` (a reload may change it; the next request is checked against the new one).
+    var token: String? { lock.withLock { tokenValue } }
+    var metricsPublic: Bool { lock.withLock { metricsPublicValue } }
 
     init(token: String?, actions: AdminActions = AdminActions(), metricsPublic: Bool = false) {
-        self.token = token
-        self.actions = actions
-        self.metricsPublic = metricsPublic
+        self.tokenValue = token
+        self.actionsValue = actions
+        self.metricsPublicValue = metricsPublic
+    }
+
+    /// What the endpoints act on (set once the gateway's parts exist, before it listens).
+    func setActions(_ actions: AdminActions) {
+        lock.withLock { actionsValue = actions }
+    }
+
+    /// A reload's `admin.token` and `admin.metrics_public`.
+    func update(token: String?, metricsPublic: Bool) {
+        lock.withLock {
+            tokenValue = token
+            metricsPublicValue = metricsPublic
+        }
     }
 
     public func handle(_ request: RequestView, body: UnsafeRawBufferPointer) -> LocalResponse {
@@ -89,10 +133,14 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
             return .json(200, "{\"status\":\"ok\"}\n")
         case "/readyz":
             if draining { return .json(503, "{\"status\":\"draining\"}\n") }
+            let served = actions.served.map { read in
+                let s = read()
+                return ",\"generation\":\(s.generation),\"config_sha256\":\(JSONText.quoted(s.sha256))"
+            } ?? ""
             if let reason = actions.notReadyReason?() {
-                return .json(503, "{\"status\":\"not ready\",\"reason\":\(JSONText.quoted(reason))}\n")
+                return .json(503, "{\"status\":\"not ready\",\"reason\":\(JSONText.quoted(reason))\(served)}\n")
             }
-            return .json(200, "{\"status\":\"ready\"}\n")
+            return .json(200, "{\"status\":\"ready\"\(served)}\n")
         case "/metrics" where metricsPublic && method == "GET":
             return metrics(reply)
         default:
@@ -132,6 +180,10 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
                     reply.send(Self.response(result) { found in .json(200, "{\"status\":\"unrevoked\",\"found\":\(found)}\n") })
                 }
             }
+        case ("POST", "/reload"):
+            guard let reload = actions.reload, let reply else { return .error(501, "reload is not available") }
+            reload { verdict in reply.send(.json(verdict.refusal == nil ? 200 : 422, verdict.json)) }
+            return nil
         case ("GET", "/revocations"):
             guard let list = actions.listRevocations, let reply else { return .error(501, "revocation is not available") }
             guard let subject = Self.queryValue(request.query, "subject"), !subject.isEmpty else {
@@ -144,7 +196,7 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
                 }
             }
             return nil
-        case (_, "/metrics"), (_, "/keys"), (_, "/revocations"):
+        case (_, "/metrics"), (_, "/keys"), (_, "/revocations"), (_, "/reload"):
             return .error(405, "method not allowed on \(request.path)")
         default:
             return .error(404, "no such admin endpoint")

@@ -111,8 +111,8 @@ public enum ConfigurationLoader {
                                          reason: "the gateway injects this header itself (identity)")
             }
         }
-        return GatewayConfiguration(file: file, listen: listen, admin: admin, workers: workers,
-                                    logLevel: logLevel, accessLog: accessLog, shutdown: shutdown,
+        return GatewayConfiguration(file: file, sha256: SHA256Hex.of(Array(text.utf8)), listen: listen, admin: admin,
+                                    workers: workers, logLevel: logLevel, accessLog: accessLog, shutdown: shutdown,
                                     proxy: proxy, providers: providers, routeAuth: routeAuth, identity: identity.settings,
                                     keyRefresh: keyRefresh, tokenCacheEntries: tokenCacheEntries, store: store)
     }

@@ -26,187 +26,28 @@ public enum Gateway {
         public var description: String
     }
 
-    /// Binds all listeners and starts serving; returns the running server.
-    /// `onSignal` is called once a shutdown completed (normally: exit).
-    /// What a running gateway exposes to its signal handlers.
-    public struct Running {
-        public var server: ProxyServer
-        public var admin: AdminHandler?
-        /// The TLS listeners' certificate holders, reloaded on SIGHUP.
-        public var tlsEndpoints: [TLSServerEndpoint]
-        /// `identity.assertion`'s keys, re-read on SIGHUP.
-        public var assertionKeys: AssertionKeys?
-    }
-
+    /// Binds all listeners and starts serving; returns the running gateway. `source` is
+    /// what a reload reads (default: `configuration.file` again).
     public static func start(_ configuration: GatewayConfiguration, localApps: [LocalApp] = [],
-                             logger: Logger) throws -> Running {
+                             logger: Logger,
+                             source: (@Sendable () throws -> GatewayConfiguration)? = nil) throws -> GatewayRuntime {
         System.ignoreWriteSignals()
-        let loopCount = configuration.workers == 0 ? max(1, ProcessInfo.processInfo.activeProcessorCount) : configuration.workers
-        let group = EventLoopGroup(count: loopCount)
-        let accessLogFD: Int32?
-        switch configuration.accessLog {
-        case .off: accessLogFD = nil
-        case .stdout: accessLogFD = 1
-        case .stderr: accessLogFD = 2
-        case .file(let path):
-            let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
-            guard fd >= 0 else {
-                throw StartupError(description: "\(configuration.file): access_log: cannot open \(path): \(String(cString: strerror(errno)))")
-            }
-            accessLogFD = fd
-        }
-        let store: any RevocationStore
-        do {
-            store = try StoreRevocations.makeStore(configuration.store, loops: group.loops, logger: logger)
-        } catch {
-            throw StartupError(description: "\(configuration.file): store: \(error)")
-        }
-        let revocations = StoreRevocations(store: store, loopCount: group.loops.count)
-        store.start()
-        // Metrics are collected whenever there is an admin listener to serve them.
-        let metrics = configuration.admin == nil ? nil
-            : GatewayMetrics(loops: group.loops, providers: configuration.providers.map(\.configuration.name))
-        metrics?.attach(storeHealth: { store.health })
-        var actions = AdminActions()
-        if let metrics { actions.metrics = { completion in metrics.render(completion: completion) } }
-        actions.revoke = { request, completion in revocations.revoke(request, completion: completion) }
-        actions.undo = { request, completion in revocations.undo(request, completion: completion) }
-        actions.listRevocations = { subject, completion in revocations.list(subject: subject, completion: completion) }
-        let startup = StartupReadiness(prefetch: configuration.keyRefresh.prefetch)
-        actions.notReadyReason = {
-            if case .unavailable = store.health, configuration.store.denyWhenUnavailable {
-                return "revocation store unavailable"
-            }
-            return startup.notReadyReason
-        }
-        // One Redis client (on its own loop) for the secrets instances share at start and on
-        // timers: TLS ticket keys and the generated assertion key. Made when first needed.
-        var secretsClient: RedisClient?
-        func sharedSecretsClient() throws -> RedisClient {
-            if let secretsClient { return secretsClient }
-            let client = RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
-                                     loop: EventLoop(index: -3))
-            client.start()
-            secretsClient = client
-            return client
-        }
-        var assertionKeys: AssertionKeys?
-        if let settings = configuration.identity.assertion {
-            do { assertionKeys = try AssertionKeys(settings: settings) } catch {
-                throw StartupError(description: "\(configuration.file): identity.assertion: \(error)")
-            }
-            if settings.algorithm != .hs256, settings.signingKeys.isEmpty, configuration.store.usesRedis {
-                SharedAssertionKey.install(keys: assertionKeys!, client: try sharedSecretsClient(), logger: logger)
-            }
-            actions.published = AssertionJWKS(keys: assertionKeys!)
-        }
-        let authenticator: any RequestAuthenticator
-        if configuration.providers.isEmpty {
-            authenticator = NoProvidersAuthenticator(realm: configuration.proxy.realm)
-        } else {
-            let verifier = try makeVerifier(configuration)
-            let keys: SigningKeys?
-            do {
-                keys = try SigningKeys.make(configuration, verifier: verifier, logger: logger) { event in
-                    if case .keysInstalled(let provider, _, _, _) = event { startup.keysInstalled(provider: provider) }
-                }
-            } catch {
-                throw StartupError(description: "\(configuration.file): providers: \(error)")
-            }
-            if let keys {
-                startup.expectKeys(for: keys.managed)
-                keys.manager.start { startup.firstAttemptsFinished() }
-                actions.keys = { keys.statusJSON() }
-            }
-            metrics?.attach(verifier: verifier, keys: keys?.manager)
-            authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration.edgeAuth, revocations: revocations,
-                                              keys: keys, counters: metrics?.auth, logger: logger, assertionKeys: assertionKeys)
-        }
-        let server: ProxyServer
-        do {
-            server = try ProxyServer(group: group, configuration: configuration.proxy, authenticator: authenticator,
-                                     accessLogFD: accessLogFD, logger: logger, metricsFactory: metrics?.metricsFactory)
-        } catch {
-            throw StartupError(description: "\(configuration.file): upstreams: \(error)")
-        }
-        metrics?.attach(proxy: server)
-        server.published = actions.published
-        func bind(_ address: SocketAddress, _ mode: ListenerMode, _ what: String, tls: TLSServerEndpoint? = nil,
-                  redirect: Bool = false, http2: HTTP2Settings? = nil, h2c: Bool = false) throws {
-            do {
-                try server.addListener(address: address, mode: mode, tls: tls, redirectsToHTTPS: redirect,
-                                       http2: http2, h2c: h2c)
-            } catch {
-                throw StartupError(description: "cannot listen on \(address) (\(what)): \(error)")
-            }
-        }
-        for app in localApps { try bind(app.address, .local(app.handler), "demo app") }
-        if configuration.listen.contains(where: { $0.tls != nil }) {
-            if configuration.store.usesRedis {
-                // Ticket keys shared through Redis before the first context loads them.
-                SharedTicketKeys.install(client: try sharedSecretsClient(), rotation: TicketKeys.shared.rotationInterval)
-            } else {
-                TicketKeys.shared.startRotation()
-            }
-        }
-        var tlsEndpoints: [TLSServerEndpoint] = []
-        for (index, listen) in configuration.listen.enumerated() {
-            var endpoint: TLSServerEndpoint?
-            if let settings = listen.tls {
-                do { endpoint = try TLSServerEndpoint(settings: settings) } catch {
-                    throw StartupError(description: "\(configuration.file): listen[\(index)].tls: \(error)")
-                }
-                tlsEndpoints.append(endpoint!)
-            }
-            try bind(listen.address, .gateway, "listen", tls: endpoint, redirect: listen.redirectHTTPS,
-                     http2: listen.offersHTTP2 ? listen.http2 : nil, h2c: listen.h2c)
-        }
-        var admin: AdminHandler?
-        if let adminConfiguration = configuration.admin {
-            let handler = AdminHandler(token: adminConfiguration.token, actions: actions,
-                                       metricsPublic: adminConfiguration.metricsPublic)
-            admin = handler
-            try bind(adminConfiguration.address, .local(handler), "admin")
-        }
-        server.start()
+        let file = configuration.file
+        let runtime = try GatewayRuntime(configuration, localApps: localApps, logger: logger,
+                                         source: source ?? { try ConfigurationLoader.load(file: file) })
+        runtime.server.start()
         logger.info("portcullis started", metadata: [
             "listen": "\(configuration.listen.map { $0.address.description }.joined(separator: ","))",
             "admin": "\(configuration.admin?.address.description ?? "off")",
-            "loops": "\(loopCount)",
+            "loops": "\(runtime.group.loops.count)",
             "routes": "\(configuration.proxy.routes.count)",
             "upstreams": "\(configuration.proxy.upstreams.count)",
+            "config_sha256": "\(configuration.sha256)",
         ])
-        return Running(server: server, admin: admin, tlsEndpoints: tlsEndpoints, assertionKeys: assertionKeys)
+        return runtime
     }
 
-    /// SIGHUP: reload every TLS listener's certificates from their files. A listener
-    /// whose files fail keeps serving its old certificates; the log names the file.
-    static func reloadCertificates(_ endpoints: [TLSServerEndpoint], logger: Logger) {
-        for endpoint in endpoints {
-            let files = endpoint.settings.certificates.map(\.certificate).joined(separator: ",")
-            do {
-                try endpoint.reload()
-                logger.info("certificates reloaded", metadata: ["certificates": "\(files)"])
-            } catch {
-                logger.error("certificate reload refused; the previous certificates stay in use", metadata: [
-                    "file": "\(error.file)", "reason": "\(error.reason)"])
-            }
-        }
-    }
-
-    /// SIGHUP: re-read `identity.assertion.signing_keys`; a bad file keeps the old keys.
-    static func reloadAssertionKeys(_ keys: AssertionKeys, logger: Logger) {
-        do {
-            if try keys.reload() {
-                logger.info("identity assertion keys reloaded", metadata: ["kids": "\(keys.keyIDs.joined(separator: ","))"])
-            }
-        } catch {
-            logger.error("identity assertion key reload refused; the previous keys stay in use", metadata: [
-                "file": "\(error.file)", "reason": "\(error.reason)"])
-        }
-    }
-
-    /// SIGHUP: reload every upstream's client certificate. An upstream whose files fail
+    /// A reload: every kept upstream's client certificate is read again. An upstream whose files fail
     /// keeps its old certificate; the log names the file.
     static func reloadClientCertificates(_ targets: [UpstreamTarget], logger: Logger) {
         for target in targets {
@@ -232,9 +73,11 @@ public enum Gateway {
         }
     }
 
-    /// Runs until SIGTERM or SIGINT, then drains (up to `shutdown_grace`) and exits.
+    /// Runs until SIGTERM or SIGINT, then drains (up to `shutdown.grace`) and exits. SIGHUP
+    /// reloads the configuration (`source`; default: the file again), see `GatewayRuntime`.
     public static func runForever(_ configuration: GatewayConfiguration, localApps: [LocalApp] = [],
-                                  logger: Logger) throws -> Never {
+                                  logger: Logger,
+                                  source: (@Sendable () throws -> GatewayConfiguration)? = nil) throws -> Never {
         // Signal sources exist before the listeners do: a SIGHUP, SIGTERM or SIGINT that
         // arrives while the gateway starts (once `signal(_, SIG_IGN)` is set, the kernel
         // discards ignored signals until a source is active) is kept and acted on as soon
@@ -255,36 +98,34 @@ public enum Gateway {
             sources.append(source)
         }
 
-        let running = try start(configuration, localApps: localApps, logger: logger)
-        let server = running.server
-        let admin = running.admin
-        let endpoints = running.tlsEndpoints
-        let targets = server.targets
-        let assertionKeys = running.assertionKeys
+        let runtime = try start(configuration, localApps: localApps, logger: logger, source: source)
+        let server = runtime.server
+        let admin = runtime.admin
         let shutdown = ShutdownSequence()
         /// After the drain delay (or at once): stop accepting, GOAWAY, close idle connections,
         /// give in-flight requests `grace`, exit.
         @Sendable func stopServing() {
-            logger.info("draining", metadata: ["grace_seconds": "\(configuration.shutdown.grace)"])
-            server.shutdown(gracePeriod: configuration.shutdown.grace) {
+            // The settings of the configuration serving now (a reload may have changed them).
+            let grace = runtime.configuration.shutdown.grace
+            logger.info("draining", metadata: ["grace_seconds": "\(grace)"])
+            server.shutdown(gracePeriod: grace) {
                 logger.info("stopped")
                 exit(0)
             }
         }
         state.install(reload: {
-            logger.info("SIGHUP: reloading certificates", metadata: ["listeners": "\(endpoints.count)"])
-            reloadCertificates(endpoints, logger: logger)
-            reloadClientCertificates(targets, logger: logger)
-            if let assertionKeys { reloadAssertionKeys(assertionKeys, logger: logger) }
+            logger.info("SIGHUP: reloading the configuration", metadata: ["file": "\(configuration.file)"])
+            runtime.reload(trigger: "SIGHUP")
         }, stop: { sig in
             let name = sig == SIGTERM ? "SIGTERM" : "SIGINT"
             switch shutdown.signalled() {
             case .first:
                 // `/readyz` says 503 at once; traffic is still served for the drain delay.
-                admin?.draining = true
-                let delay = configuration.shutdown.drainDelay
+                admin.draining = true
+                let settings = runtime.configuration.shutdown
+                let delay = settings.drainDelay
                 logger.info("shutting down", metadata: ["signal": "\(name)", "drain_delay_seconds": "\(delay)",
-                                                        "grace_seconds": "\(configuration.shutdown.grace)"])
+                                                        "grace_seconds": "\(settings.grace)"])
                 if delay > 0 {
                     DispatchQueue.main.asyncAfter(deadline: .now() + delay) {
                         if shutdown.beginStopping() { stopServing() }
@@ -299,7 +140,7 @@ public enum Gateway {
                 break
             }
         })
-        withExtendedLifetime(sources) { dispatchMain() }
+        withExtendedLifetime((sources, runtime)) { dispatchMain() }
     }
 }
 
@@ -421,7 +262,7 @@ extension Gateway {
         let server = try ProxyServer(group: group, configuration: ProxyConfiguration(routes: [], upstreams: []),
                                      authenticator: NoProvidersAuthenticator(realm: "demo"), accessLogFD: nil, logger: logger)
         for app in apps {
-            do { try server.addListener(address: app.address, mode: .local(app.handler)) } catch {
+            do { try server.addListener(address: app.address, mode: .local(app.handler), managed: false) } catch {
                 throw StartupError(description: "cannot listen on \(app.address): \(error)")
             }
         }

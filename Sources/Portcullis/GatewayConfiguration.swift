@@ -39,6 +39,8 @@ public struct GatewayConfiguration: Sendable {
     }
 
     public var file: String
+    /// SHA-256 (hex) of the file's text as loaded: `/readyz` and reload verdicts show it.
+    public var sha256 = ""
     public var listen: [Listen]
     public var admin: Admin?
     /// Event loops (serial queues); 0 in the file means one per core.

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import PortcullisProxy
 import PortcullisCore
 
@@ -7,13 +8,22 @@ import PortcullisCore
 /// `{"time":…,"level":…,"label":…,"message":…,<metadata>}`. Callers never log
 /// secrets or tokens; metadata values are strings.
 public struct JSONLogHandler: LogHandler {
-    public var logLevel: Logger.Level
+    /// The level set at start or by the last reload (`log_level`), shared by every handler.
+    private static let level = Atomic<Int>(Logger.Level.allCases.firstIndex(of: .info)!)
+    /// A reload's `log_level`: applies to every logger at once.
+    static func setLevel(_ level: Logger.Level) {
+        Self.level.store(Logger.Level.allCases.firstIndex(of: level) ?? 0, ordering: .relaxed)
+    }
+    public var logLevel: Logger.Level {
+        get { Logger.Level.allCases[Self.level.load(ordering: .relaxed)] }
+        set { Self.setLevel(newValue) }
+    }
     public var metadata: Logger.Metadata = [:]
     let label: String
 
     public init(label: String, level: Logger.Level) {
         self.label = label
-        self.logLevel = level
+        Self.setLevel(level)
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {

@@ -1,4 +1,5 @@
 import PortcullisAuth
+import PortcullisCore
 import PortcullisIO
 
 /// Auth decisions by provider and outcome, and revocation checks by result,
@@ -39,26 +40,65 @@ public final class AuthCounters: Sendable {
         init(cells: Int) { decisions = [Int](repeating: 0, count: cells) }
     }
 
-    /// Row labels: "none" (no provider selected), then the providers in configuration order.
-    public let providerLabels: [String]
-    /// Provider names in row order (row = index + 1). Found by a linear scan
+    /// Rows a table has room for (providers ever configured, over every reload, plus "none");
+    /// a provider past them is counted under "none".
+    static let maxRows = 65
+
+    /// The tables and row labels every generation's counters share: a reload makes new
+    /// `AuthCounters` (`sharing(providers:)`) whose providers keep their rows, so counts go on.
+    final class Shared: @unchecked Sendable {
+        // @unchecked Sendable: each table is confined to its loop; `labels` is under its lock.
+        let tables: [LoopTable]
+        let labels: LockedValue<[String]>
+        init(loopCount: Int) {
+            tables = (0..<loopCount).map { _ in LoopTable(cells: AuthCounters.maxRows * AuthCounters.outcomeLabels.count) }
+            labels = LockedValue(["none"])
+        }
+        /// The row of each provider, added as needed (0: no room left).
+        func rows(for providers: [String]) -> [Int] {
+            labels.withLock { labels in
+                providers.map { name in
+                    if let row = labels.firstIndex(of: name), row > 0 { return row }
+                    guard labels.count < AuthCounters.maxRows else { return 0 }
+                    labels.append(name)
+                    return labels.count - 1
+                }
+            }
+        }
+    }
+
+    /// Row labels: "none" (no provider selected), then every provider configured since start.
+    public var providerLabels: [String] { shared.labels.withLock { $0 } }
+    /// Provider names of this generation and their rows. Found by a linear scan
     /// per decision: a handful of names, and the identity's provider string
     /// is the configured one, so `==` usually succeeds on identical storage
     /// without hashing.
     private let providers: [String]
-    private let tables: [LoopTable]
+    private let rows: [Int]
+    private let shared: Shared
+    private var tables: [LoopTable] { shared.tables }
 
     public init(loopCount: Int, providers: [String]) {
-        providerLabels = ["none"] + providers
+        shared = Shared(loopCount: loopCount)
         self.providers = providers
-        let cells = providerLabels.count * Self.outcomeLabels.count
-        tables = (0..<loopCount).map { _ in LoopTable(cells: cells) }
+        rows = shared.rows(for: providers)
+    }
+
+    private init(shared: Shared, providers: [String]) {
+        self.shared = shared
+        self.providers = providers
+        rows = shared.rows(for: providers)
+    }
+
+    /// Counters for a reloaded configuration's providers, adding to the same totals.
+    public func sharing(providers: [String]) -> AuthCounters {
+        AuthCounters(shared: shared, providers: providers)
     }
 
     /// On `loopIndex`'s queue.
     @inline(__always)
     func decided(loopIndex: Int, provider: String?, _ outcome: Outcome) {
-        let row = provider.flatMap { name in providers.firstIndex(of: name).map { $0 + 1 } } ?? 0
+        let row = provider.flatMap { name in providers.firstIndex(of: name).map { rows[$0] } } ?? 0
         tables[loopIndex].decisions[row &* Self.outcomeLabels.count &+ outcome.column] &+= 1
     }
 
@@ -83,7 +123,7 @@ public final class AuthCounters: Sendable {
             guard index < loops.count, index < tables.count else {
                 var snapshot = Snapshot(revocationChecks: zip(Self.revocationLabels, checks).map { ($0, $1) })
                 let columns = Self.outcomeLabels.count
-                for (cell, count) in decisions.enumerated() where count != 0 {
+                for (cell, count) in decisions.enumerated() where count != 0 && cell / columns < providers.count {
                     snapshot.decisions.append((providers[cell / columns], Self.outcomeLabels[cell % columns], count))
                 }
                 completion(snapshot)

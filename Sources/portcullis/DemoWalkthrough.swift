@@ -162,11 +162,11 @@ enum DemoWalkthrough {
 
     /// One blocking HTTP/1.1 exchange over loopback (never on a loop queue).
     static func fetch(host: String = "127.0.0.1", port: UInt16, method: String, path: String, header: String?,
-                      body: String? = nil) -> (Int, String, String)? {
+                      body: String? = nil, timeoutSeconds: Int = 5) -> (Int, String, String)? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
-        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)

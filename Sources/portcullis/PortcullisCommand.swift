@@ -10,7 +10,7 @@ struct PortcullisCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "portcullis",
         abstract: "An edge gateway that verifies session cookies and Bearer JWTs and forwards identity to unchanged apps.",
-        subcommands: [Run.self, CheckConfig.self, Demo.self, Mint.self, Verify.self, Revoke.self, Health.self, DemoApps.self],
+        subcommands: [Run.self, CheckConfig.self, Demo.self, Mint.self, Verify.self, Revoke.self, Reload.self, Health.self, DemoApps.self],
         defaultSubcommand: nil)
 }
 
@@ -92,12 +92,18 @@ struct Demo: ParsableCommand {
 
     func run() throws {
         let configuration: GatewayConfiguration
+        // A reload (SIGHUP, POST /reload) reads the embedded text again when no file was given.
+        var source: (@Sendable () throws -> GatewayConfiguration)?
         if let config {
             configuration = loadOrExit(config)
         } else {
+            let embedded: @Sendable () throws -> GatewayConfiguration = {
+                try ConfigurationLoader.parse(DemoConfiguration.yaml, file: "<embedded Config/demo.yaml>",
+                                              environment: ProcessInfo.processInfo.environment)
+            }
+            source = embedded
             do {
-                configuration = try ConfigurationLoader.parse(DemoConfiguration.yaml, file: "<embedded Config/demo.yaml>",
-                                                              environment: ProcessInfo.processInfo.environment)
+                configuration = try embedded()
             } catch {
                 Console.error("portcullis: \(error)\n")
                 throw ExitCode(2)
@@ -130,7 +136,7 @@ struct Demo: ParsableCommand {
             story.tell(configurationFile: file)
         }
         do {
-            try Gateway.runForever(configuration, localApps: apps, logger: logger)
+            try Gateway.runForever(configuration, localApps: apps, logger: logger, source: source)
         } catch {
             logger.critical("startup failed", metadata: ["error": "\(error)"])
             throw ExitCode(1)

@@ -209,7 +209,8 @@ import Testing
         try FileManager.default.removeItem(atPath: key)
         try FileManager.default.copyItem(atPath: brokenKey, toPath: key)
         reloading.send(SIGHUP)
-        #expect(reloading.waitForLog("client certificate reload refused"), "\(reloading.log)")
+        #expect(reloading.waitForLog("configuration reload refused"), "\(reloading.log)")
+        #expect(reloading.log.contains(key), "the refusal names the file")
         #expect(E2E.curl(["\(reloading.url)/after-bad-reload"]).status == 200)
 
         // check-config checks the pair.

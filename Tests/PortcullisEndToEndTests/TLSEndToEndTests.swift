@@ -188,7 +188,7 @@ import Glibc
             try FileManager.default.copyItem(atPath: from, toPath: to)
         }
         gateway.send(SIGHUP)
-        #expect(gateway.waitForLog("certificates reloaded"))
+        #expect(gateway.waitForLog("configuration reloaded"))
         #expect(Self.servedSerial(gateway.port, serverName: "api.test") == second.serial, "a new handshake gets the new certificate")
 
         FileManager.default.createFile(atPath: go, contents: nil)
@@ -226,7 +226,7 @@ import Glibc
             try breakFiles()
             gateway.send(SIGHUP)
             refusals += 1
-            #expect(waitUntil(10) { gateway.log.components(separatedBy: "certificate reload refused").count > refusals }, "\(what)")
+            #expect(waitUntil(10) { gateway.log.components(separatedBy: "configuration reload refused").count > refusals }, "\(what)")
             #expect(Self.servedSerial(gateway.port, serverName: "api.test") == good.serial, "\(what): the old certificate serves")
             let (status, _) = E2E.curl(["--http1.1", "--cacert", pki.caCertificate, "--resolve", "api.test:\(gateway.port):127.0.0.1",
                                         "https://api.test:\(gateway.port)/still"])

@@ -106,6 +106,12 @@ public final class RedisProcess: @unchecked Sendable {
             posix_spawn_file_actions_addopen(&actions, 1, path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
             posix_spawn_file_actions_adddup2(&actions, 1, 2)
         }
+        // Nothing else of the test process's: wrk sizes its event loop by its connection
+        // count and fails a connection whose descriptor lands past it (a "connect" error)
+        // when it inherited the test's sockets.
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
+            if let fd = Int32(name), fd > 2 { posix_spawn_file_actions_addclose(&actions, fd) }
+        }
         var cArgs = argv.map { strdup($0) } + [nil]
         defer { for p in cArgs { free(p) } }
         var pid: pid_t = 0

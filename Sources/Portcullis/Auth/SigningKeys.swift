@@ -44,7 +44,10 @@ final class SigningKeys: KeyRefetching {
     /// The key manager for every provider whose keys come from a URL, sharing
     /// fetched documents through Redis when the store is Redis.
     /// `onEvent` hears every state change (on the manager's queue; it must not call back).
+    /// `shared`: the fetch loop and key cache a reload carries over (nil: new ones), so
+    /// a provider whose key source did not change installs its cached document at once.
     static func make(_ configuration: GatewayConfiguration, verifier: CredentialVerifier, logger: Logger,
+                     shared: KeyCacheHolder? = nil,
                      onEvent: (@Sendable (KeyManagerEvent) -> Void)? = nil) throws -> SigningKeys? {
         var providers: [ManagedKeyProvider] = []
         for p in configuration.providers {
@@ -58,17 +61,49 @@ final class SigningKeys: KeyRefetching {
                                                minimumRefetchInterval: r.minimumRefetchInterval)
         settings.fetch.totalTimeout = r.fetchTimeout
         settings.fetch.connectTimeout = min(settings.fetch.connectTimeout, r.fetchTimeout)
-        let fetchLoop = EventLoop(index: -2)
-        var cache: any SharedKeyCache = InProcessKeyCache()
-        if configuration.store.usesRedis {
-            cache = RedisKeyCache(client: RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
-                                                      loop: fetchLoop), staleFor: r.serveStaleFor)
-        }
+        let holder = shared ?? KeyCacheHolder()
+        let fetchLoop = holder.fetchLoop
+        let cache = try holder.cache(for: configuration)
         // The manager logs each state change itself (once).
         let manager = try KeyManager(verifier: verifier, providers: providers, cache: cache, fetchLoop: fetchLoop,
                                      configuration: settings, logger: logger, onEvent: onEvent)
         return SigningKeys(manager: manager, managed: Set(providers.map(\.name)))
     }
+}
+
+/// The key fetch loop and the shared key cache, kept across reloads: the cache is replaced
+/// only when the store's Redis settings change (or Redis is added or removed).
+final class KeyCacheHolder: @unchecked Sendable {
+    // @unchecked Sendable: used by one reload at a time (the start, then the reload queue).
+    let fetchLoop = EventLoop(index: -2)
+    private var current: (any SharedKeyCache)?
+    private var redisKey: String?
+
+    func cache(for configuration: GatewayConfiguration) throws -> any SharedKeyCache {
+        let key: String? = configuration.store.usesRedis ? sameSettingsText(configuration.store) : nil
+        if let current, key == redisKey { return current }
+        let cache: any SharedKeyCache
+        if configuration.store.usesRedis {
+            cache = RedisKeyCache(client: RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
+                                                      loop: fetchLoop), staleFor: configuration.keyRefresh.serveStaleFor)
+        } else {
+            cache = InProcessKeyCache()
+        }
+        current = cache
+        redisKey = key
+        return cache
+    }
+
+    /// The cache in use now (nil before the first `cache(for:)`).
+    var inUse: (any SharedKeyCache)? { current }
+}
+
+/// A value's full text (every stored property, secrets included: never logged), to tell
+/// whether a reload changed a section.
+func sameSettingsText<T>(_ value: T) -> String {
+    var text = ""
+    dump(value, to: &text)
+    return text
 }
 
 /// Fetched key documents shared by every instance through Redis:
@@ -107,6 +142,10 @@ final class RedisKeyCache: SharedKeyCache {
         let keep = max(1, Int64(document.expiresAt + staleFor - Date().timeIntervalSince1970))
         client.send(bytes: [Array("SET".utf8), Array("portcullis:keys:\(provider)".utf8), value,
                             Array("EX".utf8), Array(String(keep).utf8)]) { _ in }
+    }
+
+    func forget(provider: String) {
+        client.send(["DEL", "portcullis:keys:\(provider)", "portcullis:keys:\(provider):claim"]) { _ in }
     }
 
     func claimFetch(provider: String, interval: Double, completion: @escaping @Sendable (Bool) -> Void) {

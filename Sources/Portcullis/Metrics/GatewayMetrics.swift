@@ -42,6 +42,9 @@ public final class GatewayMetrics: Sendable {
         "portcullis_key_changes_total": "Key installs that changed a provider's keys (each drops its cached verifications).",
         "portcullis_keys_health": "1 for the provider's current key state (pending, fresh, stale, unavailable), 0 for the others.",
         "portcullis_store_health": "1 for the revocation store's current state (ok, degraded, unavailable), 0 for the others.",
+        "portcullis_config_generation": "The configuration generation serving: 1 at start, one more per applied reload.",
+        "portcullis_config_reloads_total": "Configuration reloads (SIGHUP, POST /reload, portcullis reload), by result (applied, refused: the previous configuration kept serving).",
+        "portcullis_config_info": "1, labelled with the SHA-256 of the configuration file serving now (config_sha256).",
         "portcullis_scrape_duration_seconds": "Time the previous scrape took to collect from every loop and component.",
     ]
 
@@ -60,6 +63,10 @@ public final class GatewayMetrics: Sendable {
         var verifier: CredentialVerifier?
         var keys: KeyManager?
         var storeHealth: (@Sendable () -> StoreHealth)?
+        var generation: UInt64 = 1
+        var reloadsApplied = 0
+        var reloadsRefused = 0
+        var sha256 = ""
     }
 
     struct SeriesKey: Hashable {
@@ -82,6 +89,25 @@ public final class GatewayMetrics: Sendable {
 
     /// The swift-metrics factory for components that record directly (the proxy's timers).
     public var metricsFactory: any MetricsFactory { factory }
+
+    /// What serves after a start or a reload, and how many reloads were applied or refused.
+    func configurationServed(generation: UInt64, sha256: String, applied: Int, refused: Int) {
+        sources.withLock { sources in
+            sources.generation = generation
+            sources.sha256 = sha256
+            sources.reloadsApplied = applied
+            sources.reloadsRefused = refused
+        }
+    }
+
+    /// A reload's verifier and key manager (nil: none now), and its store.
+    func replace(verifier: CredentialVerifier?, keys: KeyManager?, storeHealth: @escaping @Sendable () -> StoreHealth) {
+        sources.withLock { sources in
+            sources.verifier = verifier
+            sources.keys = keys
+            sources.storeHealth = storeHealth
+        }
+    }
 
     func attach(proxy: ProxyServer? = nil, verifier: CredentialVerifier? = nil, keys: KeyManager? = nil,
                 storeHealth: (@Sendable () -> StoreHealth)? = nil) {
@@ -165,6 +191,13 @@ public final class GatewayMetrics: Sendable {
                 }
             }
         }
+        gauge("portcullis_config_generation", [], Double(sources.generation))
+        counter("portcullis_config_reloads_total", [("result", "applied")], sources.reloadsApplied)
+        counter("portcullis_config_reloads_total", [("result", "refused")], sources.reloadsRefused)
+        for (key, meter) in gauges.withLock({ $0 }) where key.name == "portcullis_config_info" && key.labels.last != sources.sha256 {
+            meter.set(0.0)
+        }
+        if !sources.sha256.isEmpty { gauge("portcullis_config_info", [("config_sha256", sources.sha256)], 1) }
         if let storeHealth = sources.storeHealth {
             let state: String
             switch storeHealth() {

@@ -87,3 +87,22 @@ extension SigningKey {
         return key.bits
     }
 }
+
+/// SHA-256 as lower-case hex, for cold paths outside this module (the configuration
+/// file's hash on `/readyz` and in reload verdicts).
+public enum SHA256Hex {
+    public static func of(_ bytes: [UInt8]) -> String {
+        var out = [UInt8](repeating: 0, count: 64)
+        let length = bytes.withUnsafeBytes { input in
+            out.withUnsafeMutableBufferPointer { DigestContext()?.digest(.sha256, input, into: $0.baseAddress!) }
+        } ?? 0
+        let hex = Array("0123456789abcdef".utf8)
+        var text = [UInt8]()
+        text.reserveCapacity(length * 2)
+        for byte in out.prefix(length) {
+            text.append(hex[Int(byte >> 4)])
+            text.append(hex[Int(byte & 0xF)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}

@@ -25,6 +25,13 @@ public final class InProcessKeyCache: SharedKeyCache, @unchecked Sendable {
         queue.async { self.documents[provider] = document }
     }
 
+    public func forget(provider: String) {
+        queue.sync {
+            documents[provider] = nil
+            claims[provider] = nil
+        }
+    }
+
     public func claimFetch(provider: String, interval: Double, completion: @escaping @Sendable (Bool) -> Void) {
         queue.async {
             let now = MonotonicClock.nowNanoseconds()

@@ -59,4 +59,11 @@ public protocol SharedKeyCache: AnyObject, Sendable {
     func store(provider: String, document: CachedKeyDocument)
     /// Atomically claims the right to fetch this provider's keys for `interval` seconds (Redis: SET key NX PX). false → someone else fetched recently: reload from the cache instead.
     func claimFetch(provider: String, interval: Double, completion: @escaping @Sendable (Bool) -> Void)
+    /// Drops the provider's document and claim: a reload pointed the provider at another
+    /// key source, so what is cached under its name must not be installed again.
+    func forget(provider: String)
+}
+
+extension SharedKeyCache {
+    public func forget(provider: String) {}
 }

@@ -43,7 +43,7 @@ public enum HostHeaderMode: String, Sendable, CaseIterable {
 }
 
 /// One upstream app, reached over pooled keep-alive HTTP/1.1 connections, plain or TLS.
-public struct UpstreamConfiguration: Sendable {
+public struct UpstreamConfiguration: Sendable, Equatable {
     public var name: String
     public var url: UpstreamURL
     /// Total connection cap across all loops (each loop gets an equal share, at least 1).
@@ -87,7 +87,7 @@ public struct UpstreamConfiguration: Sendable {
 }
 
 /// One `request_headers` entry. `description` never shows the value.
-public struct UpstreamSecretHeader: Sendable, CustomStringConvertible {
+public struct UpstreamSecretHeader: Sendable, Equatable, CustomStringConvertible {
     public var name: String
     public var value: String
     public init(name: String, value: String) {

@@ -37,6 +37,11 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     // @unchecked Sendable: confined to the loop queue (see type comment).
 
     let context: ListenerContext
+    /// The configuration this request is served under: the listener's current one when
+    /// the request began (`open`), kept to its end whatever a reload does meanwhile.
+    private(set) var serving: ListenerServing
+    /// `X-Forwarded-Proto`: the client connection's own (TLS or not), not the listener's now.
+    let scheme: StaticString
     /// The client side; nil once it closed (`responderClosed`), after which nothing is sent.
     private var responder: (any ExchangeResponder)?
     let peer: SocketAddress
@@ -125,9 +130,12 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     /// Identifies the current wait, so a late answer for an earlier one is ignored.
     private var generation: UInt64 = 0
 
-    init(context: ListenerContext, responder: any ExchangeResponder, peer: SocketAddress, transport: RequestProtocol) {
+    init(context: ListenerContext, responder: any ExchangeResponder, peer: SocketAddress, transport: RequestProtocol,
+         secure: Bool) {
         self.transport = transport
         self.context = context
+        self.serving = context.serving
+        self.scheme = secure ? "https" : "http"
         self.responder = responder
         self.peer = peer
     }
@@ -147,7 +155,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     /// exchange ended (`idle`) it is a late one (an upstream read pass that was under way
     /// when the client left); in any other phase it is a bug here, and a debug build traps.
     private func outOfPhase(_ event: @autoclosure () -> String) {
-        context.metrics?.countOutOfPhaseEvent(loopIndex: loop.index)
+        serving.metrics?.countOutOfPhaseEvent(loopIndex: loop.index)
         if phase != .idle { assertionFailure("exchange event out of phase: \(event()) in \(phase.name)") }
     }
 
@@ -158,7 +166,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         open()
         self.method = method
         self.transport = transport
-        if context.accessLog != nil { logMethod = String(decoding: methodBytes, as: UTF8.self) }
+        if serving.accessLog != nil { logMethod = String(decoding: methodBytes, as: UTF8.self) }
         switch method {
         case .get, .head, .options, .put, .delete, .trace: retryable = true
         default: retryable = false
@@ -179,9 +187,10 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             cancel()
         }
         enter(.received)
+        serving = context.serving
         context.activeRequests += 1
         startedAt = loop.lastNow
-        wallStart = context.accessLog != nil ? WallClock.nowSeconds() : 0
+        wallStart = serving.accessLog != nil ? WallClock.nowSeconds() : 0
         bodyFraming = .none
         requestComplete = false
         lastChunkSent = false
@@ -214,7 +223,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     func start(_ view: RequestView) {
         guard phase == .received else { outOfPhase("start"); return }
         logPath = view.path
-        if context.redirectsToHTTPS {
+        if serving.redirectsToHTTPS {
             redirectToHTTPS(view)
             return
         }
@@ -224,19 +233,19 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             readBodyFirst(view, purpose: .local, limit: Self.localHandlerBodyLimit)
             return
         }
-        if view.path.utf8.count == context.publishedPathLength, let published = context.published, view.path == published.path {
+        if view.path.utf8.count == serving.publishedPathLength, let published = serving.published, view.path == published.path {
             reject(published.answer(method: view.methodBytes))
             return
         }
-        let host = context.routes.hasHostRoutes ? view.host() : nil
-        guard let route = context.routes.match(path: view.path, host: host) else {
+        let host = serving.routes.hasHostRoutes ? view.host() : nil
+        guard let route = serving.routes.match(path: view.path, host: host) else {
             reject(.error(404, "no route for this path"))
             return
         }
         routeUpstreamName = route.configuration.upstream
-        routeSlot = route.index + 1
+        routeSlot = serving.routeSlots[route.index]
         generation &+= 1
-        let outcome = context.authenticator.authenticate(view, route: route, resumption: resumption())
+        let outcome = serving.authenticator.authenticate(view, route: route, resumption: resumption())
         if case .needsBody(let limit) = outcome {
             // The credential is in the body: read it whole (bounded), then decide.
             parkedRoute = route
@@ -283,7 +292,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         if parkedView == nil { park(view) } else { parkedView = view }
         parkedRoute = route
         enter(.authenticating)
-        deadline = loop.lastNow &+ UInt64(context.configuration.timeouts.header * 1e9)
+        deadline = loop.lastNow &+ UInt64(serving.configuration.timeouts.header * 1e9)
     }
 
     /// Continues a request after a deferred authentication decision. An answer for a wait
@@ -313,7 +322,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         let held = view.rebased(onto: savedHead.readable, framing: .contentLength(heldBody.readableBytes))
         parkedView = held
         generation &+= 1
-        let outcome = context.authenticator.authenticate(held, route: route, body: heldBody.readable, resumption: resumption())
+        let outcome = serving.authenticator.authenticate(held, route: route, body: heldBody.readable, resumption: resumption())
         decide(outcome, held, route: route)
     }
 
@@ -334,12 +343,12 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
 
     private func forward(_ view: RequestView, route: Route, grant: AuthGrant?) {
         responseObserver = grant?.observer
-        let pool = context.pools[route.upstreamIndex]
+        let pool = serving.pools[route.upstreamIndex]
         upgradeForwarded = ForwardedHead.build(
             into: &forwardedHead, view, path: RouteTable.forwardedPath(view.path, route: route), grant: grant,
-            pool: pool, context: context, peerText: peerText, requestId: &requestId)
+            pool: pool, context: context, serving: serving, scheme: scheme, peerText: peerText, requestId: &requestId)
         self.pool = pool
-        if context.metrics != nil { forwardedAt = loop.lastNow }
+        if serving.metrics != nil { forwardedAt = loop.lastNow }
         switch view.framing {
         case .none, .contentLength(0), .untilClose: break
         case .contentLength, .chunked: retryable = false  // the body is streamed once
@@ -561,8 +570,8 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         guard phase == .forwarding else { outOfPhase("response head"); return }
         enter(head.status == 101 ? .tunnel : .responding)
         responseStatus = head.status
-        if let metrics = context.metrics, let pool {
-            metrics.upstreamLatency[pool.index].recordNanoseconds(Int64(truncatingIfNeeded: loop.lastNow &- forwardedAt))
+        if let latency = pool?.latency {
+            latency.recordNanoseconds(Int64(truncatingIfNeeded: loop.lastNow &- forwardedAt))
         }
         if let observer = responseObserver {
             responseObserver = nil
@@ -656,8 +665,8 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         guard phase != .idle else { return }
         enter(.idle)
         context.activeRequests -= 1
-        context.metrics?.countRequest(loopIndex: loop.index, routeSlot: routeSlot, status: responseStatus, transport: transport)
-        if let log = context.accessLog {
+        serving.metrics?.countRequest(loopIndex: loop.index, routeSlot: routeSlot, status: responseStatus, transport: transport)
+        if let log = serving.accessLog {
             log.record(AccessRecord(
                 time: wallStart, requestId: requestId.readable, method: logMethod, path: logPath,
                 status: responseStatus, upstream: routeUpstreamName, bytes: responseBytes,

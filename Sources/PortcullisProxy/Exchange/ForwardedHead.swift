@@ -15,12 +15,12 @@ enum ForwardedHead {
     /// (the client's stays in X-Forwarded-Host), and for an HTTP/1.0 request that had
     /// none, so it always gets exactly one Host.
     static func build(into buffer: inout ByteBuffer, _ request: RequestView, path: Substring, grant: AuthGrant?,
-                      pool: UpstreamPool, context: ListenerContext, peerText: String,
+                      pool: UpstreamPool, context: ListenerContext, serving: ListenerServing, scheme: StaticString, peerText: String,
                       requestId: inout ByteBuffer) -> Bool {
         buffer.clear()
         let bytes = request.bytes
-        let trusted = context.isTrusted(request.peer)
-        let policy = context.policy
+        let trusted = serving.isTrusted(request.peer)
+        let policy = serving.policy
 
         buffer.append(UnsafeRawBufferPointer(rebasing: bytes[request.methodRange]))
         buffer.append(" ")
@@ -123,7 +123,7 @@ enum ForwardedHead {
         buffer.append(peerText)
         buffer.append("\r\nx-forwarded-proto: ")
         if let forwardedProto { buffer.append(UnsafeRawBufferPointer(rebasing: bytes[forwardedProto])) }
-        else { buffer.append(context.scheme) }
+        else { buffer.append(scheme) }
         if let host = forwardedHost {
             buffer.append("\r\nx-forwarded-host: ")
             buffer.append(UnsafeRawBufferPointer(rebasing: bytes[host]))  // a trusted proxy's, as it sent it

@@ -72,28 +72,40 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     /// An h2c listener's connection until its first bytes show whether they are the
     /// HTTP/2 client preface (then it is handed to an `HTTP2ServerConnection`).
     private var mayBeH2C = false
+    /// The listener's TLS and HTTP/2 settings when this connection was accepted: a reload
+    /// changes them for later connections only.
+    private let tls: TLSServerEndpoint?
+    private let http2: HTTP2Settings?
+    /// The generation whose limits `parser` and `chunkDecoder` apply; a keep-alive
+    /// connection takes a reload's limits at its next request.
+    private var limitsFrom: ListenerServing
 
     init(context: ListenerContext, socket: StreamSocket, peer: SocketAddress) {
         self.context = context
         self.socket = socket
         self.peer = peer
-        self.parser = RequestHeadParser(limits: context.configuration.limits)
-        self.chunkDecoder = ChunkedDecoder(limits: context.configuration.limits)
-        self.exchange = Exchange(context: context, responder: self, peer: peer, transport: .http11)
-        self.mayBeH2C = context.h2c
+        let serving = context.serving
+        self.parser = RequestHeadParser(limits: serving.configuration.limits)
+        self.chunkDecoder = ChunkedDecoder(limits: serving.configuration.limits)
+        self.limitsFrom = serving
+        self.mayBeH2C = serving.h2c
+        self.tls = serving.tls
+        self.http2 = serving.http2
+        self.exchange = Exchange(context: context, responder: self, peer: peer, transport: .http11,
+                                 secure: socket.security != nil)
     }
 
     var loop: EventLoop { context.loop }
 
     func start() {
         loop.watchDeadline(self)
-        if let tls = context.tls {
+        if let tls {
             // Until the handshake completes only `handshake_timeout` applies: a flood of
             // half-open handshakes is cut off early and never holds keep-alive time.
             awaitingHandshake = true
             setDeadline(tls.settings.handshakeTimeout)
         } else {
-            setDeadline(context.configuration.timeouts.idle)
+            setDeadline(context.serving.configuration.timeouts.idle)
         }
         // The socket holds the handler, and through it the connection, until it is closed
         // (`close()`) or handed over (`switchToHTTP2`): that breaks the cycle.
@@ -102,7 +114,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
 
     private func handshakeCompleted() {
         awaitingHandshake = false
-        if phase == .idle { setDeadline(context.configuration.timeouts.idle) }
+        if phase == .idle { setDeadline(context.serving.configuration.timeouts.idle) }
     }
 
     private func setDeadline(_ seconds: Double) {
@@ -123,7 +135,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
             }
             if awaitingHandshake && socket.isHandshakeComplete {
                 handshakeCompleted()
-                if context.http2 != nil, (socket.security as? TLSSession)?.negotiatedProtocol == "h2" {
+                if http2 != nil, (socket.security as? TLSSession)?.negotiatedProtocol == "h2" {
                     switch result {
                     case .bytes(let n):
                         _ = loop.now()
@@ -190,7 +202,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     /// Hands the socket to an HTTP/2 connection (ALPN `h2`, or the h2c preface on an h2c
     /// listener); `bytes` were read from it already and start the HTTP/2 stream.
     private func switchToHTTP2(_ bytes: UnsafeRawBufferPointer, transport: RequestProtocol) {
-        guard let settings = context.http2 else { return }
+        guard let settings = http2 else { return }
         withExtendedLifetime(self) {
             isClosed = true
             phase = .closing
@@ -258,7 +270,8 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
             case .idle, .head:
                 if phase == .idle {
                     phase = .head
-                    setDeadline(context.configuration.timeouts.header)
+                    if limitsFrom !== context.serving { takeCurrentLimits() }
+                    setDeadline(context.serving.configuration.timeouts.header)
                 }
                 let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
                 switch parser.parse(rest, into: &head) {
@@ -290,6 +303,14 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
             }
         }
         return offset
+    }
+
+    /// A reload changed the configuration since the last request: its limits apply from
+    /// this request on.
+    private func takeCurrentLimits() {
+        limitsFrom = context.serving
+        parser = RequestHeadParser(limits: limitsFrom.configuration.limits)
+        chunkDecoder = ChunkedDecoder(limits: limitsFrom.configuration.limits)
     }
 
     // MARK: A new request
@@ -351,12 +372,12 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
             bodyRemaining = n
             bodyChunked = false
             phase = .body
-            setDeadline(context.configuration.timeouts.body)
+            setDeadline(context.serving.configuration.timeouts.body)
         case .chunked:
             bodyChunked = true
             chunkDecoder.reset()
             phase = .body
-            setDeadline(context.configuration.timeouts.body)
+            setDeadline(context.serving.configuration.timeouts.body)
         }
     }
 
@@ -372,7 +393,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     private func consumeBody(_ bytes: UnsafeRawBufferPointer) -> Int {
         let exchange = self.exchange!
         guard exchange.canTakeRequestBody else { return 0 }
-        setDeadline(context.configuration.timeouts.body)
+        setDeadline(context.serving.configuration.timeouts.body)
         if !bodyChunked {
             let n = min(bodyRemaining, bytes.count)
             exchange.requestBody(UnsafeRawBufferPointer(rebasing: bytes[0..<n]))
@@ -482,7 +503,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
             closeAfterFlushing()
             return
         }
-        setDeadline(context.configuration.timeouts.idle)
+        setDeadline(context.serving.configuration.timeouts.idle)
         if !inbound.isEmpty {
             // Pipelined requests that waited for this response.
             loop.execute { [self] in resumeProcessing() }
@@ -516,7 +537,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         }
         // The client is slower than the upstream: stop reading the upstream, and give the
         // client `timeouts.send` to take bytes again.
-        if phase == .awaitingResponse { setDeadline(context.configuration.timeouts.send) }
+        if phase == .awaitingResponse { setDeadline(context.serving.configuration.timeouts.send) }
         exchange.pauseResponse()
         socket.waitUntilWritable { [self] in clientWritable() }  // dropped by the socket when it closes
     }

@@ -297,7 +297,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         if goingAway || streams.count >= settings.maxConcurrentStreams {
             if !goingAway {
                 guard allow(.excessStreams) else { return .abusive }
-                context.metrics?.countHTTP2RefusedStream(loopIndex: loop.index)
+                context.serving.metrics?.countHTTP2RefusedStream(loopIndex: loop.index)
             }
             resetStream(id, NGHTTP2_REFUSED_STREAM.rawValue)
             return .refused
@@ -370,8 +370,8 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     func report(_ abuse: HTTP2Abuse, goaway: String) {
         if !reportedAbuse {
             reportedAbuse = true
-            context.metrics?.countHTTP2Abuse(abuse, loopIndex: loop.index)
-            context.logger?.warning("HTTP/2 client misbehaved; connection ended", metadata: [
+            context.serving.metrics?.countHTTP2Abuse(abuse, loopIndex: loop.index)
+            context.serving.logger?.warning("HTTP/2 client misbehaved; connection ended", metadata: [
                 "client": "\(peer.host)", "reason": "\(abuse.name)", "goaway": "\(goaway)", "protocol": "\(transport.name)"])
         }
     }

@@ -76,7 +76,8 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
 
     init(connection: HTTP2ServerConnection) {
         self.connection = connection
-        exchange = Exchange(context: connection.context, responder: self, peer: connection.peer, transport: connection.transport)
+        exchange = Exchange(context: connection.context, responder: self, peer: connection.peer, transport: connection.transport,
+                            secure: connection.socket.security != nil)
     }
 
     private var loop: EventLoop { connection.context.loop }
@@ -237,7 +238,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         if let contentLength { framing = .contentLength(contentLength) }
         else if endStreamReceived { framing = .none }
         else { framing = .chunked }  // a body of unknown length: chunked to the upstream
-        if case .contentLength(let n) = framing, n > connection.context.configuration.limits.maxBodyBytes {
+        if case .contentLength(let n) = framing, n > exchange.serving.configuration.limits.maxBodyBytes {
             exchange.reject(.error(413, "request body too large"))
             return
         }
@@ -276,7 +277,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
             return
         }
         bodyReceived += bytes.count
-        if bodyReceived > connection.context.configuration.limits.maxBodyBytes {
+        if bodyReceived > exchange.serving.configuration.limits.maxBodyBytes {
             consume(bytes.count)
             exchange.reject(.error(413, "request body too large"))
             return
@@ -490,7 +491,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
     /// else the stream's own: the client's window (send timeout) or its body (body timeout).
     var deadline: UInt64 {
         let sendTimeout = UInt64(connection.settings.sendTimeout * 1e9)
-        if headWaitsForEndStream { return lastBodyAt &+ UInt64(connection.context.configuration.timeouts.body * 1e9) }
+        if headWaitsForEndStream { return lastBodyAt &+ UInt64(exchange.serving.configuration.timeouts.body * 1e9) }
         guard exchange.isActive else {
             let sending = outBody.isEmpty ? 0 : lastSentAt &+ sendTimeout
             return drainUntil != 0 && (sending == 0 || drainUntil < sending) ? drainUntil : sending
@@ -499,7 +500,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         if waiting != 0 { return waiting }
         if !outBody.isEmpty { return lastSentAt &+ sendTimeout }
         if bodyFlowing && !endStreamReceived && inBody.isEmpty {
-            return lastBodyAt &+ UInt64(connection.context.configuration.timeouts.body * 1e9)
+            return lastBodyAt &+ UInt64(exchange.serving.configuration.timeouts.body * 1e9)
         }
         return 0
     }

@@ -13,16 +13,20 @@ public enum ListenerMode: Sendable {
     case local(any LocalHandler)
 }
 
-/// Per-loop, per-listener state shared by that listener's connections: the route
-/// table, this loop's upstream pools and the policies. Confined to `loop.queue`
-/// (the immutable members are read from there only too).
-public final class ListenerContext: @unchecked Sendable {
-    // @unchecked Sendable: mutable members (`openConnections`, `requestCounter`,
-    // `draining`) are touched only on `loop.queue`.
-    public let loop: EventLoop
-    public let mode: ListenerMode
+/// What one listener serves on one loop under one configuration generation: the route
+/// table, this loop's upstream pools, the policies and the listener's own settings.
+/// Immutable: a reload makes new ones and swaps `ListenerContext.serving` on the loop.
+/// An exchange takes the current one when its request begins and keeps it to the end, so
+/// a request finishes under the configuration it started with; a keep-alive connection
+/// takes the new one at its next request, an HTTP/2 connection at its next stream.
+public final class ListenerServing: @unchecked Sendable {
+    // @unchecked Sendable: immutable; its pools and log are used on their loop only.
+    /// Counts reloads: 1 for the configuration the gateway started with.
+    public let generation: UInt64
     let configuration: ProxyConfiguration
     let routes: RouteTable
+    /// `ProxyMetrics` request-table slot of each route (by route index).
+    let routeSlots: [Int]
     let pools: [UpstreamPool]
     let policy: HeaderPolicy
     let authenticator: any RequestAuthenticator
@@ -30,8 +34,7 @@ public final class ListenerContext: @unchecked Sendable {
     /// Request counters and latency timers (gateway listeners only).
     let metrics: ProxyMetrics?
     let trustedProxies: [CIDR]
-    public let scheme: StaticString
-    /// The listener terminates TLS with this (nil: plain TCP).
+    /// The listener terminates TLS with this (nil: plain TCP); taken by each new connection.
     let tls: TLSServerEndpoint?
     /// `redirect_https`: every request is answered 308 to the same target over https.
     let redirectsToHTTPS: Bool
@@ -42,12 +45,53 @@ public final class ListenerContext: @unchecked Sendable {
     let h2c: Bool
     /// Warnings about clients (HTTP/2 abuse); nil in tests that do not care.
     let logger: Logger?
-    /// Open HTTP/2 connections, told to send GOAWAY when the server drains.
-    var http2Connections: [ObjectIdentifier: HTTP2ServerConnection] = [:]
     /// Served at its path before routing (gateway listeners only).
     let published: (any PublishedDocument)?
     /// `published`'s path length, checked first so other requests pay one comparison.
     let publishedPathLength: Int
+
+    init(generation: UInt64, configuration: ProxyConfiguration, routes: RouteTable, routeSlots: [Int]? = nil,
+         pools: [UpstreamPool], authenticator: any RequestAuthenticator, accessLog: AccessLog?,
+         metrics: ProxyMetrics?, tls: TLSServerEndpoint?, redirectsToHTTPS: Bool,
+         published: (any PublishedDocument)?, http2: HTTP2Settings?, h2c: Bool, logger: Logger?) {
+        self.generation = generation
+        self.configuration = configuration
+        self.routes = routes
+        self.routeSlots = routeSlots ?? configuration.routes.indices.map { $0 + 1 }
+        self.pools = pools
+        self.policy = HeaderPolicy(configuration: configuration)
+        self.authenticator = authenticator
+        self.accessLog = accessLog
+        self.metrics = metrics
+        self.trustedProxies = configuration.trustedProxies
+        self.tls = tls
+        self.redirectsToHTTPS = redirectsToHTTPS
+        self.published = published
+        self.publishedPathLength = published?.path.utf8.count ?? -1
+        self.http2 = http2
+        self.h2c = http2 != nil && h2c && tls == nil
+        self.logger = logger
+    }
+
+    func isTrusted(_ peer: SocketAddress) -> Bool {
+        guard !trustedProxies.isEmpty else { return false }
+        let bytes = peer.addressBytes
+        return trustedProxies.contains { $0.contains(bytes) }
+    }
+}
+
+/// Per-loop, per-listener state that outlives reloads: the loop, the mode, the counts of
+/// open connections and requests, the drain flag, and what the listener serves now
+/// (`serving`). Confined to `loop.queue`.
+public final class ListenerContext: @unchecked Sendable {
+    // @unchecked Sendable: mutable members (`serving`, `openConnections`, `requestCounter`,
+    // `draining`) are touched only on `loop.queue`.
+    public let loop: EventLoop
+    public let mode: ListenerMode
+    /// The current generation's settings; swapped on `loop.queue` by a reload.
+    var serving: ListenerServing
+    /// Open HTTP/2 connections, told to send GOAWAY when the server drains.
+    var http2Connections: [ObjectIdentifier: HTTP2ServerConnection] = [:]
     /// Open client connections on this loop for this listener. Written on `loop.queue`
     /// only; other loops read it (relaxed) to balance accepted connections.
     public internal(set) var openConnections: Int {
@@ -61,49 +105,36 @@ public final class ListenerContext: @unchecked Sendable {
     var load: Int { openConnections + incoming.load(ordering: .relaxed) }
     /// Requests in flight (for graceful shutdown).
     public internal(set) var activeRequests = 0
-    /// True once shutdown began: keep-alive is turned off on the next response.
+    /// True once shutdown began (or a reload removed the listener): keep-alive is turned
+    /// off on the next response.
     public internal(set) var draining = false
     private var requestCounter: UInt64 = 0
     private let requestIdPrefix: String
 
-    init(loop: EventLoop, mode: ListenerMode, configuration: ProxyConfiguration, routes: RouteTable,
-         pools: [UpstreamPool], authenticator: any RequestAuthenticator, accessLog: AccessLog?,
-         metrics: ProxyMetrics? = nil, tls: TLSServerEndpoint? = nil, redirectsToHTTPS: Bool = false,
-         published: (any PublishedDocument)? = nil, http2: HTTP2Settings? = nil, h2c: Bool = false,
-         logger: Logger? = nil) {
-        self.published = published
-        self.http2 = http2
-        self.h2c = http2 != nil && h2c && tls == nil
-        self.logger = logger
-        self.publishedPathLength = published?.path.utf8.count ?? -1
+    init(loop: EventLoop, mode: ListenerMode, serving: ListenerServing) {
         self.loop = loop
         self.mode = mode
-        self.configuration = configuration
-        self.routes = routes
-        self.pools = pools
-        self.policy = HeaderPolicy(configuration: configuration)
-        self.authenticator = authenticator
-        self.accessLog = accessLog
-        self.metrics = metrics
-        self.trustedProxies = configuration.trustedProxies
-        self.tls = tls
-        self.scheme = tls == nil ? "http" : "https"
-        self.redirectsToHTTPS = redirectsToHTTPS
+        self.serving = serving
         var random = SystemRandomNumberGenerator()
         let prefix = String(random.next() as UInt64, radix: 16)
         requestIdPrefix = String(repeating: "0", count: 16 - prefix.count) + prefix
+    }
+
+    convenience init(loop: EventLoop, mode: ListenerMode, configuration: ProxyConfiguration, routes: RouteTable,
+                     pools: [UpstreamPool], authenticator: any RequestAuthenticator, accessLog: AccessLog?,
+                     metrics: ProxyMetrics? = nil, tls: TLSServerEndpoint? = nil, redirectsToHTTPS: Bool = false,
+                     published: (any PublishedDocument)? = nil, http2: HTTP2Settings? = nil, h2c: Bool = false,
+                     logger: Logger? = nil) {
+        self.init(loop: loop, mode: mode, serving: ListenerServing(
+            generation: 1, configuration: configuration, routes: routes, pools: pools, authenticator: authenticator,
+            accessLog: accessLog, metrics: metrics, tls: tls, redirectsToHTTPS: redirectsToHTTPS, published: published,
+            http2: http2, h2c: h2c, logger: logger))
     }
 
     /// Shutdown began: responses stop keeping connections alive, HTTP/2 connections get GOAWAY.
     func beginDraining() {
         draining = true
         for connection in Array(http2Connections.values) { connection.drain() }
-    }
-
-    func isTrusted(_ peer: SocketAddress) -> Bool {
-        guard !trustedProxies.isEmpty else { return false }
-        let bytes = peer.addressBytes
-        return trustedProxies.contains { $0.contains(bytes) }
     }
 
     /// A unique request id: a random per-loop prefix and a counter, 32 hex digits.
@@ -130,7 +161,7 @@ public final class ListenerContext: @unchecked Sendable {
 
     /// Takes ownership of an accepted socket.
     public func accept(_ socket: StreamSocket, peer: SocketAddress) {
-        if let tls, TLSSession.secureServer(socket, context: tls.context) == nil {
+        if let tls = serving.tls, TLSSession.secureServer(socket, context: tls.context) == nil {
             socket.close()  // out of memory in OpenSSL: refuse this one connection
             return
         }

@@ -1,4 +1,5 @@
 import CoreMetrics
+import PortcullisCore
 import PortcullisIO
 
 /// What the proxy counts for `/metrics`, kept so that the request path pays
@@ -11,7 +12,8 @@ import PortcullisIO
 ///   upstream: a swift-metrics `Timer` made once per upstream by `factory`
 ///   (one short lock per record in the Prometheus backend);
 /// - pool usage: read from the per-loop pools at scrape time.
-public final class ProxyMetrics: Sendable {
+public final class ProxyMetrics: @unchecked Sendable {
+    // @unchecked Sendable: `labels` is under its lock; each `LoopCounts` is confined to its loop.
     /// Status codes 100...599 each have a slot.
     static let statusSlots = 500
 
@@ -29,6 +31,10 @@ public final class ProxyMetrics: Sendable {
         /// HTTP/2 streams refused past SETTINGS_MAX_CONCURRENT_STREAMS.
         var http2RefusedStreams = 0
         init(routeSlots: Int) { requests = [Int](repeating: 0, count: routeSlots * ProxyMetrics.statusSlots) }
+        func grow(to routeSlots: Int) {
+            let cells = routeSlots * ProxyMetrics.statusSlots
+            if requests.count < cells { requests += repeatElement(0, count: cells - requests.count) }
+        }
     }
 
     /// Every loop's counts added up (read on each loop in turn at scrape time).
@@ -50,24 +56,57 @@ public final class ProxyMetrics: Sendable {
 
         private static func add(_ counts: [Int], into total: inout [Int]) {
             if total.isEmpty { total = counts; return }
+            // A reload that added routes grows each loop's table on that loop: tables read
+            // during one may differ in length.
+            if total.count < counts.count { total += repeatElement(0, count: counts.count - total.count) }
             for i in counts.indices { total[i] &+= counts[i] }
         }
     }
 
     let loops: [LoopCounts]
-    /// Time to the response head, per upstream (configuration order).
-    let upstreamLatency: [CoreMetrics.Timer]
-    /// Route labels in configuration order (`host` + path prefix).
-    public let routeLabels: [String]
+    let factory: any MetricsFactory
+    /// Route labels by slot - 1 (`host` + path prefix), and the upstream latency timers by
+    /// name. Both only grow: a reload keeps a label's slot, so its counts go on.
+    private let labels: LockedValue<(routes: [String], timers: [String: CoreMetrics.Timer])>
+
+    /// Route labels by slot - 1 (slot 0 = no route matched).
+    public var routeLabels: [String] { labels.withLock { $0.routes } }
 
     /// - Parameters:
     ///   - factory: makes the latency timers (`portcullis_upstream_response_seconds{upstream}`).
     public init(loopCount: Int, configuration: ProxyConfiguration, factory: any MetricsFactory) {
-        routeLabels = configuration.routes.map { ($0.host ?? "") + $0.pathPrefix }
-        let slots = configuration.routes.count + 1
-        loops = (0..<loopCount).map { _ in LoopCounts(routeSlots: slots) }
-        upstreamLatency = configuration.upstreams.map {
-            CoreMetrics.Timer(label: "portcullis_upstream_response_seconds", dimensions: [("upstream", $0.name)], factory: factory)
+        self.factory = factory
+        labels = LockedValue(([], [:]))
+        loops = (0..<loopCount).map { _ in LoopCounts(routeSlots: 1) }
+        let slots = routeSlots(for: configuration)
+        for counts in loops { counts.grow(to: slots.count + 1) }
+    }
+
+    /// Each route's slot, labels added as needed (reloads: a route that stays keeps its slot).
+    /// Each loop's table must be grown (`grow(loopIndex:)`, on that loop) before the slots are used.
+    func routeSlots(for configuration: ProxyConfiguration) -> [Int] {
+        labels.withLock { labels in
+            configuration.routes.map { route in
+                let label = (route.host ?? "") + route.pathPrefix
+                if let index = labels.routes.firstIndex(of: label) { return index + 1 }
+                labels.routes.append(label)
+                return labels.routes.count
+            }
+        }
+    }
+
+    /// Makes room for every slot handed out so far. On `loopIndex`'s queue.
+    func grow(loopIndex: Int) {
+        loops[loopIndex].grow(to: labels.withLock { $0.routes.count } + 1)
+    }
+
+    /// The latency timer of the upstream called `name` (one per name, kept across reloads).
+    func latencyTimer(upstream name: String) -> CoreMetrics.Timer {
+        labels.withLock { labels in
+            if let timer = labels.timers[name] { return timer }
+            let timer = CoreMetrics.Timer(label: "portcullis_upstream_response_seconds", dimensions: [("upstream", name)], factory: factory)
+            labels.timers[name] = timer
+            return timer
         }
     }
 

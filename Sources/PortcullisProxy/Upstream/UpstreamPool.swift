@@ -1,3 +1,4 @@
+import CoreMetrics
 import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
@@ -45,8 +46,16 @@ final class UpstreamPool: @unchecked Sendable {
     /// Open connections, connecting ones included.
     private(set) var openCount = 0
 
-    init(target: UpstreamTarget, index: Int, loop: EventLoop, loopCount: Int, limits: HTTPLimits) {
+    /// `portcullis_upstream_response_seconds{upstream}` (nil: metrics are off).
+    let latency: CoreMetrics.Timer?
+    /// A reload removed (or replaced) this upstream: requests already holding the pool
+    /// finish, then their connections close instead of waiting idle. On `loop.queue`.
+    private(set) var retired = false
+
+    init(target: UpstreamTarget, index: Int, loop: EventLoop, loopCount: Int, limits: HTTPLimits,
+         latency: CoreMetrics.Timer? = nil) {
         self.target = target
+        self.latency = latency
         let configuration = target.configuration
         self.configuration = configuration
         authority = configuration.url.authority
@@ -216,7 +225,7 @@ final class UpstreamPool: @unchecked Sendable {
 
     /// An exchange ended; keep the connection if it can serve another request.
     func release(_ connection: UpstreamConnection, reusable: Bool) {
-        guard reusable, connection.state == .active else {
+        guard reusable, connection.state == .active, !retired else {
             connection.close()
             return
         }
@@ -266,6 +275,13 @@ final class UpstreamPool: @unchecked Sendable {
             if waiter.phase == .waitingForConnection { return waiter }
         }
         return nil
+    }
+
+    /// A reload dropped this pool: idle connections close now, busy ones when their
+    /// request ends; queued requests are still served. On `loop.queue`.
+    func retire() {
+        retired = true
+        closeIdle()
     }
 
     /// Closes idle connections (shutdown).

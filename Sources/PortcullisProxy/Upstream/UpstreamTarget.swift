@@ -77,6 +77,15 @@ public final class UpstreamTarget: @unchecked Sendable {
         lock.withLock { self.timer = timer }
     }
 
+    /// A reload removed this upstream: no more resolving.
+    public func stopResolving() {
+        let timer = lock.withLock { () -> DispatchSourceTimer? in
+            defer { self.timer = nil }
+            return self.timer
+        }
+        timer?.cancel()
+    }
+
     /// The addresses to try for one new connection, rotated so connections spread
     /// over every address; empty with the reason when none is known.
     func addressesForConnection() -> ([SocketAddress], ResolutionError?) {

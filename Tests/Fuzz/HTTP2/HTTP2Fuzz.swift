@@ -58,7 +58,7 @@ enum Harness {
             let socket = StreamSocket(fd: fds[0], loop: loop)
             context.openConnections += 1
             let connection = HTTP2ServerConnection(context: context, socket: socket, peer: peer,
-                                                   settings: context.http2!, transport: .h2c)
+                                                   settings: context.serving.http2!, transport: .h2c)
             bytes.withUnsafeBytes { connection.start(initialBytes: $0) }
             if !connection.isClosed { connection.close() }
             precondition(context.openConnections == 0, "a connection was not accounted for")

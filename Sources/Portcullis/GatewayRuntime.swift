@@ -1,0 +1,466 @@
+import PortcullisEdgeAuth
+import Dispatch
+import Foundation
+import Logging
+import PortcullisAuth
+import PortcullisCore
+import PortcullisStore
+import PortcullisIO
+import PortcullisKeys
+import PortcullisProxy
+import PortcullisRedis
+import PortcullisTLS
+
+/// A running gateway and its reloads.
+///
+/// A reload (SIGHUP, `POST /reload` on the admin listener, `portcullis reload`) reads the
+/// file again and runs the same checks as `check-config`; then it builds everything the new
+/// file describes beside what serves (TLS contexts, upstream targets, listeners to add, the
+/// verifier and its key manager, the authenticator, the store when its settings changed) and
+/// only when all of it succeeded swaps it in, one loop at a time (`ProxyServer.reconfigure`).
+/// A refused file changes nothing: the verdict names `FILE:LINE: KEY: REASON` and the old
+/// configuration serves on. The number of loops is the one setting that cannot change in
+/// place: a file that changes it is refused with that reason.
+///
+/// What carries over: an upstream whose settings did not change keeps its pools and their
+/// keep-alive connections; a listener whose address stays keeps its socket (no connection is
+/// refused) and its connections, which take the new configuration at their next request or
+/// stream; the store is kept unless `store:` changed (an embedded store keeps its journal);
+/// a provider whose key source did not change installs the keys it already had from the key
+/// cache, so a reload fetches only the keys of new or changed providers, and the swap waits
+/// (at most `keys.fetch_timeout`) for them so the new generation never starts without keys.
+/// The verified-token cache starts empty in each generation (tokens are verified once more).
+///
+/// Reloads run one at a time on `queue`, never on a loop.
+public final class GatewayRuntime: @unchecked Sendable {
+    // @unchecked Sendable: `current` and the counts are behind `lock`; everything else is
+    // immutable or used on `queue` only.
+
+    /// What one generation runs with, besides the proxy's own state.
+    struct Parts {
+        var configuration: GatewayConfiguration
+        var generation: UInt64 = 1
+        var store: any RevocationStore
+        var revocations: StoreRevocations
+        var keys: SigningKeys?
+        var verifier: CredentialVerifier?
+        var assertionKeys: AssertionKeys?
+        /// Per `listen` entry (nil: plain).
+        var tlsEndpoints: [TLSServerEndpoint?]
+        var accessLogFD: Int32?
+    }
+
+    let logger: Logger
+    let group: EventLoopGroup
+    let server: ProxyServer
+    /// The admin handler exists also without an admin listener, so a reload can add one.
+    let admin: AdminHandler
+    let metrics: GatewayMetrics
+    let startup: StartupReadiness
+    let keyCaches = KeyCacheHolder()
+    /// Where a reload reads the configuration from (the file, or the demo's embedded text).
+    let source: @Sendable () throws -> GatewayConfiguration
+    let queue = DispatchQueue(label: "portcullis.reload")
+    private let lock = Lock()
+    private var current: Parts
+    private var reloadsApplied = 0
+    private var reloadsRefused = 0
+    /// One Redis client for the secrets instances share (ticket keys, generated assertion key).
+    private var secretsClient: RedisClient?
+    private var ticketKeysStarted = false
+    /// `identity.assertion`'s JWKS on the admin listener (it follows reloads).
+    let adminJWKS = ReloadableJWKS()
+
+    var parts: Parts { lock.withLock { current } }
+    public var configuration: GatewayConfiguration { parts.configuration }
+    public var generation: UInt64 { parts.generation }
+    /// The TLS listeners' endpoints now serving (tests).
+    public var tlsEndpoints: [TLSServerEndpoint] { parts.tlsEndpoints.compactMap { $0 } }
+
+    static func loopCount(_ configuration: GatewayConfiguration) -> Int {
+        configuration.workers == 0 ? max(1, ProcessInfo.processInfo.activeProcessorCount) : configuration.workers
+    }
+
+    /// Builds and starts everything `configuration` describes (see `Gateway.start`).
+    init(_ configuration: GatewayConfiguration, localApps: [Gateway.LocalApp], logger: Logger,
+         source: @escaping @Sendable () throws -> GatewayConfiguration) throws {
+        self.logger = logger
+        self.source = source
+        let group = EventLoopGroup(count: Self.loopCount(configuration))
+        self.group = group
+        metrics = GatewayMetrics(loops: group.loops, providers: configuration.providers.map(\.configuration.name))
+        startup = StartupReadiness(prefetch: configuration.keyRefresh.prefetch)
+        let accessLogFD = try Self.openAccessLog(configuration)
+        let store: any RevocationStore
+        do {
+            store = try StoreRevocations.makeStore(configuration.store, loops: group.loops, logger: logger)
+        } catch {
+            throw Gateway.StartupError(description: "\(configuration.file): store: \(error)")
+        }
+        let revocations = StoreRevocations(store: store, loopCount: group.loops.count)
+        store.start()
+        var actions = AdminActions()
+        admin = AdminHandler(token: configuration.admin?.token, actions: AdminActions(),
+                             metricsPublic: configuration.admin?.metricsPublic ?? false)
+        current = Parts(configuration: configuration, store: store, revocations: revocations, tlsEndpoints: [],
+                        accessLogFD: accessLogFD)
+        let startup = self.startup
+        // Built with `self` available: the admin actions reach the current generation's parts.
+        server = try Self.makeServer(configuration, group: group, accessLogFD: accessLogFD, logger: logger, metrics: metrics)
+        metrics.attach(proxy: server)
+        let assertionKeys = try makeAssertionKeys(configuration, previous: nil)
+        let built = try makeAuthenticator(configuration, revocations: revocations, assertionKeys: assertionKeys) { event in
+            if case .keysInstalled(let provider, _, _, _) = event { startup.keysInstalled(provider: provider) }
+        }
+        metrics.attach(verifier: built.verifier, keys: built.keys?.manager, storeHealth: { store.health })
+        if let keys = built.keys {
+            startup.expectKeys(for: keys.managed)
+            keys.manager.start { startup.firstAttemptsFinished() }
+        }
+        lock.withLock {
+            current.assertionKeys = assertionKeys
+            current.keys = built.keys
+            current.verifier = built.verifier
+        }
+        adminJWKS.keys = assertionKeys
+        actions = adminActions()
+        admin.setActions(actions)
+        server.setAuthenticator(built.authenticator)
+        server.published = assertionKeys.map { AssertionJWKS(keys: $0) }
+        for app in localApps {
+            do { try server.addListener(address: app.address, mode: .local(app.handler), managed: false) } catch {
+                throw Gateway.StartupError(description: "cannot listen on \(app.address) (demo app): \(error)")
+            }
+        }
+        try startTicketKeysIfNeeded(configuration)
+        var endpoints: [TLSServerEndpoint?] = []
+        for (index, listen) in configuration.listen.enumerated() {
+            var endpoint: TLSServerEndpoint?
+            if let settings = listen.tls {
+                do { endpoint = try TLSServerEndpoint(settings: settings) } catch {
+                    throw Gateway.StartupError(description: "\(configuration.file): listen[\(index)].tls: \(error)")
+                }
+            }
+            endpoints.append(endpoint)
+            do {
+                try server.addListener(address: listen.address, mode: .gateway, tls: endpoint, redirectsToHTTPS: listen.redirectHTTPS,
+                                       http2: listen.offersHTTP2 ? listen.http2 : nil, h2c: listen.h2c)
+            } catch {
+                throw Gateway.StartupError(description: "cannot listen on \(listen.address) (listen): \(error)")
+            }
+        }
+        lock.withLock { current.tlsEndpoints = endpoints }
+        if let settings = configuration.admin {
+            do { try server.addListener(address: settings.address, mode: .local(admin)) } catch {
+                throw Gateway.StartupError(description: "cannot listen on \(settings.address) (admin): \(error)")
+            }
+        }
+        metrics.configurationServed(generation: 1, sha256: configuration.sha256, applied: 0, refused: 0)
+    }
+
+    private static func openAccessLog(_ configuration: GatewayConfiguration) throws -> Int32? {
+        switch configuration.accessLog {
+        case .off: return nil
+        case .stdout: return 1
+        case .stderr: return 2
+        case .file(let path):
+            let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
+            guard fd >= 0 else {
+                throw Gateway.StartupError(description: "\(configuration.file): access_log: cannot open \(path): \(String(cString: strerror(errno)))")
+            }
+            return fd
+        }
+    }
+
+    private static func makeServer(_ configuration: GatewayConfiguration, group: EventLoopGroup, accessLogFD: Int32?,
+                                   logger: Logger, metrics: GatewayMetrics) throws -> ProxyServer {
+        do {
+            // The authenticator is set once it exists (`setAuthenticator`), before any listener starts.
+            return try ProxyServer(group: group, configuration: configuration.proxy,
+                                   authenticator: NoProvidersAuthenticator(realm: configuration.proxy.realm),
+                                   accessLogFD: accessLogFD, logger: logger, metricsFactory: metrics.metricsFactory)
+        } catch {
+            throw Gateway.StartupError(description: "\(configuration.file): upstreams: \(error)")
+        }
+    }
+
+    private func sharedSecretsClient(_ configuration: GatewayConfiguration) throws -> RedisClient {
+        if let secretsClient { return secretsClient }
+        let client = RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
+                                 loop: EventLoop(index: -3))
+        client.start()
+        secretsClient = client
+        return client
+    }
+
+    /// TLS session ticket keys rotate once any listener terminates TLS (shared through
+    /// Redis when the store is Redis).
+    private func startTicketKeysIfNeeded(_ configuration: GatewayConfiguration) throws {
+        guard !ticketKeysStarted, configuration.listen.contains(where: { $0.tls != nil }) else { return }
+        ticketKeysStarted = true
+        if configuration.store.usesRedis {
+            SharedTicketKeys.install(client: try sharedSecretsClient(configuration), rotation: TicketKeys.shared.rotationInterval)
+        } else {
+            TicketKeys.shared.startRotation()
+        }
+    }
+
+    /// `identity.assertion`'s keys: the previous ones when the settings did not change (their
+    /// files read again), so a generated key survives reloads.
+    private func makeAssertionKeys(_ configuration: GatewayConfiguration, previous: AssertionKeys?) throws -> AssertionKeys? {
+        guard let settings = configuration.identity.assertion else { return nil }
+        if let previous, sameSettingsText(previous.settings) == sameSettingsText(settings) {
+            do {
+                if try previous.reload() {
+                    logger.info("identity assertion keys reloaded", metadata: ["kids": "\(previous.keyIDs.joined(separator: ","))"])
+                }
+            } catch {
+                throw Gateway.StartupError(description: "\(configuration.file): identity.assertion.signing_keys: \(error)")
+            }
+            return previous
+        }
+        let keys: AssertionKeys
+        do { keys = try AssertionKeys(settings: settings) } catch {
+            throw Gateway.StartupError(description: "\(configuration.file): identity.assertion: \(error)")
+        }
+        if settings.algorithm != .hs256, settings.signingKeys.isEmpty, configuration.store.usesRedis {
+            SharedAssertionKey.install(keys: keys, client: try sharedSecretsClient(configuration), logger: logger)
+        }
+        return keys
+    }
+
+    struct BuiltAuthenticator {
+        var authenticator: any RequestAuthenticator
+        var verifier: CredentialVerifier?
+        var keys: SigningKeys?
+    }
+
+    private func makeAuthenticator(_ configuration: GatewayConfiguration, revocations: StoreRevocations,
+                                   assertionKeys: AssertionKeys?,
+                                   onEvent: (@Sendable (KeyManagerEvent) -> Void)? = nil) throws -> BuiltAuthenticator {
+        guard !configuration.providers.isEmpty else {
+            return BuiltAuthenticator(authenticator: NoProvidersAuthenticator(realm: configuration.proxy.realm))
+        }
+        let verifier = try Gateway.makeVerifier(configuration)
+        let keys: SigningKeys?
+        do {
+            keys = try SigningKeys.make(configuration, verifier: verifier, logger: logger, shared: keyCaches, onEvent: onEvent)
+        } catch {
+            throw Gateway.StartupError(description: "\(configuration.file): providers: \(error)")
+        }
+        let counters = metrics.auth.sharing(providers: configuration.providers.map(\.configuration.name))
+        let authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration.edgeAuth, revocations: revocations,
+                                              keys: keys, counters: counters, logger: logger, assertionKeys: assertionKeys)
+        return BuiltAuthenticator(authenticator: authenticator, verifier: verifier, keys: keys)
+    }
+
+    private func adminActions() -> AdminActions {
+        var actions = AdminActions()
+        let metrics = self.metrics
+        actions.metrics = { completion in metrics.render(completion: completion) }
+        // The runtime lives as long as the process; weak references keep the admin handler
+        // from holding it (and answer "unavailable" should it ever be gone).
+        let gone = AdminError(status: 503, message: "the gateway is stopping")
+        actions.revoke = { [weak self] request, completion in
+            guard let self else { return completion(.failure(gone)) }
+            parts.revocations.revoke(request, completion: completion)
+        }
+        actions.undo = { [weak self] request, completion in
+            guard let self else { return completion(.failure(gone)) }
+            parts.revocations.undo(request, completion: completion)
+        }
+        actions.listRevocations = { [weak self] subject, completion in
+            guard let self else { return completion(.failure(gone)) }
+            parts.revocations.list(subject: subject, completion: completion)
+        }
+        actions.keys = { [weak self] in self?.parts.keys?.statusJSON() ?? "{\"providers\":[]}\n" }
+        let startup = self.startup
+        actions.notReadyReason = { [weak self] in
+            guard let parts = self?.parts else { return "stopping" }
+            if case .unavailable = parts.store.health, parts.configuration.store.denyWhenUnavailable {
+                return "revocation store unavailable"
+            }
+            return startup.notReadyReason
+        }
+        actions.published = adminJWKS
+        let queue = self.queue
+        actions.reload = { [weak self] completion in
+            queue.async { [weak self] in
+                guard let self else { return }
+                completion(self.reloadNow(trigger: "POST /reload"))
+            }
+        }
+        actions.served = { [weak self] in
+            guard let parts = self?.parts else { return (0, "") }
+            return (parts.generation, parts.configuration.sha256)
+        }
+        return actions
+    }
+
+    /// Reloads on the reload queue and hands the verdict to `completion` there.
+    public func reload(trigger: String, completion: (@Sendable (ReloadVerdict) -> Void)? = nil) {
+        queue.async { [self] in
+            let verdict = reloadNow(trigger: trigger)
+            completion?(verdict)
+        }
+    }
+
+    /// One reload, on `queue`.
+    func reloadNow(trigger: String) -> ReloadVerdict {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let old = parts
+        func refuse(_ reason: String) -> ReloadVerdict {
+            let (applied, refused) = lock.withLock { () -> (Int, Int) in
+                reloadsRefused += 1
+                return (reloadsApplied, reloadsRefused)
+            }
+            metrics.configurationServed(generation: old.generation, sha256: old.configuration.sha256, applied: applied, refused: refused)
+            logger.error("configuration reload refused; the previous configuration keeps serving", metadata: [
+                "trigger": "\(trigger)", "reason": "\(reason)", "generation": "\(old.generation)"])
+            return ReloadVerdict(refusal: reason, generation: old.generation, sha256: old.configuration.sha256)
+        }
+        let next: GatewayConfiguration
+        do { next = try source() } catch { return refuse("\(error)") }
+        let loops = Self.loopCount(next)
+        guard loops == group.loops.count else {
+            return refuse("\(next.file): workers: the number of loops cannot change while the gateway runs "
+                          + "(\(group.loops.count) running, \(loops) in the file); restart to apply it")
+        }
+
+        // Everything new is built first; `undo` tears it down again if a later step refuses.
+        var undo: [() -> Void] = []
+        func refuseAndUndo(_ reason: String) -> ReloadVerdict {
+            for step in undo.reversed() { step() }
+            return refuse(reason)
+        }
+        // Ticket keys run before the first TLS context of the new file loads them.
+        do { try startTicketKeysIfNeeded(next) } catch { return refuse("\(next.file): store: \(error)") }
+        var endpoints: [TLSServerEndpoint?] = []
+        for (index, listen) in next.listen.enumerated() {
+            guard let settings = listen.tls else { endpoints.append(nil); continue }
+            do { endpoints.append(try TLSServerEndpoint(settings: settings)) } catch {
+                return refuse("\(next.file): listen[\(index)].tls: \(error)")
+            }
+        }
+        var accessLogFD = old.accessLogFD
+        if next.accessLog != old.configuration.accessLog {
+            do { accessLogFD = try Self.openAccessLog(next) } catch { return refuse("\(error)") }
+            if case .file = next.accessLog, let fd = accessLogFD { undo.append { close(fd) } }
+        }
+        var store = old.store
+        var revocations = old.revocations
+        let storeChanged = sameSettingsText(next.store) != sameSettingsText(old.configuration.store)
+        if storeChanged {
+            do { store = try StoreRevocations.makeStore(next.store, loops: group.loops, logger: logger) } catch {
+                return refuseAndUndo("\(next.file): store: \(error)")
+            }
+            revocations = StoreRevocations(store: store, loopCount: group.loops.count)
+            store.start()
+            let started = store
+            undo.append { started.shutdown() }
+        }
+        let assertionKeys: AssertionKeys?
+        do {
+            if next.identity.assertion != nil, next.store.usesRedis { _ = try sharedSecretsClient(next) }
+            assertionKeys = try makeAssertionKeys(next, previous: old.assertionKeys)
+        } catch {
+            return refuseAndUndo("\(error)")
+        }
+        // A provider whose key source changed must not install what the cache holds for its name.
+        let oldSources = Dictionary(old.configuration.providers.map { ($0.configuration.name, sameSettingsText($0.keys)) },
+                                    uniquingKeysWith: { a, _ in a })
+        let built: BuiltAuthenticator
+        do {
+            if let cache = keyCaches.inUse {
+                for provider in next.providers where oldSources[provider.configuration.name] != sameSettingsText(provider.keys) {
+                    cache.forget(provider: provider.configuration.name)
+                }
+            }
+            built = try makeAuthenticator(next, revocations: revocations, assertionKeys: assertionKeys)
+        } catch {
+            return refuseAndUndo("\(error)")
+        }
+        if let keys = built.keys {
+            // Unchanged providers install from the cache at once; new ones are fetched. The
+            // new generation starts with keys (or after one attempt, as at start).
+            let done = DispatchSemaphore(value: 0)
+            keys.manager.start { done.signal() }
+            _ = done.wait(timeout: .now() + next.keyRefresh.fetchTimeout + 1)
+            undo.append { keys.manager.shutdown() }
+        }
+        // Applied all the same (readiness is a start-up matter), but said in the verdict.
+        let withoutKeys = built.keys?.manager.status().filter { $0.kids.isEmpty }.map(\.provider) ?? []
+
+        var listeners: [ListenerSpec] = []
+        for (index, listen) in next.listen.enumerated() {
+            listeners.append(ListenerSpec(address: listen.address, mode: .gateway, tls: endpoints[index],
+                                          redirectsToHTTPS: listen.redirectHTTPS,
+                                          http2: listen.offersHTTP2 ? listen.http2 : nil, h2c: listen.h2c))
+        }
+        if let settings = next.admin { listeners.append(ListenerSpec(address: settings.address, mode: .local(admin))) }
+        let report: ProxyServer.ReconfigureReport
+        do {
+            report = try server.reconfigure(ProxyGeneration(
+                configuration: next.proxy, authenticator: built.authenticator,
+                published: assertionKeys.map { AssertionJWKS(keys: $0) }, accessLogFD: accessLogFD, listeners: listeners))
+        } catch {
+            return refuseAndUndo("\(next.file): \(error)")
+        }
+
+        // Applied. What the old generation alone used is let go.
+        admin.update(token: next.admin?.token, metricsPublic: next.admin?.metricsPublic ?? false)
+        adminJWKS.keys = assertionKeys
+        JSONLogHandler.setLevel(next.logLevel)
+        let serving = store
+        metrics.replace(verifier: built.verifier, keys: built.keys?.manager, storeHealth: { serving.health })
+        old.keys?.manager.shutdown()
+        if storeChanged { old.store.shutdown() }
+        if case .file = old.configuration.accessLog, accessLogFD != old.accessLogFD, let fd = old.accessLogFD {
+            // Lines still buffered for the old file are flushed on the loops first.
+            DispatchQueue.global().asyncAfter(deadline: .now() + 2) { close(fd) }
+        }
+        // Upstreams kept as they were re-read their client certificates, as SIGHUP did before.
+        let kept = server.targets.filter { target in report.upstreamsKept.contains(target.configuration.name) }
+        Gateway.reloadClientCertificates(kept, logger: logger)
+        let (applied, refused) = lock.withLock { () -> (Int, Int) in
+            current = Parts(configuration: next, generation: report.generation, store: store, revocations: revocations,
+                            keys: built.keys, verifier: built.verifier, assertionKeys: assertionKeys,
+                            tlsEndpoints: endpoints, accessLogFD: accessLogFD)
+            reloadsApplied += 1
+            return (reloadsApplied, reloadsRefused)
+        }
+        metrics.configurationServed(generation: report.generation, sha256: next.sha256, applied: applied, refused: refused)
+        var changes: [String] = []
+        if !report.upstreamsAdded.isEmpty { changes.append("upstreams added or changed: \(report.upstreamsAdded.joined(separator: ", "))") }
+        if !report.upstreamsRemoved.isEmpty { changes.append("upstreams removed or replaced: \(report.upstreamsRemoved.joined(separator: ", "))") }
+        if !report.listenersAdded.isEmpty { changes.append("listeners added: \(report.listenersAdded.joined(separator: ", "))") }
+        if !report.listenersRemoved.isEmpty { changes.append("listeners removed: \(report.listenersRemoved.joined(separator: ", "))") }
+        if storeChanged { changes.append("store replaced") }
+        if !withoutKeys.isEmpty {
+            changes.append("no keys yet for \(withoutKeys.joined(separator: ", ")): their tokens are answered 503 until a fetch succeeds")
+        }
+        logger.info("configuration reloaded", metadata: [
+            "trigger": "\(trigger)", "generation": "\(report.generation)", "config_sha256": "\(next.sha256)",
+            "routes": "\(next.proxy.routes.count)", "upstreams": "\(next.proxy.upstreams.count)",
+            "changes": "\(changes.isEmpty ? "settings only" : changes.joined(separator: "; "))"])
+        return ReloadVerdict(refusal: nil, generation: report.generation, sha256: next.sha256, changes: changes)
+    }
+}
+
+/// The identity assertion's JWKS on the admin listener, following reloads (404 when no
+/// assertion is configured).
+final class ReloadableJWKS: PublishedDocument, @unchecked Sendable {
+    // @unchecked Sendable: `keys` behind `lock`.
+    private let lock = Lock()
+    private var current: AssertionKeys?
+    var keys: AssertionKeys? {
+        get { lock.withLock { current } }
+        set { lock.withLock { current = newValue } }
+    }
+    var path: String { AssertionJWKS.wellKnownPath }
+
+    func response() -> LocalResponse {
+        guard let keys else { return .error(404, "no identity assertion is configured") }
+        return AssertionJWKS(keys: keys).response()
+    }
+}
