@@ -17,6 +17,7 @@ var package = Package(
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
     ],
     targets: [
         // C libraries, each wrapped once in a system-library target with a shim header.
@@ -53,6 +54,7 @@ var package = Package(
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisTLS", "CNGHTTP2",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
+            .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
         ]),
         // Signing keys: outbound GET client (plain and TLS through PortcullisTLS), key fetch / refresh / shared cache.
         .target(name: "PortcullisKeys", dependencies: [

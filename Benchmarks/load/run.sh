@@ -19,6 +19,8 @@ usage: Benchmarks/load/run.sh [options]
   --baseline BIN      add a row for another portcullis binary (e.g. main's build), same config
   --tls               the proxies terminate TLS (EC P-256 leaf, TLS 1.3, tickets) and wrk speaks https;
                       the upstream stays plain HTTP/1.1
+  --tracing           add two rows: the same Portcullis with tracing on (W3C traceparent, OTLP/HTTP
+                      export to the upstream nginx, which answers 200), sampling 1 % and 100 %
   --reload-every MS   add a row: the same Portcullis while its whole configuration is reloaded
                       (POST /reload) every MS milliseconds during the wrk run; the row fails if any
                       reload is refused or wrk sees an error
@@ -38,6 +40,7 @@ KEEP=""
 BASELINE_BIN=""
 TLS=0
 RELOAD_MS=0
+TRACING=0
 INVOCATION="$0 $*"
 
 while [[ $# -gt 0 ]]; do
@@ -53,6 +56,7 @@ while [[ $# -gt 0 ]]; do
         --baseline) BASELINE_BIN="$2"; shift 2 ;;
         --tls) TLS=1; shift ;;
         --reload-every) RELOAD_MS="$2"; shift 2 ;;
+        --tracing) TRACING=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -110,6 +114,13 @@ else
         add_row baseline "Portcullis baseline$T" "$S://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"
     fi
     if wants portcullis; then start_portcullis; add_row portcullis "Portcullis$T" "$S://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"; fi
+    if (( TRACING )); then
+        for ratio in 0.01 1; do
+            name="tracing-${ratio/./}"
+            start_portcullis "tracing: {endpoint: \"http://127.0.0.1:$UPSTREAM_PORT/v1/traces\", sample_ratio: $ratio}" "$PORTCULLIS_BIN" "$name"
+            add_row "$name" "Portcullis$T, tracing $(awk -v r="$ratio" 'BEGIN { printf "%g %%", r * 100 }')" "$S://127.0.0.1:$PORTCULLIS_PORT/" "$PORTCULLIS_PID"
+        done
+    fi
     if (( RELOAD_MS > 0 )); then
         start_portcullis "" "$PORTCULLIS_BIN" reloading
         RELOAD_ADMIN="$PORTCULLIS_ADMIN"; RELOAD_TOKEN="$(cat "$WORKDIR/reloading/admin-token")"

@@ -62,6 +62,7 @@ public enum ConfigurationLoader {
         let tokenCacheEntries = try Self.tokenCacheEntries(try top.optional("token_cache"))
         let store = try Self.store(try top.optional("store"), revocation: try top.optional("revocation"))
         let identity = try Self.identity(try top.optional("identity"))
+        let tracing = try Self.tracing(try top.optional("tracing"))
         let (routes, routeAuth) = try Self.routes(try top.required("routes"), file: file, upstreams: upstreams,
                                                   providerNames: Set(providers.map(\.configuration.name)))
 
@@ -98,6 +99,7 @@ public enum ConfigurationLoader {
         proxy.claimHeaders = identity.claimHeaders
         proxy.realm = identity.realm
         proxy.assertionHeader = identity.settings.assertion?.header
+        proxy.tracing = tracing
         // Injected headers and secret headers may not share a name in any spelling.
         var injected = Set(([identity.userIdHeader, identity.providerHeader] + identity.claimHeaders.map(\.header))
             .map(HTTPBytes.identityName))

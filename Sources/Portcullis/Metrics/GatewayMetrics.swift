@@ -42,6 +42,7 @@ public final class GatewayMetrics: Sendable {
         "portcullis_key_changes_total": "Key installs that changed a provider's keys (each drops its cached verifications).",
         "portcullis_keys_health": "1 for the provider's current key state (pending, fresh, stale, unavailable), 0 for the others.",
         "portcullis_store_health": "1 for the revocation store's current state (ok, degraded, unavailable), 0 for the others.",
+        "portcullis_trace_spans_total": "Request spans with tracing on, by result (exported to the collector; dropped: the loop's queue was full; failed: the collector did not take them).",
         "portcullis_config_generation": "The configuration generation serving: 1 at start, one more per applied reload.",
         "portcullis_config_reloads_total": "Configuration reloads (SIGHUP, POST /reload, portcullis reload), by result (applied, refused: the previous configuration kept serving).",
         "portcullis_config_info": "1, labelled with the SHA-256 of the configuration file serving now (config_sha256).",
@@ -151,6 +152,12 @@ public final class GatewayMetrics: Sendable {
                 counter("portcullis_http2_abuse_total", [("kind", row.kind)], row.count)
             }
             counter("portcullis_exchange_out_of_phase_events_total", [], proxy.outOfPhaseEvents)
+            if let tracer = sources.proxy?.tracer {
+                let totals = tracer.totals
+                counter("portcullis_trace_spans_total", [("result", "exported")], totals.exported)
+                counter("portcullis_trace_spans_total", [("result", "dropped")], totals.dropped)
+                counter("portcullis_trace_spans_total", [("result", "failed")], totals.failed)
+            }
             counter("portcullis_http2_refused_streams_total", [], proxy.http2RefusedStreams)
             for pool in proxy.pools {
                 gauge("portcullis_upstream_connections", [("upstream", pool.upstream), ("state", "open")], Double(pool.open))

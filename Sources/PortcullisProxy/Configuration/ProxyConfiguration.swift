@@ -164,6 +164,8 @@ public struct ProxyConfiguration: Sendable {
     public var assertionHeader: String?
     /// `realm` of WWW-Authenticate challenges.
     public var realm: String = "portcullis"
+    /// `tracing:` (nil: off; client `traceparent`/`tracestate` then pass through untouched).
+    public var tracing: TracingSettings?
     public init(routes: [RouteConfiguration], upstreams: [UpstreamConfiguration]) {
         self.routes = routes
         self.upstreams = upstreams

@@ -1,6 +1,8 @@
+import Foundation
 import PortcullisCore
 import PortcullisHTTP
 import PortcullisIO
+import W3CTraceContext
 
 /// One request and its response, wire-format free: routing, the authentication decision
 /// (and its deferral), the wait for a pooled upstream connection, the one retry, upstream
@@ -107,6 +109,15 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     private var logPath = ""
     private var requestId = ByteBuffer()
 
+    // Tracing (`tracing:`; nil when off or for local handlers).
+    fileprivate(set) var trace: RequestTrace?
+    /// Kept for a sampled span only: the route matched, the auth decision and its reason.
+    // (fileprivate: set by the tracing extension below.)
+    fileprivate var tracedRoute: RouteConfiguration?
+    fileprivate var tracedDecision = "none"
+    fileprivate var tracedReason: String?
+    fileprivate var tracedProvider: String?
+
     // Waiting: for an authentication that needs I/O, or for a body read before acting.
     /// The head bytes, copied while the request waits (its view is rebased onto them).
     private var savedHead = ByteBuffer()
@@ -166,7 +177,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         open()
         self.method = method
         self.transport = transport
-        if serving.accessLog != nil { logMethod = String(decoding: methodBytes, as: UTF8.self) }
+        if serving.accessLog != nil || serving.tracer != nil { logMethod = String(decoding: methodBytes, as: UTF8.self) }
         switch method {
         case .get, .head, .options, .put, .delete, .trace: retryable = true
         default: retryable = false
@@ -200,6 +211,13 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         responseObserver = nil
         routeUpstreamName = ""
         routeSlot = 0
+        if trace != nil {
+            trace = nil
+            tracedRoute = nil
+            tracedDecision = "none"
+            tracedReason = nil
+            tracedProvider = nil
+        }
         logPath = "-"  // until routing names the normalized path (a request refused before it logs "-")
         upgradeForwarded = false
         requestId.clear()
@@ -233,6 +251,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             readBodyFirst(view, purpose: .local, limit: Self.localHandlerBodyLimit)
             return
         }
+        if let tracer = serving.tracer, let tracing = serving.configuration.tracing { beginTrace(view, tracing, tracer) }
         if view.path.utf8.count == serving.publishedPathLength, let published = serving.published, view.path == published.path {
             reject(published.answer(method: view.methodBytes))
             return
@@ -244,6 +263,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         }
         routeUpstreamName = route.configuration.upstream
         routeSlot = serving.routeSlots[route.index]
+        if trace?.sampled == true { tracedRoute = route.configuration }
         generation &+= 1
         let outcome = serving.authenticator.authenticate(view, route: route, resumption: resumption())
         if case .needsBody(let limit) = outcome {
@@ -329,6 +349,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     /// Acts on a decision: forward (with the grant's headers) or answer the client. A
     /// decision still deferred after a resumption is an internal error.
     private func apply(_ outcome: AuthOutcome, _ view: RequestView, route: Route) {
+        if trace?.sampled == true { noteDecision(outcome) }
         switch outcome {
         case .anonymous:
             forward(view, route: route, grant: nil)
@@ -346,7 +367,8 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         let pool = serving.pools[route.upstreamIndex]
         upgradeForwarded = ForwardedHead.build(
             into: &forwardedHead, view, path: RouteTable.forwardedPath(view.path, route: route), grant: grant,
-            pool: pool, context: context, serving: serving, scheme: scheme, peerText: peerText, requestId: &requestId)
+            pool: pool, context: context, serving: serving, scheme: scheme, peerText: peerText, trace: trace,
+            requestId: &requestId)
         self.pool = pool
         if serving.metrics != nil { forwardedAt = loop.lastNow }
         switch view.framing {
@@ -670,8 +692,10 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             log.record(AccessRecord(
                 time: wallStart, requestId: requestId.readable, method: logMethod, path: logPath,
                 status: responseStatus, upstream: routeUpstreamName, bytes: responseBytes,
-                durationNanoseconds: loop.now() &- startedAt, client: peerText, transport: transport))
+                durationNanoseconds: loop.now() &- startedAt, client: peerText, transport: transport,
+                traceID: trace?.traceID))
         }
+        if let trace, trace.sampled { recordSpan(trace) }
         pool = nil
         releaseHeldBody()
         if notify { responder?.exchangeFinished() }
@@ -702,5 +726,85 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             upstream.abandon()
         }
         if phase == .waitingForConnection { pool?.cancelWaiter(self) }
+    }
+}
+
+// MARK: Tracing
+
+extension Exchange {
+    /// Starts this request's trace: the client's `traceparent` continued when `accept_parent`
+    /// allows it (its trace id, its span as the parent, its sampled flag, its `tracestate`),
+    /// else a new trace sampled at `sample_ratio`. A malformed `traceparent` starts a new one.
+    fileprivate func beginTrace(_ view: RequestView, _ tracing: TracingSettings, _ tracer: Tracer) {
+        let accepts: Bool
+        switch tracing.acceptParent {
+        case .always: accepts = true
+        case .trustedProxies: accepts = serving.isTrusted(peer)
+        case .never: accepts = false
+        }
+        var parent: TraceContext?
+        if accepts {
+            var parentText: String?
+            var count = 0
+            view.values(of: "traceparent") { value in
+                count += 1
+                parentText = String(decoding: value, as: UTF8.self)
+            }
+            if count == 1, let parentText {
+                var state: [String] = []
+                view.values(of: "tracestate") { state.append(String(decoding: $0, as: UTF8.self)) }
+                parent = try? TraceContext(traceParentHeaderValue: parentText,
+                                           traceStateHeaderValue: state.isEmpty ? nil : state.joined(separator: ","))
+            }
+        }
+        let index = loop.index
+        var started: RequestTrace
+        if let parent {
+            started = RequestTrace(traceID: parent.traceID, spanID: tracer.newSpanID(loopIndex: index), parentSpanID: parent.spanID,
+                                   sampled: parent.flags.contains(.sampled), traceState: parent.traceStateHeaderValue)
+        } else {
+            let (traceID, spanID) = tracer.newIDs(loopIndex: index)
+            started = RequestTrace(traceID: traceID, spanID: spanID, parentSpanID: nil,
+                                   sampled: tracer.sample(loopIndex: index, ratio: tracing.sampleRatio), traceState: nil)
+        }
+        if started.sampled { started.wallStart = WallClock.nowSeconds() }
+        trace = started
+    }
+
+    /// What the authenticator decided, for a sampled span: the refusal's `error` code and
+    /// description from its body, the provider from the injected provider header.
+    fileprivate func noteDecision(_ outcome: AuthOutcome) {
+        switch outcome {
+        case .anonymous:
+            tracedDecision = "anonymous"
+        case .grant(let grant):
+            tracedDecision = "verified"
+            let header = serving.configuration.providerHeader
+            tracedProvider = grant.headers.first { $0.name.lowercased() == header.lowercased() }?.value
+        case .reject(let response):
+            tracedDecision = "refused"
+            if let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] {
+                let code = object["error"] as? String
+                let description = object["error_description"] as? String
+                tracedReason = [code, description].compactMap { $0 }.joined(separator: ": ")
+            }
+        case .deferred, .needsBody:
+            tracedDecision = "incomplete"
+        }
+    }
+
+    /// Queues the request's server span on this loop (sampled requests only).
+    fileprivate func recordSpan(_ trace: RequestTrace) {
+        guard let tracer = serving.tracer, let tracing = serving.configuration.tracing else { return }
+        let start = UInt64(max(0, trace.wallStart) * 1e9)
+        let route = tracedRoute.map { ($0.host ?? "") + $0.pathPrefix }
+        let span = FinishedSpan(traceID: trace.traceID, spanID: trace.spanID, parentSpanID: trace.parentSpanID,
+                                startNanos: start, endNanos: start &+ (loop.now() &- startedAt),
+                                method: logMethod, path: logPath, route: route, upstream: routeUpstreamName,
+                                status: responseStatus, transport: "\(transport.name)",
+                                requestId: String(decoding: requestId.readable, as: UTF8.self),
+                                authDecision: tracedRoute == nil ? "none" : tracedDecision, authReason: tracedReason,
+                                provider: tracedProvider)
+        tracer.record(span, loopIndex: loop.index, limit: tracing.maxQueuedSpans)
     }
 }

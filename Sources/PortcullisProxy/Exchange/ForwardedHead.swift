@@ -16,7 +16,7 @@ enum ForwardedHead {
     /// none, so it always gets exactly one Host.
     static func build(into buffer: inout ByteBuffer, _ request: RequestView, path: Substring, grant: AuthGrant?,
                       pool: UpstreamPool, context: ListenerContext, serving: ListenerServing, scheme: StaticString, peerText: String,
-                      requestId: inout ByteBuffer) -> Bool {
+                      trace: RequestTrace?, requestId: inout ByteBuffer) -> Bool {
         buffer.clear()
         let bytes = request.bytes
         let trusted = serving.isTrusted(request.peer)
@@ -140,6 +140,19 @@ enum ForwardedHead {
         }
         buffer.append(requestId.readable)
         buffer.append("\r\n")
+        if let trace {
+            // The gateway's span is the upstream's parent (W3C Trace Context, version 00).
+            buffer.append("traceparent: 00-")
+            buffer.appendHexID(trace.traceID.bytes)
+            buffer.append("-")
+            buffer.appendHexID(trace.spanID.bytes)
+            buffer.append(trace.sampled ? "-01\r\n" : "-00\r\n")
+            if let state = trace.traceState, !state.isEmpty {
+                buffer.append("tracestate: ")
+                appendFieldValue(state, to: &buffer)
+                buffer.append("\r\n")
+            }
+        }
         if !pool.fixedHeaderLines.isEmpty {
             pool.fixedHeaderLines.withUnsafeBytes { buffer.append($0) }
         }

@@ -33,6 +33,8 @@ public final class ListenerServing: @unchecked Sendable {
     let accessLog: AccessLog?
     /// Request counters and latency timers (gateway listeners only).
     let metrics: ProxyMetrics?
+    /// Spans and ids when `tracing:` is on (gateway listeners only).
+    let tracer: Tracer?
     let trustedProxies: [CIDR]
     /// The listener terminates TLS with this (nil: plain TCP); taken by each new connection.
     let tls: TLSServerEndpoint?
@@ -53,7 +55,8 @@ public final class ListenerServing: @unchecked Sendable {
     init(generation: UInt64, configuration: ProxyConfiguration, routes: RouteTable, routeSlots: [Int]? = nil,
          pools: [UpstreamPool], authenticator: any RequestAuthenticator, accessLog: AccessLog?,
          metrics: ProxyMetrics?, tls: TLSServerEndpoint?, redirectsToHTTPS: Bool,
-         published: (any PublishedDocument)?, http2: HTTP2Settings?, h2c: Bool, logger: Logger?) {
+         published: (any PublishedDocument)?, http2: HTTP2Settings?, h2c: Bool, logger: Logger?, tracer: Tracer? = nil) {
+        self.tracer = configuration.tracing == nil ? nil : tracer
         self.generation = generation
         self.configuration = configuration
         self.routes = routes

@@ -133,6 +133,8 @@ public final class ProxyServer: @unchecked Sendable {
     private let logger: Logger
     /// Counters and timers for `/metrics`; nil when metrics are off.
     public let metrics: ProxyMetrics?
+    /// Trace ids and spans (`tracing:`); exports only while a configuration turns it on.
+    public let tracer: Tracer
 
     private struct State {
         var generation: UInt64 = 1
@@ -168,6 +170,8 @@ public final class ProxyServer: @unchecked Sendable {
         self.logger = logger
         let metrics = metricsFactory.map { ProxyMetrics(loopCount: group.loops.count, configuration: configuration, factory: $0) }
         self.metrics = metrics
+        tracer = Tracer(loops: group.loops, logger: logger)
+        tracer.configure(configuration.tracing)
         var upstreams: [UpstreamEntry] = []
         for upstream in configuration.upstreams {
             let target = try UpstreamTarget(configuration: upstream, logger: logger)
@@ -193,7 +197,7 @@ public final class ProxyServer: @unchecked Sendable {
     private static func servings(_ spec: ListenerSpec, generation: UInt64, configuration: ProxyConfiguration,
                                  routes: RouteTable, routeSlots: [Int]?, upstreams: [UpstreamEntry],
                                  authenticator: any RequestAuthenticator, accessLogs: [AccessLog?],
-                                 metrics: ProxyMetrics?, published: (any PublishedDocument)?,
+                                 metrics: ProxyMetrics?, tracer: Tracer, published: (any PublishedDocument)?,
                                  logger: Logger, group: EventLoopGroup) -> [ListenerServing] {
         let isGateway = spec.isGateway
         return group.loops.map { loop in
@@ -201,7 +205,8 @@ public final class ProxyServer: @unchecked Sendable {
                             pools: upstreams.map { $0.pools[loop.index] }, authenticator: authenticator,
                             accessLog: isGateway ? accessLogs[loop.index] : nil, metrics: isGateway ? metrics : nil,
                             tls: spec.tls, redirectsToHTTPS: spec.redirectsToHTTPS, published: isGateway ? published : nil,
-                            http2: isGateway ? spec.http2 : nil, h2c: spec.h2c, logger: logger)
+                            http2: isGateway ? spec.http2 : nil, h2c: spec.h2c, logger: logger,
+                            tracer: isGateway ? tracer : nil)
         }
     }
 
@@ -245,7 +250,7 @@ public final class ProxyServer: @unchecked Sendable {
                                      routes: RouteTable(current.configuration.routes, upstreamNames: current.configuration.upstreams.map(\.name)),
                                      routeSlots: metrics?.routeSlots(for: current.configuration), upstreams: current.upstreams,
                                      authenticator: current.authenticator,
-                                     accessLogs: current.accessLogs, metrics: metrics, published: current.published,
+                                     accessLogs: current.accessLogs, metrics: metrics, tracer: tracer, published: current.published,
                                      logger: logger, group: group)
         let slot = try bind(spec, servings: servings, managed: managed)
         lock.withLock { state.slots.append(slot) }
@@ -341,7 +346,7 @@ public final class ProxyServer: @unchecked Sendable {
         for spec in next.listeners {
             let servings = Self.servings(spec, generation: generation, configuration: configuration, routes: routes,
                                          routeSlots: routeSlots, upstreams: upstreams, authenticator: next.authenticator,
-                                         accessLogs: accessLogs, metrics: metrics, published: next.published,
+                                         accessLogs: accessLogs, metrics: metrics, tracer: tracer, published: next.published,
                                          logger: logger, group: group)
             if let slot = current.slots.first(where: { sameSlot($0, spec) }) {
                 swaps.append((slot, servings, spec))
@@ -375,6 +380,7 @@ public final class ProxyServer: @unchecked Sendable {
             }
         }
         for entry in removedUpstreams { entry.target.stopResolving() }
+        tracer.configure(configuration.tracing)
         lock.withLock {
             state.generation = generation
             state.configuration = configuration

@@ -4,6 +4,7 @@ import Glibc
 import Dispatch
 import PortcullisCore
 import PortcullisIO
+import W3CTraceContext
 
 /// One finished request, as the access log writes it. Paths are logged without
 /// the query string, and no header value is logged, so tokens never reach logs.
@@ -18,6 +19,8 @@ struct AccessRecord {
     var durationNanoseconds: UInt64
     var client: String
     var transport: RequestProtocol
+    /// With `tracing:` on: the request's trace id (also when it was not sampled).
+    var traceID: TraceID? = nil
 }
 
 /// A per-loop JSON-lines access log. Lines are gathered in a buffer and written
@@ -48,6 +51,11 @@ public final class AccessLog: @unchecked Sendable {
         // made here (the client's address): a log line is one JSON object, whatever came in.
         buffer.append("\",\"request_id\":")
         appendQuoted(r.requestId)
+        if let traceID = r.traceID {
+            buffer.append(",\"trace_id\":\"")
+            buffer.appendHexID(traceID.bytes)
+            buffer.append("\"")
+        }
         buffer.append(",\"client\":")
         buffer.append(JSONText.quoted(r.client))
         buffer.append(",\"method\":")

@@ -23,8 +23,12 @@ public struct HeaderPolicy: Sendable {
     let userIdHeader: String
     let providerHeader: String
     let claimHeaders: [(claim: String, header: String)]
+    /// Tracing is on: the client's `traceparent` and `tracestate` are replaced by the
+    /// gateway's (its own span as the parent), never forwarded as they came.
+    let replacesTraceContext: Bool
 
     public init(configuration: ProxyConfiguration) {
+        replacesTraceContext = configuration.tracing != nil
         var names: [[UInt8]] = []
         for name in configuration.identityHeaderNames {
             let folded = Array(HTTPBytes.identityName(name).utf8)
@@ -89,6 +93,9 @@ public struct HeaderPolicy: Sendable {
         case 10:
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "connection") { return .drop }
             if HTTPBytes.equalsCaseInsensitive(bytes, name, "keep-alive") { return .drop }
+            if replacesTraceContext && HTTPBytes.equalsCaseInsensitive(bytes, name, "tracestate") { return .drop }
+        case 11:
+            if replacesTraceContext && HTTPBytes.equalsCaseInsensitive(bytes, name, "traceparent") { return .drop }
         case 12:
             if HTTPBytes.equalsIdentityName(bytes, name, Self.xRequestId) { return .requestId }
         case 13:

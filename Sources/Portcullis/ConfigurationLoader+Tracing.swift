@@ -1,0 +1,55 @@
+import Foundation
+import PortcullisIO
+import PortcullisProxy
+
+/// `tracing` (see `TracingSettings` and the README's Tracing section).
+extension ConfigurationLoader {
+    static func tracing(_ tracingNode: ConfigNode?) throws(ConfigurationError) -> TracingSettings? {
+        guard var node = tracingNode else { return nil }
+        let endpointNode = try node.required("endpoint")
+        let text = try endpointNode.string()
+        guard let components = URLComponents(string: text), components.scheme?.lowercased() == "http",
+              let host = components.host, !host.isEmpty, components.user == nil, components.query == nil else {
+            throw endpointNode.error("expected http://host:port/path (OTLP/HTTP traces endpoint; https is not supported), got '\(text)'")
+        }
+        let port = components.port ?? 4318
+        guard (1...65535).contains(port) else { throw endpointNode.error("invalid port in '\(text)'") }
+        let literal = host == "localhost" ? "127.0.0.1" : host
+        let address: SocketAddress
+        do {
+            address = try SocketAddress(parsing: literal.contains(":") ? "[\(literal)]:\(port)" : "\(literal):\(port)")
+        } catch {
+            throw endpointNode.error("the collector's host must be an IP address or localhost, got '\(host)'")
+        }
+        var settings = TracingSettings(collectorHost: host, collectorPort: UInt16(port),
+                                       collectorPath: components.path.isEmpty ? "/v1/traces" : components.path,
+                                       collectorAddress: address)
+        if let n = try node.optional("sample_ratio") {
+            guard let ratio = Double(try n.string()), ratio >= 0, ratio <= 1 else {
+                throw n.error("expected a number from 0 to 1 (0.01 samples 1 % of new traces)")
+            }
+            settings.sampleRatio = ratio
+        }
+        if let n = try node.optional("accept_parent") {
+            let value = try n.string()
+            guard let policy = TracingSettings.ParentPolicy(rawValue: value) else {
+                throw n.error("expected always, trusted_proxies or never, got '\(value)'")
+            }
+            settings.acceptParent = policy
+        }
+        if let n = try node.optional("service_name") {
+            let name = try n.string()
+            guard !name.isEmpty else { throw n.error("must not be empty") }
+            settings.serviceName = name
+        }
+        if let n = try node.optional("max_queued_spans") { settings.maxQueuedSpans = try n.int(min: 1, max: 1_000_000) }
+        if let n = try node.optional("export_interval") {
+            let seconds = try n.duration()
+            guard seconds >= 0.05, seconds <= 60 else { throw n.error("expected 50ms to 60s") }
+            settings.exportInterval = seconds
+        }
+        if let n = try node.optional("batch_size") { settings.batchSize = try n.int(min: 1, max: 100_000) }
+        try node.finish()
+        return settings
+    }
+}

@@ -1,0 +1,305 @@
+import Dispatch
+import Logging
+import PortcullisCore
+import PortcullisIO
+import W3CTraceContext
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The trace context of one request (see `Tracer`).
+struct RequestTrace {
+    var traceID: TraceID
+    /// The gateway's span: the parent the upstream sees in its `traceparent`.
+    var spanID: SpanID
+    /// The client's span when its `traceparent` was accepted.
+    var parentSpanID: SpanID?
+    var sampled: Bool
+    /// The client's `tracestate`, passed on unchanged with its accepted `traceparent`.
+    var traceState: String?
+    /// Wall-clock start (sampled spans only), seconds since the epoch.
+    var wallStart: Double = 0
+}
+
+/// One finished server span, queued on its loop until the exporter takes it.
+struct FinishedSpan: Sendable {
+    var traceID: TraceID
+    var spanID: SpanID
+    var parentSpanID: SpanID?
+    var startNanos: UInt64
+    var endNanos: UInt64
+    var method: String
+    var path: String
+    var route: String?
+    var upstream: String
+    var status: Int
+    var transport: String
+    var requestId: String
+    var authDecision: String
+    var authReason: String?
+    var provider: String?
+}
+
+/// W3C Trace Context and the request spans (#26.3).
+///
+/// On the request path everything is per loop and lock-free: each loop has its own random
+/// generator for ids (a xoshiro256** seeded from the system's generator, so an id costs no
+/// system call) and its own bounded queue of finished spans; a request that is not sampled
+/// costs two ids and the `traceparent` line it forwards. The exporter (its own queue, never
+/// a loop) takes each loop's spans every `export_interval` with a block queued on that loop,
+/// as a metrics scrape does, and sends them to the collector as OTLP/HTTP JSON in batches of
+/// `batchSize`, one blocking POST at a time with 2 s timeouts. A full queue drops the new
+/// span and counts it (`portcullis_trace_spans_total{result="dropped"}`); a failed POST
+/// drops its batch, counted as `failed` and logged once per change of state.
+public final class Tracer: @unchecked Sendable {
+    // @unchecked Sendable: each `LoopState` is confined to its loop; `totals`, `settings`
+    // and `exporting` are behind `lock`; `pending` is confined to `queue`.
+
+    final class LoopState: @unchecked Sendable {
+        // @unchecked Sendable: confined to its loop's queue.
+        var random: Xoshiro
+        var spans: [FinishedSpan] = []
+        var dropped = 0
+        init() { random = Xoshiro() }
+    }
+
+    public struct Totals: Sendable, Equatable {
+        public var exported = 0
+        public var dropped = 0
+        public var failed = 0
+    }
+
+    let loops: [LoopState]
+    private let eventLoops: [EventLoop]
+    private let logger: Logger
+    private let lock = Lock()
+    private var settings: TracingSettings?
+    private var totalsValue = Totals()
+    private var timer: DispatchSourceTimer?
+    private let queue = DispatchQueue(label: "portcullis.tracing.export")
+    private var pending: [FinishedSpan] = []
+    private var failing = false
+
+    public init(loops: [EventLoop], logger: Logger) {
+        eventLoops = loops
+        self.loops = loops.map { _ in LoopState() }
+        self.logger = logger
+    }
+
+    /// Spans exported, dropped (queue full) and failed (collector unreachable) since start.
+    public var totals: Totals { lock.withLock { totalsValue } }
+
+    /// The settings of the configuration serving now (nil: tracing off, the exporter stops
+    /// once it sent what was queued).
+    public func configure(_ next: TracingSettings?) {
+        let (start, stop) = lock.withLock { () -> (Bool, DispatchSourceTimer?) in
+            let old = settings
+            settings = next
+            if next == nil, let timer { self.timer = nil; return (false, timer) }
+            return (next != nil && (old == nil || timer == nil), nil)
+        }
+        stop?.cancel()
+        if start, let interval = next?.exportInterval {
+            let timer = DispatchSource.makeTimerSource(queue: queue)
+            timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .milliseconds(50))
+            timer.setEventHandler { [weak self] in self?.collect() }
+            lock.withLock { self.timer = timer }
+            timer.resume()
+        }
+    }
+
+    // MARK: On the loops
+
+    /// A new id pair for a request on `loopIndex` (its queue).
+    func newIDs(loopIndex: Int) -> (TraceID, SpanID) {
+        let state = loops[loopIndex]
+        return (TraceID.random(using: &state.random), SpanID.random(using: &state.random))
+    }
+
+    func newSpanID(loopIndex: Int) -> SpanID {
+        SpanID.random(using: &loops[loopIndex].random)
+    }
+
+    /// Whether a new trace is sampled at `ratio`.
+    func sample(loopIndex: Int, ratio: Double) -> Bool {
+        if ratio >= 1 { return true }
+        if ratio <= 0 { return false }
+        return Double(loops[loopIndex].random.next() >> 11) * 0x1p-53 < ratio
+    }
+
+    /// Queues a finished span (on `loopIndex`'s queue); dropped and counted when full.
+    func record(_ span: FinishedSpan, loopIndex: Int, limit: Int) {
+        let state = loops[loopIndex]
+        if state.spans.count >= limit {
+            state.dropped &+= 1
+            return
+        }
+        state.spans.append(span)
+    }
+
+    // MARK: Exporting (on `queue`)
+
+    /// Takes every loop's spans (a block on each loop in turn), then sends them.
+    private func collect() {
+        @Sendable func visit(_ index: Int, _ spans: [FinishedSpan], _ dropped: Int) {
+            guard index < eventLoops.count else {
+                queue.async { [self] in
+                    pending += spans
+                    lock.withLock { totalsValue.dropped += dropped }
+                    send()
+                }
+                return
+            }
+            let state = loops[index]
+            eventLoops[index].execute {
+                var taken: [FinishedSpan] = []
+                swap(&taken, &state.spans)
+                let lost = state.dropped
+                state.dropped = 0
+                visit(index + 1, spans + taken, dropped + lost)
+            }
+        }
+        visit(0, [], 0)
+    }
+
+    private func send() {
+        guard let settings = lock.withLock({ settings }) else { pending.removeAll(); return }
+        while !pending.isEmpty {
+            let batch = Array(pending.prefix(settings.batchSize))
+            pending.removeFirst(batch.count)
+            let body = OTLPJSON.encode(batch, serviceName: settings.serviceName)
+            let result = OTLPHTTPPost.send(body, to: settings)
+            lock.withLock {
+                if result == nil { totalsValue.exported += batch.count } else { totalsValue.failed += batch.count }
+            }
+            switch (result, failing) {
+            case (let reason?, false):
+                failing = true
+                logger.error("trace export failing; spans are dropped until the collector answers", metadata: [
+                    "endpoint": "\(settings.endpoint)", "reason": "\(reason)"])
+            case (nil, true):
+                failing = false
+                logger.notice("trace export works again", metadata: ["endpoint": "\(settings.endpoint)"])
+            default:
+                break
+            }
+            if result != nil { pending.removeAll(); return }  // the rest would fail the same way now
+        }
+    }
+}
+
+/// xoshiro256** (Blackman and Vigna): fast ids that need to be unique, not secret.
+struct Xoshiro: RandomNumberGenerator {
+    private var s: (UInt64, UInt64, UInt64, UInt64)
+    init() {
+        var system = SystemRandomNumberGenerator()
+        s = (system.next(), system.next(), system.next(), system.next())
+        if s == (0, 0, 0, 0) { s.0 = 1 }
+    }
+    mutating func next() -> UInt64 {
+        let result = ((s.1 &* 5) << 7 | (s.1 &* 5) >> 57) &* 9
+        let t = s.1 << 17
+        s.2 ^= s.0
+        s.3 ^= s.1
+        s.1 ^= s.2
+        s.0 ^= s.3
+        s.2 ^= t
+        s.3 = s.3 << 45 | s.3 >> 19
+        return result
+    }
+}
+
+extension ByteBuffer {
+    /// Lower-case hex of a trace or span id (at most 16 bytes), without allocating.
+    mutating func appendHexID<T>(_ id: T) {
+        var scratch: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        withUnsafeBytes(of: id) { bytes in
+            withUnsafeMutableBytes(of: &scratch) { out in
+                var i = 0
+                for byte in bytes.prefix(16) {
+                    out[i] = HexText.digits[Int(byte >> 4)]
+                    out[i + 1] = HexText.digits[Int(byte & 0xF)]
+                    i += 2
+                }
+                append(UnsafeRawBufferPointer(rebasing: out[0..<i]))
+            }
+        }
+    }
+}
+
+enum HexText {
+    static let digits: [UInt8] = Array("0123456789abcdef".utf8)
+    static func string<T>(of value: T) -> String {
+        withUnsafeBytes(of: value) { raw in
+            var out = [UInt8]()
+            out.reserveCapacity(raw.count * 2)
+            for byte in raw {
+                out.append(digits[Int(byte >> 4)])
+                out.append(digits[Int(byte & 0xF)])
+            }
+            return String(decoding: out, as: UTF8.self)
+        }
+    }
+}
+
+/// OTLP/HTTP JSON (opentelemetry-proto's JSON mapping: ids in hex, times as decimal strings).
+enum OTLPJSON {
+    static func encode(_ spans: [FinishedSpan], serviceName: String) -> [UInt8] {
+        var out = "{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":\"service.name\",\"value\":{\"stringValue\":"
+        out += JSONText.quoted(serviceName)
+        out += "}}]},\"scopeSpans\":[{\"scope\":{\"name\":\"portcullis\"},\"spans\":["
+        for (index, span) in spans.enumerated() {
+            if index > 0 { out += "," }
+            out += "{\"traceId\":\"\(HexText.string(of: span.traceID.bytes))\",\"spanId\":\"\(HexText.string(of: span.spanID.bytes))\""
+            if let parent = span.parentSpanID { out += ",\"parentSpanId\":\"\(HexText.string(of: parent.bytes))\"" }
+            out += ",\"name\":\(JSONText.quoted("\(span.method) \(span.route ?? "unmatched")"))"
+            out += ",\"kind\":2,\"startTimeUnixNano\":\"\(span.startNanos)\",\"endTimeUnixNano\":\"\(span.endNanos)\",\"attributes\":["
+            var attributes: [String] = []
+            func string(_ key: String, _ value: String) {
+                attributes.append("{\"key\":\(JSONText.quoted(key)),\"value\":{\"stringValue\":\(JSONText.quoted(value))}}")
+            }
+            string("http.request.method", span.method)
+            string("url.path", span.path)
+            if let route = span.route { string("http.route", route) }
+            attributes.append("{\"key\":\"http.response.status_code\",\"value\":{\"intValue\":\"\(span.status)\"}}")
+            string("network.protocol.name", span.transport)
+            string("portcullis.request_id", span.requestId)
+            string("portcullis.auth.decision", span.authDecision)
+            if let reason = span.authReason { string("portcullis.auth.reason", reason) }
+            if let provider = span.provider { string("portcullis.auth.provider", provider) }
+            if !span.upstream.isEmpty { string("portcullis.upstream", span.upstream) }
+            out += attributes.joined(separator: ",")
+            out += "],\"status\":{\"code\":\(span.status >= 500 ? 2 : 0)}}"
+        }
+        out += "]}]}]}"
+        return Array(out.utf8)
+    }
+}
+
+/// One blocking POST (on the exporter's queue): nil when the collector answered 2xx, else why not.
+enum OTLPHTTPPost {
+    static func send(_ body: [UInt8], to settings: TracingSettings) -> String? {
+        let address = settings.collectorAddress
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return "socket: \(String(cString: strerror(errno)))" }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let connected = address.withSockAddr { pointer, length in Glibc.connect(fd, pointer, length) }
+        guard connected == 0 else { return "connect: \(String(cString: strerror(errno)))" }
+        var request = Array("POST \(settings.collectorPath) HTTP/1.1\r\nhost: \(settings.collectorHost):\(settings.collectorPort)\r\ncontent-type: application/json\r\ncontent-length: \(body.count)\r\nconnection: close\r\n\r\n".utf8)
+        request += body
+        var sent = 0
+        while sent < request.count {
+            let n = request.withUnsafeBytes { write(fd, $0.baseAddress! + sent, $0.count - sent) }
+            guard n > 0 else { return "write: \(String(cString: strerror(errno)))" }
+            sent += n
+        }
+        var reply = [UInt8](repeating: 0, count: 512)
+        let n = reply.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
+        guard n > 12 else { return "no answer" }
+        let status = String(decoding: reply[9..<12], as: UTF8.self)
+        return status.first == "2" ? nil : "answered \(status)"
+    }
+}
