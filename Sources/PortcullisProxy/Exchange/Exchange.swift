@@ -177,7 +177,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         open()
         self.method = method
         self.transport = transport
-        if serving.accessLog != nil || serving.tracer != nil { logMethod = String(decoding: methodBytes, as: UTF8.self) }
+        if serving.accessLog != nil { logMethod = String(decoding: methodBytes, as: UTF8.self) }
         switch method {
         case .get, .head, .options, .put, .delete, .trace: retryable = true
         default: retryable = false
@@ -251,7 +251,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             readBodyFirst(view, purpose: .local, limit: Self.localHandlerBodyLimit)
             return
         }
-        if let tracer = serving.tracer, let tracing = serving.configuration.tracing { beginTrace(view, tracing, tracer) }
+        if let tracer = serving.tracer { beginTrace(view, tracer) }
         if view.path.utf8.count == serving.publishedPathLength, let published = serving.published, view.path == published.path {
             reject(published.answer(method: view.methodBytes))
             return
@@ -735,9 +735,9 @@ extension Exchange {
     /// Starts this request's trace: the client's `traceparent` continued when `accept_parent`
     /// allows it (its trace id, its span as the parent, its sampled flag, its `tracestate`),
     /// else a new trace sampled at `sample_ratio`. A malformed `traceparent` starts a new one.
-    fileprivate func beginTrace(_ view: RequestView, _ tracing: TracingSettings, _ tracer: Tracer) {
+    fileprivate func beginTrace(_ view: RequestView, _ tracer: Tracer) {
         let accepts: Bool
-        switch tracing.acceptParent {
+        switch serving.traceAccept {
         case .always: accepts = true
         case .trustedProxies: accepts = serving.isTrusted(peer)
         case .never: accepts = false
@@ -765,7 +765,7 @@ extension Exchange {
         } else {
             let (traceID, spanID) = tracer.newIDs(loopIndex: index)
             started = RequestTrace(traceID: traceID, spanID: spanID, parentSpanID: nil,
-                                   sampled: tracer.sample(loopIndex: index, ratio: tracing.sampleRatio), traceState: nil)
+                                   sampled: tracer.sample(loopIndex: index, ratio: serving.traceSampleRatio), traceState: nil)
         }
         if started.sampled { started.wallStart = WallClock.nowSeconds() }
         trace = started
@@ -793,18 +793,34 @@ extension Exchange {
         }
     }
 
+    /// `http.request.method` (OpenTelemetry's `_OTHER` for a method outside the known set).
+    fileprivate static func spanMethod(_ method: HTTPMethod) -> String {
+        switch method {
+        case .get: return "GET"
+        case .head: return "HEAD"
+        case .post: return "POST"
+        case .put: return "PUT"
+        case .delete: return "DELETE"
+        case .options: return "OPTIONS"
+        case .patch: return "PATCH"
+        case .trace: return "TRACE"
+        case .connect: return "CONNECT"
+        case .other: return "_OTHER"
+        }
+    }
+
     /// Queues the request's server span on this loop (sampled requests only).
     fileprivate func recordSpan(_ trace: RequestTrace) {
-        guard let tracer = serving.tracer, let tracing = serving.configuration.tracing else { return }
+        guard let tracer = serving.tracer else { return }
         let start = UInt64(max(0, trace.wallStart) * 1e9)
         let route = tracedRoute.map { ($0.host ?? "") + $0.pathPrefix }
         let span = FinishedSpan(traceID: trace.traceID, spanID: trace.spanID, parentSpanID: trace.parentSpanID,
                                 startNanos: start, endNanos: start &+ (loop.now() &- startedAt),
-                                method: logMethod, path: logPath, route: route, upstream: routeUpstreamName,
+                                method: Self.spanMethod(method), path: logPath, route: route, upstream: routeUpstreamName,
                                 status: responseStatus, transport: "\(transport.name)",
                                 requestId: String(decoding: requestId.readable, as: UTF8.self),
                                 authDecision: tracedRoute == nil ? "none" : tracedDecision, authReason: tracedReason,
                                 provider: tracedProvider)
-        tracer.record(span, loopIndex: loop.index, limit: tracing.maxQueuedSpans)
+        tracer.record(span, loopIndex: loop.index, limit: serving.traceQueueLimit)
     }
 }

@@ -35,6 +35,10 @@ public final class ListenerServing: @unchecked Sendable {
     let metrics: ProxyMetrics?
     /// Spans and ids when `tracing:` is on (gateway listeners only).
     let tracer: Tracer?
+    /// `tracing:`'s per-request settings, copied out so a request copies no settings struct.
+    let traceAccept: TracingSettings.ParentPolicy
+    let traceSampleRatio: Double
+    let traceQueueLimit: Int
     let trustedProxies: [CIDR]
     /// The listener terminates TLS with this (nil: plain TCP); taken by each new connection.
     let tls: TLSServerEndpoint?
@@ -57,6 +61,9 @@ public final class ListenerServing: @unchecked Sendable {
          metrics: ProxyMetrics?, tls: TLSServerEndpoint?, redirectsToHTTPS: Bool,
          published: (any PublishedDocument)?, http2: HTTP2Settings?, h2c: Bool, logger: Logger?, tracer: Tracer? = nil) {
         self.tracer = configuration.tracing == nil ? nil : tracer
+        traceAccept = configuration.tracing?.acceptParent ?? .never
+        traceSampleRatio = configuration.tracing?.sampleRatio ?? 0
+        traceQueueLimit = configuration.tracing?.maxQueuedSpans ?? 0
         self.generation = generation
         self.configuration = configuration
         self.routes = routes

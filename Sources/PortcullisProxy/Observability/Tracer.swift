@@ -110,14 +110,20 @@ public final class Tracer: @unchecked Sendable {
 
     // MARK: On the loops
 
-    /// A new id pair for a request on `loopIndex` (its queue).
+    /// A new id pair for a request on `loopIndex` (its queue). Built from the generator's
+    /// words directly: the package's generic `random(using:)` is not inlinable here, and a
+    /// call through the generator's witness table per id showed in the 1 % sampling row.
     func newIDs(loopIndex: Int) -> (TraceID, SpanID) {
         let state = loops[loopIndex]
-        return (TraceID.random(using: &state.random), SpanID.random(using: &state.random))
+        let words = (state.random.next().bigEndian, state.random.next().bigEndian)
+        let span = state.random.next().bigEndian
+        return (TraceID(bytes: unsafeBitCast(words, to: TraceID.Bytes.self)),
+                SpanID(bytes: unsafeBitCast(span == 0 ? 1 : span, to: SpanID.Bytes.self)))
     }
 
     func newSpanID(loopIndex: Int) -> SpanID {
-        SpanID.random(using: &loops[loopIndex].random)
+        let span = loops[loopIndex].random.next().bigEndian
+        return SpanID(bytes: unsafeBitCast(span == 0 ? 1 : span, to: SpanID.Bytes.self))
     }
 
     /// Whether a new trace is sampled at `ratio`.
