@@ -415,10 +415,9 @@ public final class GatewayRuntime: @unchecked Sendable {
         metrics.replace(verifier: built.verifier, keys: built.keys?.manager, storeHealth: { serving.health })
         old.keys?.manager.shutdown()
         if storeChanged { old.store.shutdown() }
-        if case .file = old.configuration.accessLog, accessLogFD != old.accessLogFD, let fd = old.accessLogFD {
-            // Lines still buffered for the old file are flushed on the loops first.
-            DispatchQueue.global().asyncAfter(deadline: .now() + 2) { close(fd) }
-        }
+        // An access log file the new configuration no longer names stays open: requests of the
+        // old generation may still log to it, and a closed descriptor's number can be reused by
+        // a socket, which must never receive log lines. One descriptor per such change.
         // Upstreams kept as they were re-read their client certificates, as SIGHUP did before.
         let kept = server.targets.filter { target in report.upstreamsKept.contains(target.configuration.name) }
         Gateway.reloadClientCertificates(kept, logger: logger)
