@@ -19,7 +19,7 @@ final class UpstreamEntry: Sendable {
         self.limits = limits
         let latency = metrics?.latencyTimer(upstream: target.configuration.name)
         pools = group.loops.map { loop in
-            UpstreamPool(target: target, index: 0, loop: loop, loopCount: group.loops.count, limits: limits, latency: latency)
+            UpstreamPool(target: target, loop: loop, loopCount: group.loops.count, limits: limits, latency: latency)
         }
         // The budget of each upstream is shared: a freed slot is handed to the loop whose
         // request waits longest, and loops with idle connections give them up for waiters.

@@ -31,8 +31,6 @@ final class UpstreamPool: @unchecked Sendable {
     let fixedHeaderLines: [UInt8]
     /// Addresses, TLS context and reachability, shared with the other loops' pools.
     let target: UpstreamTarget
-    /// The upstream's position in the configuration.
-    let index: Int
     let loop: EventLoop
     let limits: HTTPLimits
     /// Limits for responses: the head limits of requests, but no body cap (bodies stream).
@@ -52,7 +50,7 @@ final class UpstreamPool: @unchecked Sendable {
     /// finish, then their connections close instead of waiting idle. On `loop.queue`.
     private(set) var retired = false
 
-    init(target: UpstreamTarget, index: Int, loop: EventLoop, loopCount: Int, limits: HTTPLimits,
+    init(target: UpstreamTarget, loop: EventLoop, loopCount: Int, limits: HTTPLimits,
          latency: CoreMetrics.Timer? = nil) {
         self.target = target
         self.latency = latency
@@ -61,7 +59,6 @@ final class UpstreamPool: @unchecked Sendable {
         authority = configuration.url.authority
         sendsUpstreamHost = configuration.hostHeader == .upstream
         fixedHeaderLines = Array(configuration.requestHeaders.map { "\($0.name): \($0.value)\r\n" }.joined().utf8)
-        self.index = index
         self.loop = loop
         self.limits = limits
         var responseLimits = limits
