@@ -212,6 +212,20 @@ class Servers:
                 if what == "hang":
                     await asyncio.wait_for(reader.read(), 120)   # until the gateway gives up
                     return
+                if what in ("ws", "wskeep"):   # a WebSocket stand-in: 101, then echo; "ws" may drop the tunnel
+                    writer.write(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+                    await writer.drain()
+                    drop_after = self.rng.choice([None, None, None, 1, 3]) if what == "ws" else None
+                    chunks = 0
+                    while True:
+                        data = await asyncio.wait_for(reader.read(65536), 120)
+                        if not data:
+                            return
+                        chunks += 1
+                        if drop_after is not None and chunks >= drop_after:
+                            return rst_close(writer) if self.rng.random() < 0.5 else writer.close()
+                        writer.write(data)
+                        await asyncio.wait_for(writer.drain(), 30)
                 if what == "half":
                     writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 4096\r\n\r\n"
                                  + b"h" * self.rng.randint(0, 3000))
@@ -400,10 +414,30 @@ LEAVES = [("full", 32), ("after_send", 10), ("mid_head", 8), ("mid_body", 10), (
           ("half_close", 10), ("reset", 20)]
 PIPELINE_LEAVES = [("full", 45), ("after_send", 10), ("first_byte", 15), ("half_close", 10), ("reset", 20)]
 LOGIN_LEAVES = [("full", 40), ("mid_body", 25), ("reset", 15), ("after_send", 10), ("first_byte", 10)]
-ACTIONS = [("h1-plain", 22), ("h1-tls", 18), ("h1-pipelined", 10), ("login", 10), ("h2-tls", 7), ("h2c", 7)]
+ACTIONS = [("h1-plain", 22), ("h1-tls", 18), ("h1-pipelined", 10), ("login", 10), ("h2-tls", 7), ("h2c", 7),
+           ("websocket", 5)]
+WS_LEAVES = [("close_frame", 30), ("reset", 25), ("half_close", 15), ("mid_frame", 15), ("linger", 15)]
+GOING_AWAY = bytes([0x88, 12, 0x03, 0xE9]) + b"going away"
+
+
+def ws_frame(rng, opcode=None, size=None, mask=True):
+    """One client frame (masked), of a random opcode and size unless given."""
+    opcode = rng.choice([0x1, 0x2, 0x2, 0x9, 0xA, 0x0, 0x3]) if opcode is None else opcode
+    size = rng.choice([0, 5, 125, 126, 300, 65535, 65536, 70000]) if size is None else size
+    payload = rng.randbytes(size)
+    head = bytes([0x80 | opcode])
+    bit = 0x80 if mask else 0
+    if size < 126:
+        head += bytes([bit | size])
+    elif size <= 0xFFFF:
+        head += bytes([bit | 126]) + struct.pack(">H", size)
+    else:
+        head += bytes([bit | 127]) + struct.pack(">Q", size)
+    key = rng.randbytes(4) if mask else b""
+    return head + key + bytes(b ^ key[i & 3] for i, b in enumerate(payload)) if mask else head + payload
 PORT_CHOICE = [("plain", 70), ("h1-on-h2c", 30)]   # plain HTTP/1.1 goes to the h2c listener too (it sniffs the preface)
 MIXES = {"action": ACTIONS, "path": PATHS, "cred": CREDS, "leave": LEAVES, "pipeline-leave": PIPELINE_LEAVES,
-         "login-leave": LOGIN_LEAVES, "port": PORT_CHOICE}
+         "login-leave": LOGIN_LEAVES, "port": PORT_CHOICE, "ws-leave": WS_LEAVES}
 
 
 def apply_mix(spec):
@@ -590,11 +624,14 @@ timeouts: {{header: 3s, idle: 3s, body: 3s, send: 4s, shutdown_grace: 2s}}
 upstreams:
   app:   {{url: "http://{HOST}:{p['app']}", max_connections: 4, max_pending: 16, connect_timeout: 2s, response_timeout: 3s, idle_timeout: 3s}}
   chaos: {{url: "http://{HOST}:{p['chaos']}", max_connections: 2, max_pending: 8, connect_timeout: 2s, response_timeout: 2s, idle_timeout: 3s}}
+  ws:    {{url: "http://{HOST}:{p['chaos']}", max_connections: 16, max_pending: 8, connect_timeout: 2s, response_timeout: 2s, idle_timeout: 3s}}
 routes:
   - {{path: /api, upstream: app, auth: required}}
   - {{path: /open, upstream: app, auth: none}}
   - {{path: /chaos, upstream: chaos, auth: optional}}
   - {{path: /chaos/strict, upstream: chaos, auth: required}}
+  - {{path: /ws, upstream: ws, auth: optional}}
+  - {{path: /ws/strict, upstream: ws, auth: required}}
   - {{path: /login, upstream: app, auth: required, credential: {{json_field: idToken, providers: [google], max_body: 16KiB}}}}
 providers:
   - {{name: google, type: google, audiences: ["{AUDIENCE}"], jwks_url: "http://{HOST}:{p['key']}/jwks"}}
@@ -1000,6 +1037,64 @@ keys: {{min_refetch_interval: 1s, fetch_timeout: 3s, min_ttl: 15s, max_ttl: 60s}
         finally:
             finish(writer)
 
+    async def ws_upgrade(self, rng, port, tls, path, cred):
+        """Opens a WebSocket through the gateway; returns (reader, writer, status)."""
+        reader, writer = await self.open(port, tls, "http/1.1")
+        tok = self.token(rng, cred)
+        lines = [f"GET {path} HTTP/1.1", "Host: localhost", "Connection: Upgrade", "Upgrade: websocket",
+                 "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: " + b64u(rng.randbytes(16)) + "=="]
+        if tok is not None:
+            lines.append("Authorization: Bearer " + tok)
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        await writer.drain()
+        (_, status, *_), _ = await read_head(reader)
+        return reader, writer, int(status)
+
+    async def op_ws(self, rng, st):
+        """A WebSocket on the misbehaving upstream's echo: frames of every size (some cut short), then a
+        Close, a reset, a half close, a frame left unfinished or a connection left open."""
+        tls = rng.random() < 0.4
+        path = rng.choice(["/ws/ws", "/ws/ws", "/ws/strict/ws"])
+        st.requests += 1
+        reader, writer, status = await self.ws_upgrade(rng, self.ports["tls" if tls else "plain"], tls, path,
+                                                       pick(rng, CREDS))
+        try:
+            st.status.update([status])
+            if status != 101:
+                return "completed"
+            leave = pick(rng, WS_LEAVES)
+            self.mix["ws-leave:" + leave] += 1
+            for _ in range(rng.randint(1, 4)):
+                frame = ws_frame(rng)
+                writer.write(frame)
+                await writer.drain()
+                got = 0
+                while got < len(frame):   # the echo (the upstream may drop the tunnel: EOF)
+                    data = await reader.read(65536)
+                    if not data:
+                        return "completed"
+                    got += len(data)
+            if leave == "close_frame":   # the stand-in echoes it and keeps the tunnel: read the echo, then leave
+                close = ws_frame(rng, 0x8, 2)
+                writer.write(close)
+                await writer.drain()
+                await reader.readexactly(len(close))
+            elif leave == "reset":
+                rst(writer)
+            elif leave == "half_close":
+                half_close(writer)
+                await reader.read()
+            elif leave == "mid_frame":
+                frame = ws_frame(rng, 0x2, 300)
+                writer.write(frame[:rng.randint(1, len(frame) - 1)])
+                await writer.drain()
+                await asyncio.sleep(rng.uniform(0, 2))
+            else:
+                await asyncio.sleep(rng.uniform(0, 3))
+            return "completed"
+        finally:
+            finish(writer)
+
     async def client(self, i):
         rng = random.Random(self.args.seed + i)
         while not self.stop.is_set():
@@ -1013,6 +1108,8 @@ keys: {{min_refetch_interval: 1s, fetch_timeout: 3s, min_ttl: 15s, max_ttl: 60s}
                 op, limit = self.op_h2(rng, st, kind == "h2-tls"), self.args.op_timeout * 1.5
             elif kind == "login":
                 op, limit = self.op_login(rng, st), self.args.op_timeout
+            elif kind == "websocket":
+                op, limit = self.op_ws(rng, st), self.args.op_timeout
             else:
                 op, limit = self.op_h1(rng, st, kind == "h1-tls" or (kind == "h1-pipelined" and rng.random() < 0.4),
                                        kind == "h1-pipelined"), self.args.op_timeout
@@ -1235,7 +1332,59 @@ keys: {{min_refetch_interval: 1s, fetch_timeout: 3s, min_ttl: 15s, max_ttl: 60s}
             return
         self.phase = "shutdown"
         before = len(self.crash_lines(self.log_text()))
+        # WebSockets open at SIGTERM (one idle, one with a frame under way): each gets a Close with 1001,
+        # the second only after its frame ended.
+        tunnels = []
+        rng = random.Random(self.args.seed)
+        for _ in range(2):
+            try:
+                r, w, status = await bounded(self.ws_upgrade(rng, self.ports["plain"], False, "/ws/wskeep", "none"),
+                                             5 * self.scale)
+                if status == 101:
+                    tunnels.append((r, w))
+                else:
+                    finish(w)
+            except (BadMessage, asyncio.TimeoutError) + EXPECTED_ERRORS:
+                pass
+        unfinished = ws_frame(rng, 0x2, 300)
+        if len(tunnels) == 2:
+            try:
+                tunnels[1][1].write(unfinished[:100])
+                await tunnels[1][1].drain()
+                await bounded(tunnels[1][0].readexactly(100), 5 * self.scale)
+            except (asyncio.TimeoutError,) + EXPECTED_ERRORS:
+                pass
         self.gw.send_signal(signal.SIGTERM)
+
+        async def going_away(reader, writer, rest):
+            got = b""
+            if rest:
+                try:
+                    await asyncio.wait_for(reader.read(65536), 0.3)
+                    return False   # nothing may come inside the unfinished frame (not even EOF)
+                except asyncio.TimeoutError:
+                    pass
+                writer.write(rest)
+                await writer.drain()
+            while not got.endswith(GOING_AWAY):
+                data = await reader.read(65536)
+                if not data:
+                    return False
+                got += data
+            writer.write(ws_frame(rng, 0x8, 2))
+            await writer.drain()
+            return await reader.read() == b""
+        if tunnels:
+            results = []
+            for (r, w), rest in zip(tunnels, [b"", unfinished[100:]]):
+                try:
+                    results.append(await bounded(going_away(r, w, rest), 4 * self.scale))
+                except (asyncio.TimeoutError,) + EXPECTED_ERRORS:
+                    results.append(False)
+                finally:
+                    finish(w)
+            self.check("SIGTERM: WebSockets get a 1001 Close between frames", all(results) and len(results) == 2,
+                       f"{results}")
         end = time.monotonic() + 10 * self.scale
         while self.gw.poll() is None and time.monotonic() < end:
             await asyncio.sleep(0.05)

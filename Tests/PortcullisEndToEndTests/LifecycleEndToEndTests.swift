@@ -88,6 +88,149 @@ import Glibc
         #expect(g.log.contains("\"drain_delay_seconds\":\"2.0\"") && g.log.contains("draining") && g.log.contains("stopped"))
     }
 
+    /// A masked client frame (RFC 6455 §5.3) with `payloadCount` bytes of `fill`.
+    static func clientFrame(_ opcode: UInt8, _ payload: [UInt8]) -> [UInt8] {
+        let key: [UInt8] = [0x0A, 0x0B, 0x0C, 0x0D]
+        return [0x80 | opcode, 0x80 | UInt8(payload.count)] + key
+            + payload.enumerated().map { $0.element ^ key[$0.offset & 3] }
+    }
+
+    /// The frames in `bytes` as (opcode, unmasked payload); nil when they do not parse.
+    static func frames(_ bytes: [UInt8]) -> [(UInt8, [UInt8])]? {
+        var out: [(UInt8, [UInt8])] = []
+        var i = 0
+        while i < bytes.count {
+            guard i + 2 <= bytes.count, bytes[i + 1] & 0x7F < 126 else { return nil }
+            let opcode = bytes[i] & 0x0F, masked = bytes[i + 1] & 0x80 != 0, count = Int(bytes[i + 1] & 0x7F)
+            i += 2
+            let key = masked ? Array(bytes[i..<(i + 4)]) : [0, 0, 0, 0]
+            if masked { i += 4 }
+            guard i + count <= bytes.count else { return nil }
+            out.append((opcode, bytes[i..<(i + count)].enumerated().map { $0.element ^ key[$0.offset & 3] }))
+            i += count
+        }
+        return out
+    }
+
+    static let goingAway: [UInt8] = [0x88, 12, 0x03, 0xE9] + Array("going away".utf8)
+
+    /// SIGTERM with WebSockets open: when the drain delay ends, each gets a Close with 1001
+    /// toward the client and toward the app, between two frames (a frame under way finishes
+    /// first), nothing after it; the client's Close in answer ends the tunnel and the
+    /// process exits without waiting out the grace.
+    @Test func webSocketsAreClosedWith1001WhenTheDrainDelayEnds() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess(upstream.openRoute + "\nshutdown: {drain_delay: 1s, grace: 30s}")
+        func upgrade(_ c: RawConnection) {
+            c.send("GET /ws/upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+            #expect(c.readMessage(bodyless: true)?.status == 101)
+        }
+        let idle = try RawConnection(port: g.port, timeout: 10)
+        upgrade(idle)
+        let hello = Self.clientFrame(0x1, Array("hello".utf8))
+        idle.send(bytes: hello)
+        #expect(idle.read(count: hello.count) == hello)  // the echo: a whole frame back
+        let midFrame = try RawConnection(port: g.port, timeout: 10)
+        upgrade(midFrame)
+        let long = Self.clientFrame(0x2, Array("0123456789".utf8))
+        midFrame.send(bytes: Array(long[..<11]))  // head, key and 5 of 10 bytes
+        #expect(midFrame.read(count: 11) == Array(long[..<11]))
+
+        let signalled = Date()
+        g.send(SIGTERM)
+        // The idle one: the Close arrives when the delay ends, not before.
+        #expect(idle.read(count: Self.goingAway.count) == Self.goingAway)
+        let after = Date().timeIntervalSince(signalled)
+        #expect(after >= 0.9 && after < 5, "Close after \(after) s")
+        // The one mid-frame: nothing while its frame is unfinished...
+        #expect(midFrame.staysQuiet(for: 0.5))
+        midFrame.send(bytes: Array(long[11...]))
+        // ...then the rest of the frame, then the Close.
+        #expect(midFrame.read(count: 5 + Self.goingAway.count) == Array(long[11...]) + Self.goingAway)
+        // Nothing more once the Close was sent, though the client still sends data frames.
+        midFrame.send(bytes: Self.clientFrame(0x1, Array("late".utf8)))
+        #expect(midFrame.staysQuiet(for: 0.3))
+        // The clients answer; the tunnels end and the gateway exits well inside the grace.
+        for c in [idle, midFrame] {
+            c.send(bytes: Self.clientFrame(0x8, [0x03, 0xE9]))
+            #expect(c.peerClosed())
+        }
+        E2E.waitForExit(g.process, timeout: 10)
+        #expect(!g.process.isRunning && g.process.terminationStatus == 0)
+        #expect(Date().timeIntervalSince(signalled) < 10)
+
+        // The app got the client's frames, then the gateway's masked Close with 1001, last.
+        let tunnels = try upstream.seen().filter { $0.hasPrefix("/__tunnel/") }
+        #expect(tunnels.count == 2, "\(tunnels)")
+        for tunnel in tunnels {
+            let hex = Array(tunnel.dropFirst("/__tunnel/".count).utf8)
+            let bytes = stride(from: 0, to: hex.count, by: 2).map { UInt8(String(decoding: hex[$0..<($0 + 2)], as: UTF8.self), radix: 16)! }
+            let frames = Self.frames(bytes)
+            #expect(frames != nil, "the app got whole frames: \(tunnel)")
+            guard let frames, let last = frames.last else { continue }
+            #expect(last.0 == 0x8 && Array(last.1) == [0x03, 0xE9] + Array("going away".utf8), "\(frames)")
+            #expect(frames.dropLast().allSatisfy { $0.0 != 0x8 }, "only the gateway's Close reached the app")
+            #expect(frames.count == 2, "the client's frame, then the Close: \(frames)")
+        }
+    }
+
+    /// SIGTERM under load (wrk on HTTP/1.1, h2load on h2c): `/readyz` answers 503 within
+    /// 100 ms, asked on a keep-alive connection; no request is refused or fails during the
+    /// drain delay; requests in flight when the delay ends all complete; the process exits 0
+    /// once they did, well inside the grace.
+    @Test func sigtermUnderLoadRefusesNothingAndFinishesWhatIsInFlight() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess(upstream.openRoute + "\nshutdown: {drain_delay: 4s, grace: 20s}",
+                                   listen: "  - {address: \"127.0.0.1:PORT\", h2c: true}")
+        let dir = NSTemporaryDirectory() + "portcullis-sigterm-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let loads: [(String, [String])] = [
+            ("wrk", ["/usr/bin/wrk", "-t1", "-c8", "-d3s", "--timeout", "5s", "\(g.url)/load"]),
+            ("h2load", ["/usr/bin/h2load", "-c4", "-m8", "-D", "3", "\(g.url)/load"]),
+        ]
+        let pids = try loads.map { name, argv in try RedisProcess.spawn(argv, stdout: "\(dir)/\(name).out") }
+        defer { for pid in pids { kill(pid, SIGKILL); var s: Int32 = 0; waitpid(pid, &s, 0) } }
+        let probe = try RawConnection(port: g.adminPort, timeout: 5)
+        func readiness() -> Int {
+            probe.send("GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+            return probe.readResponses(1).first?.status ?? 0
+        }
+        #expect(readiness() == 200)
+        sleep(1)  // the load runs
+        let signalled = Date()
+        g.send(SIGTERM)
+        var status = readiness()
+        while status == 200 && Date().timeIntervalSince(signalled) < 2 { status = readiness() }
+        let turned = Date().timeIntervalSince(signalled)
+        #expect(status == 503 && turned < 0.1, "readiness \(status) after \(Int(turned * 1000)) ms")
+        // The load tools end 2 s into the 4 s delay: everything they sent was answered 2xx.
+        for pid in pids { _ = waitUntil(15) { var s: Int32 = 0; return waitpid(pid, &s, WNOHANG) == pid } }
+        for (name, _) in loads {
+            let output = (try? String(contentsOfFile: "\(dir)/\(name).out", encoding: .utf8)) ?? ""
+            if name == "wrk" {
+                #expect(output.contains("requests in") && !output.contains("Non-2xx") && !output.contains("Socket errors"),
+                        "\(output)")
+            } else {
+                #expect(output.contains(" 0 failed, 0 errored, 0 timeout"), "\(output)")
+                #expect(output.range(of: #"status codes: [1-9]\d* 2xx, 0 3xx, 0 4xx, 0 5xx"#, options: .regularExpression) != nil,
+                        "\(output)")
+            }
+        }
+        // Requests sent just before the delay ends, answered after it: every one completes.
+        while Date().timeIntervalSince(signalled) < 3.6 { usleep(20_000) }
+        let inFlight = try (0..<8).map { _ in try RawConnection(port: g.port, timeout: 10) }
+        for c in inFlight { c.send("GET /slow/1500 HTTP/1.1\r\nHost: x\r\n\r\n") }
+        for c in inFlight {
+            let response = c.readResponses(1).first
+            #expect(response?.status == 200, "\(String(describing: response))")
+            #expect(response?.header("connection")?.lowercased() == "close", "keep-alive ends once the delay is over")
+        }
+        #expect(Date().timeIntervalSince(signalled) >= 4, "answered after the delay ended")
+        E2E.waitForExit(g.process, timeout: 10)
+        #expect(!g.process.isRunning && g.process.terminationStatus == 0)
+        #expect(Date().timeIntervalSince(signalled) < 10, "exited once the in-flight requests were done")
+    }
+
     /// A second SIGTERM or SIGINT during the drain delay ends it.
     @Test(arguments: [SIGTERM, SIGINT])
     func aSecondSignalEndsTheDrainDelay(second: Int32) throws {

@@ -91,6 +91,11 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     /// The request asked for, and the gateway forwarded, a WebSocket upgrade: only then
     /// may a 101 from the upstream turn the connection into a tunnel.
     private(set) var upgradeForwarded = false
+    /// The tunnel's frames in each direction (after a 101), followed so that a Close can go
+    /// between two frames when the gateway goes away (`goAway()`).
+    private var framesToClient = WebSocketFrameCursor()
+    private var framesToUpstream = WebSocketFrameCursor()
+    private var tunnelClosing = TunnelClosing()
     /// Set by a grant on a logout route; told the upstream's status.
     private var responseObserver: (any UpstreamResponseObserver)?
     /// When the request was handed to a pool (upstream latency): `loop.lastNow`, the time
@@ -439,9 +444,64 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
 
     /// Bytes for the upstream after a 101 (the tunnel); false when it cannot take more now.
     func tunnelSend(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        guard phase == .tunnel, let upstream, upstream.canTakeMore else { return false }
-        upstream.send(bytes)
+        guard phase == .tunnel, let upstream else { return false }
+        if tunnelClosing.sentToUpstream {
+            // Nothing more goes to the upstream after the gateway's Close (RFC 6455 §5.5.1);
+            // the client's own Close, its answer to ours, ends the tunnel.
+            framesToUpstream.advance(bytes)
+            endTunnelIfClosed()
+            return true
+        }
+        guard upstream.canTakeMore else { return false }
+        if !tunnelClosing.requested {
+            framesToUpstream.advance(bytes)
+            upstream.send(bytes)
+            return true
+        }
+        let before = framesToUpstream.advance(bytes, stopAtBoundary: true)
+        upstream.send(UnsafeRawBufferPointer(rebasing: bytes[..<before]))
+        if framesToUpstream.atBoundary {
+            closeTowardUpstream()
+            if before < bytes.count, phase == .tunnel {
+                return tunnelSend(UnsafeRawBufferPointer(rebasing: bytes[before...]))
+            }
+        }
         return true
+    }
+
+    /// The gateway goes away (shutdown, or a reload removed the listener): a tunnel gets a
+    /// WebSocket Close with 1001 in both directions, each between two frames (at once, or
+    /// when the frame under way ends). Nothing follows it; the client's Close in answer (or
+    /// the upstream closing) ends the tunnel, and the connection's close timeout bounds
+    /// the wait. The tunnel is a WebSocket: only a forwarded WebSocket upgrade becomes one.
+    func goAway() {
+        guard phase == .tunnel, !tunnelClosing.requested else { return }
+        tunnelClosing.requested = true
+        tunnelClosing.clientClosesBefore = framesToUpstream.closeFrames
+        if framesToClient.atBoundary { closeTowardClient() }
+        if phase == .tunnel, framesToUpstream.atBoundary { closeTowardUpstream() }
+    }
+
+    private func closeTowardClient() {
+        tunnelClosing.sentToClient = true
+        WebSocketGoingAway.toClient.withUnsafeBytes { responder?.sendResponseBody($0) }
+        endTunnelIfClosed()
+    }
+
+    private func closeTowardUpstream() {
+        tunnelClosing.sentToUpstream = true
+        WebSocketGoingAway.toUpstream().withUnsafeBytes { upstream?.send($0) }
+        endTunnelIfClosed()
+    }
+
+    /// Both Close frames left and the client answered: the upstream connection is dropped
+    /// (its answer is not needed) and the client connection closes once flushed.
+    private func endTunnelIfClosed() {
+        guard phase == .tunnel, tunnelClosing.sentToClient, tunnelClosing.sentToUpstream,
+              framesToUpstream.closeFrames > tunnelClosing.clientClosesBefore else { return }
+        detachUpstream()
+        finish(notify: false)
+        responder?.tunnelEnded()
     }
 
     // MARK: Bodies read before acting
@@ -591,6 +651,11 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     func responseHead(_ bytes: UnsafeRawBufferPointer, _ head: ResponseHead, decodeChunked: Bool) {
         guard phase == .forwarding else { outOfPhase("response head"); return }
         enter(head.status == 101 ? .tunnel : .responding)
+        if head.status == 101 {
+            framesToClient = WebSocketFrameCursor()
+            framesToUpstream = WebSocketFrameCursor()
+            tunnelClosing = TunnelClosing()
+        }
         responseStatus = head.status
         if let latency = pool?.latency {
             latency.recordNanoseconds(Int64(truncatingIfNeeded: loop.lastNow &- forwardedAt))
@@ -607,6 +672,18 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     func responseBody(_ bytes: UnsafeRawBufferPointer) {
         guard phase == .responding || phase == .tunnel else { outOfPhase("response body"); return }
         responseBytes += bytes.count
+        if phase == .tunnel {
+            if tunnelClosing.sentToClient { return }  // nothing may follow the Close sent
+            if !tunnelClosing.requested {
+                framesToClient.advance(bytes)
+                responder?.sendResponseBody(bytes)
+                return
+            }
+            let before = framesToClient.advance(bytes, stopAtBoundary: true)
+            responder?.sendResponseBody(UnsafeRawBufferPointer(rebasing: bytes[..<before]))
+            if framesToClient.atBoundary, phase == .tunnel { closeTowardClient() }
+            return
+        }
         responder?.sendResponseBody(bytes)
     }
 
@@ -823,4 +900,13 @@ extension Exchange {
                                 provider: tracedProvider)
         tracer.record(span, loopIndex: loop.index, limit: serving.traceQueueLimit)
     }
+}
+
+/// Where a tunnel's closing stands when the gateway goes away (`Exchange.goAway()`).
+struct TunnelClosing {
+    var requested = false
+    var sentToClient = false
+    var sentToUpstream = false
+    /// Close frames the client had sent before: one more is its answer.
+    var clientClosesBefore = 0
 }

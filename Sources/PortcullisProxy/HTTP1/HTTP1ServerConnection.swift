@@ -468,6 +468,20 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         else if isHTTP10 { out.append("connection: keep-alive\r\n") }
         out.append("\r\n")
         sendToClient(out.readable)
+        if response.status == 101 && !isClosed {
+            context.tunnels[ObjectIdentifier(self)] = self
+            if context.draining { goAway() }
+        }
+    }
+
+    /// How long a tunnel closed by the gateway waits for the client's Close in answer.
+    static let tunnelCloseTimeout = 5.0
+
+    /// The gateway goes away: a tunnel is closed with 1001 (see `Exchange.goAway()`).
+    func goAway() {
+        guard phase == .tunnel, !isClosed else { return }
+        setDeadline(Self.tunnelCloseTimeout)
+        exchange.goAway()
     }
 
     func sendResponseBody(_ bytes: UnsafeRawBufferPointer) { sendToClient(bytes) }
@@ -652,6 +666,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         loop.unwatchDeadline(self)
         socket.close()
         context.openConnections -= 1
+        context.tunnels.removeValue(forKey: ObjectIdentifier(self))
         inbound.clear()
         inbound.releaseIfEmpty()
         outbound.clear()

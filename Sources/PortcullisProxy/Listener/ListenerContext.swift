@@ -102,6 +102,9 @@ public final class ListenerContext: @unchecked Sendable {
     var serving: ListenerServing
     /// Open HTTP/2 connections, told to send GOAWAY when the server drains.
     var http2Connections: [ObjectIdentifier: HTTP2ServerConnection] = [:]
+    /// Open HTTP/1.1 connections turned into tunnels (WebSockets), closed with 1001 when
+    /// the server drains.
+    var tunnels: [ObjectIdentifier: HTTP1ServerConnection] = [:]
     /// Open client connections on this loop for this listener. Written on `loop.queue`
     /// only; other loops read it (relaxed) to balance accepted connections.
     public internal(set) var openConnections: Int {
@@ -141,10 +144,12 @@ public final class ListenerContext: @unchecked Sendable {
             http2: http2, h2c: h2c, logger: logger))
     }
 
-    /// Shutdown began: responses stop keeping connections alive, HTTP/2 connections get GOAWAY.
+    /// Shutdown began: responses stop keeping connections alive, HTTP/2 connections get GOAWAY,
+    /// WebSockets a Close with 1001.
     func beginDraining() {
         draining = true
         for connection in Array(http2Connections.values) { connection.drain() }
+        for connection in Array(tunnels.values) { connection.goAway() }
     }
 
     /// A unique request id: a random per-loop prefix and a counter, 32 hex digits.

@@ -9,7 +9,8 @@ Special paths (anywhere in the path):
   /drop            -> closes the connection without answering
   /close-after     -> answers with keep-alive, then closes the connection anyway
   /big/<n>         -> answers with n bytes
-  /upgrade         -> answers 101 and echoes raw bytes back (a WebSocket stand-in)
+  /upgrade         -> answers 101 and echoes raw bytes back (a WebSocket stand-in); when the
+                      tunnel ends, "/__tunnel/<hex of every byte received>" joins the seen list
   /status/<code>   -> answers the usual echo body with that status (e.g. a sign-out's 302)
 Usage: echo_upstream.py PORT NAME [CERT KEY [CLIENT_CA]]
 """
@@ -78,11 +79,21 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.flush()
             conn = self.connection
+            received = b""
             while True:
-                data = conn.recv(65536)
+                try:
+                    data = conn.recv(65536)
+                except OSError:
+                    break
                 if not data:
                     break
-                conn.sendall(data)
+                received += data
+                try:
+                    conn.sendall(data)
+                except OSError:
+                    break
+            with LOCK:
+                SEEN.append("/__tunnel/" + received.hex())
             self.close_connection = True
             return
         if "/big/" in path:
