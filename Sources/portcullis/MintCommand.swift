@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Portcullis
+import PortcullisAuth
 import PortcullisCore
 
 /// `portcullis mint`: test credentials for load tests and trials.
@@ -31,6 +32,10 @@ struct Mint: ParsableCommand {
     var age: String = "0s"
     @Option(name: .long, help: "token (default), header (ready for curl -H) or json.")
     var format: String = "token"
+    @Option(name: .long, help: ArgumentHelp(
+        "A claim to set, NAME=VALUE (repeatable); VALUE is JSON when it parses as JSON, else a string. Replaces a minted claim of that name.",
+        valueName: "name=value"))
+    var claim: [String] = []
 
     func run() throws {
         let configuration = loadOrExit(config)
@@ -46,6 +51,13 @@ struct Mint: ParsableCommand {
             guard let data = FileManager.default.contents(atPath: key) else { throw ValidationError("cannot read --key \(key)") }
             pem = String(decoding: data, as: UTF8.self)
         }
+        var extra: [(String, JSONValue)] = []
+        for item in claim {
+            guard let equals = item.firstIndex(of: "="), equals != item.startIndex else {
+                throw ValidationError("--claim: expected NAME=VALUE, got '\(item)'")
+            }
+            extra.append((String(item[..<equals]), Self.claimValue(String(item[item.index(after: equals)...]))))
+        }
         let minter: CredentialMinter
         do { minter = try CredentialMinter(provider: settings, privateKeyPEM: pem, keyID: kid) } catch {
             throw ValidationError("\(error)")
@@ -58,7 +70,7 @@ struct Mint: ParsableCommand {
             let credential: CredentialMinter.Credential
             do {
                 credential = try minter.mint(subject: subject, now: now, lifetime: Int64(lifetime),
-                                             tokenID: randomTokenID(), email: "\(subject)@example.com")
+                                             tokenID: randomTokenID(), email: "\(subject)@example.com", extra: extra)
             } catch {
                 throw ValidationError("\(error)")
             }
@@ -74,6 +86,31 @@ struct Mint: ParsableCommand {
             }
         }
         Console.out(out)
+    }
+}
+
+extension Mint {
+    /// A `--claim` value: JSON when it parses as JSON (numbers, booleans, objects, arrays,
+    /// quoted strings), else the text as a string.
+    static func claimValue(_ text: String) -> JSONValue {
+        guard let any = try? JSONSerialization.jsonObject(with: Data(text.utf8), options: [.fragmentsAllowed]) else {
+            return .string(text)
+        }
+        return jsonValue(any) ?? .string(text)
+    }
+
+    private static func jsonValue(_ any: Any) -> JSONValue? {
+        switch any {
+        case let s as String: return .string(s)
+        case let n as NSNumber:
+            if String(cString: n.objCType) == "c" { return .bool(n.boolValue) }  // JSON true/false
+            if let exact = Int64(exactly: n.doubleValue), !"\(n)".contains(".") { return .integer(exact) }
+            return .number(n.doubleValue)
+        case let a as [Any]: return .array(a.compactMap(jsonValue))
+        case let o as [String: Any]: return .object(o.keys.sorted().compactMap { k in jsonValue(o[k]!).map { (k, $0) } })
+        case is NSNull: return .null
+        default: return nil
+        }
     }
 }
 

@@ -9,7 +9,13 @@ import PortcullisKeys
 struct Verify: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Verify one Bearer token or session-cookie value against the configured providers and print the identity or the failure.",
-        discussion: "Providers whose keys are fetched at run time need --jwks FILE (a JWKS or PEM-certificate map) here.")
+        discussion: """
+        Providers whose keys are fetched at run time need --jwks FILE (a JWKS or PEM-certificate map) here. \
+        A verified credential is then looked up in the configured revocation store, as the gateway does: \
+        store.state_dir's revocations.jsonl (read only; what a running gateway acknowledged is there) or \
+        Redis (store.redis / store.sentinel). A revoked one is refused (exit 1). Without either, revocations \
+        live in the running gateway's memory only, and the output says they were not checked.
+        """)
 
     @Option(name: .long, help: "Path to the YAML configuration.")
     var config: String
@@ -17,6 +23,8 @@ struct Verify: ParsableCommand {
     var provider: String?
     @Option(name: .long, help: "Key document for fetched-key providers: a JWKS file, applied to --provider.")
     var jwks: String?
+    @Flag(name: .long, help: "Do not consult the configured revocation store (store.state_dir or Redis).")
+    var skipRevocations = false
     @Argument(help: "The credential: a token (JWS, or NextAuth/Auth.js JWE), 'Bearer <token>', 'Authorization: Bearer <token>', a session cookie 'name=value' or a whole 'Cookie: …' line. '-' reads it from standard input.")
     var token: String
 
@@ -56,29 +64,38 @@ struct Verify: ParsableCommand {
         }
         switch result {
         case .verified(let identity):
-            print("verified: provider=\(identity.provider) sub=\(identity.subject) exp=\(Int64(identity.expiresAt)) jti=\(identity.tokenID ?? "-") claims=\(identity.claims.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))")
+            let user = configuration.identity.prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
+            let outcome = skipRevocations ? nil : RevocationLookup.check(configuration, identity: identity)
+            if case .revoked(let entry, let place)? = outcome {
+                print("refused: invalid_token (revoked): revoked by \(entry) in \(place); the running gateway refuses it")
+                throw ExitCode(1)
+            }
+            // `user` is the user id the gateway injects (`user_id_claim`, `prefix_provider`).
+            print("verified: provider=\(identity.provider) user=\(user) exp=\(Int64(identity.expiresAt)) jti=\(identity.tokenID ?? "-") claims=\(identity.claims.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))")
             print("revocation handle: \(Self.revocationHandle(identity))")
-            print(Self.revocationNote(configuration, identity: identity))
+            print(Self.revocationNote(configuration, identity: identity, outcome: outcome))
         case .failed(let failure):
             print("refused: \(failure.errorCode?.rawValue ?? "no_credential") (\(failure.reason.rawValue)): \(failure.description)")
             throw ExitCode(1)
         }
     }
 
-    /// `verify` checks signature, claims and times; it does not consult the revocation store,
-    /// and says so, with where the revocations are and how to list the user's.
-    static func revocationNote(_ configuration: GatewayConfiguration, identity: VerifiedIdentity) -> String {
-        let store: String
-        if configuration.store.usesRedis {
-            store = "they are in Redis (store.redis)"
-        } else if let directory = configuration.store.stateDirectory {
-            store = "they are in the running gateway and \(directory)/revocations.jsonl"
-        } else {
-            store = "they are in the running gateway's memory only"
-        }
+    /// What `verify` found in the configured revocation store (`RevocationLookup`): checked
+    /// and not revoked, or not checked and why (memory only, Redis not answering,
+    /// `--skip-revocations`), with how to list the user's revocations.
+    static func revocationNote(_ configuration: GatewayConfiguration, identity: VerifiedIdentity,
+                               outcome: RevocationLookup.Outcome?) -> String {
         let user = configuration.identity.prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
-        return "revocations: NOT checked (\(store)); the running gateway refuses this credential if it is revoked. "
-            + "List the user's: GET /revocations?subject=\(user) on the admin listener"
+        let list = "List the user's: GET /revocations?subject=\(user) on the admin listener"
+        guard let outcome else { return "revocations: NOT checked (--skip-revocations). \(list)" }
+        switch outcome {
+        case .notRevoked(let place):
+            return "revocations: checked in \(place): not revoked"
+        case .revoked(let entry, let place):
+            return "revocations: REVOKED by \(entry) in \(place)"
+        case .notChecked(let reason):
+            return "revocations: NOT checked: \(reason); the running gateway refuses this credential if it is revoked. \(list)"
+        }
     }
 
     /// The body of `POST /revocations` (or `DELETE`) that revokes exactly this credential, as a

@@ -27,7 +27,7 @@ import Testing
         let token = String(google.dropFirst("Authorization: Bearer ".count))
         for pasted in [token, "Bearer \(token)", google] {
             let (status, out) = verify([pasted])
-            #expect(status == 0 && out.contains("provider=google sub=g-1"), "\(pasted.prefix(30)): \(out)")
+            #expect(status == 0 && out.contains("provider=google user=g-1"), "\(pasted.prefix(30)): \(out)")
         }
         let (_, out) = verify([token])
         let handle = try #require(out.split(separator: "\n").first { $0.hasPrefix("revocation handle: ") })
@@ -37,10 +37,10 @@ import Testing
         #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(Self.adminToken)", "-d", body,
                           "http://127.0.0.1:\(gateway.adminPort)/revocations"]).status == 201)
         #expect(E2E.curl(["-H", google, "\(gateway.url)/x"]).status == 401, "the printed handle revoked the token")
-        // verify does not consult the revocation store, and says so plainly (#26.5).
+        // Revocations held in the gateway's memory only cannot be consulted: said plainly (#26.5).
         let (_, after) = verify([token])
         #expect(after.contains("verified: provider=google")
-                && after.contains("revocations: NOT checked (they are in the running gateway's memory only)")
+                && after.contains("revocations: NOT checked: they are in the running gateway's memory only")
                 && after.contains("GET /revocations?subject=g-1"), "\(after)")
 
         // Cookies as pasted: a whole Cookie line, or name=value.
@@ -48,7 +48,7 @@ import Testing
         #expect(cookie.contains("authjs.session-token="))
         for pasted in [cookie, String(cookie.dropFirst("Cookie: ".count)), cookie + "; theme=dark"] {
             let (status, out) = verify([pasted])
-            #expect(status == 0 && out.contains("provider=webv5 sub=w-1") && out.contains("revocation handle: {\"jti\""), "\(out)")
+            #expect(status == 0 && out.contains("provider=webv5 user=w-1") && out.contains("revocation handle: {\"jti\""), "\(out)")
         }
         // Auth.js v5 cookies are sealed as Auth.js seals them.
         let value = String(cookie.split(separator: "=", maxSplits: 1)[1])
@@ -74,6 +74,71 @@ import Testing
         """)
         let undecryptable = E2E.curl(["-H", cookie, "\(other.url)/x"])
         #expect(undecryptable.status == 401 && undecryptable.body.contains("could not be decrypted"), "\(undecryptable)")
+    }
+
+    /// `verify` consults the configured store as the gateway does (#26.5): the embedded
+    /// store's journal (`store.state_dir`, read while the gateway runs on it) and Redis. A
+    /// revoked credential is refused (exit 1) naming the entry; an undo is seen; a subject
+    /// cutoff refuses older credentials only; a Redis that does not answer is said so.
+    @Test(arguments: ["state_dir", "redis"])
+    func verifyConsultsTheConfiguredRevocationStore(_ store: String) throws {
+        let upstream = try EchoUpstream()
+        let redis = store == "redis" ? try RedisProcess() : nil
+        let stateDir = NSTemporaryDirectory() + "portcullis-verify-\(UUID().uuidString)"
+        let storeLine = redis.map { "store: {redis: \"redis://127.0.0.1:\($0.port)/0\"}" } ?? "store: {state_dir: \"\(stateDir)\"}"
+        let gateway = try GatewayProcess("""
+        \(AuthFixtures.providers)
+        \(storeLine)
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """, adminToken: Self.adminToken)
+        func verify(_ credential: String) -> (Int32, String) {
+            let (status, out, err) = E2E.run(E2E.binary, ["verify", "--config", gateway.configPath, credential])
+            return (status, out + err)
+        }
+        func admin(_ method: String, _ body: String) -> Int {
+            E2E.curl(["-X", method, "-H", "Authorization: Bearer \(Self.adminToken)", "-d", body,
+                      "http://127.0.0.1:\(gateway.adminPort)/revocations"]).status
+        }
+        let place = redis == nil ? "\(stateDir)/revocations.jsonl" : "Redis (store.redis)"
+        let header = try AuthFixtures.mint(gateway, "app", ["--sub", "v-1"])  // "Authorization: Bearer …"
+        let (fresh, freshOut) = verify(header)
+        #expect(fresh == 0 && freshOut.contains("revocations: checked in \(place)") && freshOut.contains("not revoked"), "\(freshOut)")
+
+        let jti = try #require(freshOut.split(separator: "\n").first { $0.hasPrefix("revocation handle: ") })
+            .dropFirst("revocation handle: ".count)
+        #expect(admin("POST", String(jti)) == 201)
+        #expect(E2E.curl(["-H", header, "\(gateway.url)/x"]).status == 401)
+        let (revoked, revokedOut) = verify(header)
+        #expect(revoked == 1 && revokedOut.contains("refused: invalid_token (revoked): revoked by jti ")
+                && revokedOut.contains(place), "\(revokedOut)")
+        // An undo is seen too.
+        #expect(admin("DELETE", String(jti)) == 200)
+        let (undone, undoneOut) = verify(header)
+        #expect(undone == 0 && undoneOut.contains("not revoked"), "\(undoneOut)")
+
+        // "Sign out everywhere": credentials issued before the cutoff are refused, later ones not.
+        #expect(admin("POST", #"{"subject":"v-1"}"#) == 201)
+        let (older, olderOut) = verify(header)
+        #expect(older == 1 && olderOut.contains("revoked by subject v-1"), "\(olderOut)")
+        sleep(1)
+        let later = try AuthFixtures.mint(gateway, "app", ["--sub", "v-1"])
+        #expect(E2E.curl(["-H", later, "\(gateway.url)/x"]).status == 200)
+        let (newer, newerOut) = verify(later)
+        #expect(newer == 0 && newerOut.contains("not revoked"), "\(newerOut)")
+        // --skip-revocations: verified, and said so.
+        let (_, skipped, _) = E2E.run(E2E.binary, ["verify", "--config", gateway.configPath, "--skip-revocations", header])
+        #expect(skipped.contains("verified: provider=app") && skipped.contains("revocations: NOT checked (--skip-revocations)"), "\(skipped)")
+
+        if let redis {
+            // Redis gone: not checked, and why; the credential is not called revoked.
+            redis.stop()
+            let (status, out) = verify(later)
+            #expect(status == 0 && out.contains("revocations: NOT checked: Redis (store.redis)"), "\(out)")
+            #expect(!out.contains("secret") && !out.contains("redis://"), "no URL (it may hold a password): \(out)")
+        }
     }
 
     @Test func checkConfigPointsAtTheKeyMeant() throws {

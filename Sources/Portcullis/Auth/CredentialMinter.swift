@@ -44,8 +44,10 @@ public struct CredentialMinter {
     }
 
     /// One credential for `subject`, valid from `now` for `lifetime` seconds.
+    /// `extra` claims replace the minted ones of the same name, or are added after them
+    /// (`portcullis mint --claim`: the app's own claim shape).
     public func mint(subject: String, now: Int64, lifetime: Int64, tokenID: String,
-                     email: String? = nil) throws(MintError) -> Credential {
+                     email: String? = nil, extra: [(String, JSONValue)] = []) throws(MintError) -> Credential {
         let c = provider.configuration
         var claims: [(String, JSONValue)] = []
         switch c.kind {
@@ -83,6 +85,9 @@ public struct CredentialMinter {
             claims.append(("email_verified", .bool(true)))
         }
         if let domain = c.hostedDomain { claims.append(("hd", .string(domain))) }
+        for (name, value) in extra {
+            if let at = claims.firstIndex(where: { $0.0 == name }) { claims[at].1 = value } else { claims.append((name, value)) }
+        }
         let value = JSONValue.object(claims)
         do {
             switch c.kind {

@@ -179,7 +179,8 @@ extension AuthFailure {
         case bodyMember(String)
 
         /// The credential in a sentence: "access token", "session cookie", "ID token",
-        /// "refresh token", else "token in <member>".
+        /// "refresh token"; another member by its name ("google_token") or, when the name
+        /// says nothing of a token, "<member> token" ("assertion token").
         public var noun: String {
             switch self {
             case .accessToken: return "access token"
@@ -191,7 +192,7 @@ extension AuthFailure {
                 case "refreshtoken": return "refresh token"
                 case "accesstoken": return "access token"
                 case "token": return "token"
-                default: return "token in \(name)"
+                default: return folded.contains("token") ? name : "\(name) token"
                 }
             }
         }

@@ -84,6 +84,14 @@ public final class RevocationJournal: @unchecked Sendable {
 
     /// The revocations recorded, without those expired at `now`. `warn` hears about a torn last line.
     public func load(now: Int64, maxCredentialLifetime: Int64, warn: (String) -> Void) throws(Failure) -> [Revocation] {
+        try Self.read(path: path, now: now, maxCredentialLifetime: maxCredentialLifetime, warn: warn)
+    }
+
+    /// The revocations in the journal at `path`, read without opening it for writing (a
+    /// gateway may be running on it: `portcullis verify`). Every line was complete before
+    /// its revocation was acknowledged, so what was acknowledged is here.
+    public static func read(path: String, now: Int64, maxCredentialLifetime: Int64,
+                            warn: (String) -> Void) throws(Failure) -> [Revocation] {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw Failure(description: "\(path): cannot be read")
         }
