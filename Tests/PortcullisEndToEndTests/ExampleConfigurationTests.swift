@@ -69,6 +69,30 @@ import Testing
         }
     }
 
+    /// docs/fitting-the-five-apps.md's commands are one script in the repository: it runs
+    /// each app's shipped file through this binary against local stand-ins (key hosts, the
+    /// app, a TLS app behind client certificates) and checks every request the document
+    /// lists. From a fresh clone, nothing outside the repository.
+    @Test func theFiveAppsWalkthroughRunsFromTheRepository() {
+        let (status, out, err) = E2E.run("/bin/bash", [Self.root.appendingPathComponent("docs/five-apps/try.sh").path],
+                                         timeout: 240, environment: ["PORTCULLIS": E2E.binary])
+        #expect(status == 0, "\(out.suffix(3000))\(err.suffix(1000))")
+        #expect(out.contains("== 5 app(s), ") && out.contains(" checks, 0 failed"), "\(out.suffix(3000))")
+        for app in ["rvu-tracker", "paperboxd", "golfai", "foliomind", "vcnotebook"] {
+            #expect(out.contains("== \(app) (Config/examples/\(app).yaml)"))
+        }
+        #expect(!out.contains("FAIL"), "\(out.suffix(3000))")
+    }
+
+    /// The examples for apps behind a platform's proxy believe that proxy's forwarded headers
+    /// (`trusted_proxies`), else the app sees the proxy as the client and `http` (#26.5).
+    @Test(arguments: [("Config/examples/foliomind.yaml", "172.16.0.0/12"), ("Config/examples/vcnotebook.yaml", "10.0.0.0/8")])
+    func platformExamplesTrustTheirProxy(_ file: String, _ range: String) throws {
+        let text = try String(contentsOf: Self.root.appendingPathComponent(file), encoding: .utf8)
+        let line = text.split(separator: "\n").first { $0.hasPrefix("trusted_proxies:") }
+        #expect(line?.contains("\"\(range)\"") == true, "\(file): \(String(describing: line))")
+    }
+
     @Test func checkConfigWantsExactlyOneFile() {
         let (none, _, noneErr) = E2E.run(E2E.binary, ["check-config"])
         #expect(none != 0 && noneErr.contains("Missing the configuration file"), "\(noneErr)")
