@@ -19,11 +19,19 @@ final class RevokeOnSuccess: UpstreamResponseObserver {
         self.logger = logger
     }
 
-    func upstreamAnswered(status: Int) {
+    func upstreamAnswered(status: Int) { upstreamAnswered(status: status, spans: nil) }
+
+    /// Sampled requests get the store call as a child span (`revocation store write`: how
+    /// long the store took to acknowledge, and whether it did).
+    func upstreamAnswered(status: Int, spans: ChildSpans?) {
         guard statuses.contains(status) else { return }
         let provider = identity.provider
         let logger = self.logger
+        let start = spans == nil ? 0 : ChildSpans.nowNanos
         revocations.revokePresented(identity: identity, userID: userID) { ok in
+            spans?.record(name: "revocation store write", client: true, startNanos: start, endNanos: ChildSpans.nowNanos,
+                          attributes: [("portcullis.auth.provider", provider), ("portcullis.store.result", ok ? "acknowledged" : "failed")],
+                          failed: !ok)
             if ok {
                 logger.info("credential revoked after logout", metadata: ["provider": "\(provider)"])
             } else {

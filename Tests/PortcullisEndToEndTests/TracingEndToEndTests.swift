@@ -160,6 +160,72 @@ final class OTLPReceiver {
         #expect(metrics.contains("portcullis_trace_spans_total{result=\"exported\"}"), "\(metrics)")
     }
 
+    /// Child spans (#26.3): a request that waits for signing keys (an unknown kid, refetched)
+    /// has a `signing keys fetch` child with the decision; a logout's revocation is a
+    /// `revocation store write` child (client kind) acknowledged by the store. Both are
+    /// children of the request's server span, in its trace.
+    @Test func keyFetchWaitsAndStoreWritesAreChildSpans() throws {
+        let upstream = try EchoUpstream()
+        let receiver = try OTLPReceiver()
+        let host = try KeyHost(kids: ["k1", "k2"])
+        try host.publish(["k1"])
+        let g = try GatewayProcess("""
+        tracing: {endpoint: "\(receiver.endpoint)", export_interval: 100ms}
+        keys: {min_refetch_interval: 1s}
+        providers:
+          - {name: corp, type: oidc, issuer: "https://id.example.test", audiences: ["api"], jwks_url: "http://127.0.0.1:\(host.port)/jwks"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /logout, upstream: app, auth: required, revoke_on_success: true}
+          - {path: /, upstream: app, auth: required}
+        """)
+        #expect(waitUntil(10) { E2E.curl(["http://127.0.0.1:\(g.adminPort)/readyz"]).status == 200 })
+        sleep(1)  // past min_refetch_interval: an unknown kid refetches at once
+        try host.publish(["k1", "k2"])
+        let token = try KeysAndRevocationEndToEndTests.mint(g, key: host.keyPath("k2"), kid: "k2")
+        let waited = E2E.curl(["-H", token, "-H", "traceparent: 00-\(Self.clientTrace)-2222222222222222-01", "\(g.url)/a"])
+        #expect(waited.status == 200, "\(waited)")
+        let server = try #require(Self.upstreamParent(waited.body).flatMap { Self.span(receiver, id: $0.span) })
+        let serverID = try #require(server["spanId"] as? String)
+        var keys: [String: Any]?
+        #expect(waitUntil(5) {
+            keys = receiver.spans().first { $0["parentSpanId"] as? String == serverID && $0["name"] as? String == "signing keys fetch" }
+            return keys != nil
+        }, "\(receiver.spans())")
+        if let keys {
+            #expect(keys["traceId"] as? String == server["traceId"] as? String, "the request's trace")
+            #expect(keys["kind"] as? Int == 1)
+            #expect(Self.attribute(keys, "portcullis.auth.decision") == "verified")
+            let start = UInt64(keys["startTimeUnixNano"] as? String ?? "") ?? 0
+            let end = UInt64(keys["endTimeUnixNano"] as? String ?? "") ?? 0
+            let serverStart = UInt64(server["startTimeUnixNano"] as? String ?? "") ?? 0
+            #expect(start >= serverStart && end >= start, "inside the request: \(serverStart) \(start) \(end)")
+        }
+        // A verified request that did not wait has no such child.
+        let quick = E2E.curl(["-H", token, "-H", "traceparent: 00-\(Self.clientTrace)-3333333333333333-01", "\(g.url)/b"])
+        let quickID = try #require(Self.upstreamParent(quick.body)?.span)
+        _ = Self.span(receiver, id: quickID)
+        #expect(!receiver.spans().contains { $0["parentSpanId"] as? String == quickID })
+
+        // The logout's revocation: a client span under the logout request.
+        let logout = E2E.curl(["-X", "POST", "-H", token, "-H", "traceparent: 00-\(Self.clientTrace)-4444444444444444-01", "\(g.url)/logout"])
+        #expect(logout.status == 200)
+        let logoutID = try #require(Self.upstreamParent(logout.body)?.span)
+        var store: [String: Any]?
+        #expect(waitUntil(5) {
+            store = receiver.spans().first { $0["parentSpanId"] as? String == logoutID && $0["name"] as? String == "revocation store write" }
+            return store != nil
+        }, "\(receiver.spans())")
+        if let store {
+            #expect(store["kind"] as? Int == 3)
+            #expect(Self.attribute(store, "portcullis.store.result") == "acknowledged")
+            #expect(Self.attribute(store, "portcullis.auth.provider") == "corp")
+        }
+        #expect(E2E.curl(["-H", token, "\(g.url)/a"]).status == 401, "the logout revoked the token")
+        #expect(!receiver.spans().description.contains(String(token.dropFirst("Authorization: Bearer ".count))), "no credential in spans")
+    }
+
     @Test func parentPoliciesSamplingAndMalformedParents() throws {
         let upstream = try EchoUpstream()
         let receiver = try OTLPReceiver()

@@ -26,6 +26,13 @@ public struct AuthGrant {
 /// Called once, on the connection's loop queue, when the response head arrives.
 public protocol UpstreamResponseObserver: AnyObject, Sendable {
     func upstreamAnswered(status: Int)
+    /// The same, for a sampled request: `spans` records what the observer does on its behalf
+    /// (a revocation store call) as child spans of the request.
+    func upstreamAnswered(status: Int, spans: ChildSpans?)
+}
+
+extension UpstreamResponseObserver {
+    public func upstreamAnswered(status: Int, spans: ChildSpans?) { upstreamAnswered(status: status) }
 }
 
 /// The decision for one request.

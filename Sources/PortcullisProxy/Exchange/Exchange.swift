@@ -122,6 +122,8 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     fileprivate var tracedDecision = "none"
     fileprivate var tracedReason: String?
     fileprivate var tracedProvider: String?
+    /// When a sampled request began waiting for signing keys (wall-clock ns; 0: not waiting).
+    fileprivate var keysWaitStart: UInt64 = 0
 
     // Waiting: for an authentication that needs I/O, or for a body read before acting.
     /// The head bytes, copied while the request waits (its view is rebased onto them).
@@ -222,6 +224,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             tracedDecision = "none"
             tracedReason = nil
             tracedProvider = nil
+            keysWaitStart = 0
         }
         logPath = "-"  // until routing names the normalized path (a request refused before it logs "-")
         upgradeForwarded = false
@@ -317,6 +320,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         if parkedView == nil { park(view) } else { parkedView = view }
         parkedRoute = route
         enter(.authenticating)
+        if trace?.sampled == true { keysWaitStart = ChildSpans.nowNanos }
         deadline = loop.lastNow &+ UInt64(serving.configuration.timeouts.header * 1e9)
     }
 
@@ -330,6 +334,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         defer { head.clear(); swap(&head, &savedHead) }
         parkedView = nil
         parkedRoute = nil
+        recordKeysWait(outcome)
         apply(outcome, view, route: route)
         if phase == .waitingForConnection || phase == .forwarding { responder?.requestBodyCanContinue() }
     }
@@ -662,7 +667,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         }
         if let observer = responseObserver {
             responseObserver = nil
-            observer.upstreamAnswered(status: head.status)
+            observer.upstreamAnswered(status: head.status, spans: childSpans())
         }
         forwardedHead.clear()
         forwardedHead.releaseIfEmpty(keepingUpTo: 4096)
@@ -726,6 +731,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         deadline = 0
         switch phase {
         case .authenticating:
+            recordKeysWait(nil)
             reject(.error(503, "authentication keys unavailable"))
         case .waitingForConnection:
             pool?.exhaustedCount += 1  // `reject` gives up the place in the queue
@@ -884,6 +890,31 @@ extension Exchange {
         case .connect: return "CONNECT"
         case .other: return "_OTHER"
         }
+    }
+
+    /// Child spans of this request, when it is sampled.
+    fileprivate func childSpans() -> ChildSpans? {
+        guard let trace, trace.sampled, let tracer = serving.tracer else { return nil }
+        return ChildSpans(tracer: tracer, loop: loop, traceID: trace.traceID, parentSpanID: trace.spanID,
+                          limit: serving.traceQueueLimit)
+    }
+
+    /// The wait for signing keys (a deferred decision) as a child span: how long, and what was
+    /// decided once they came (nil: the wait timed out).
+    fileprivate func recordKeysWait(_ outcome: AuthOutcome?) {
+        guard keysWaitStart != 0 else { return }
+        let start = keysWaitStart
+        keysWaitStart = 0
+        let decision: String
+        switch outcome {
+        case .anonymous?: decision = "anonymous"
+        case .grant?: decision = "verified"
+        case .reject?: decision = "refused"
+        case .deferred?, .needsBody?: decision = "incomplete"
+        case nil: decision = "timed out"
+        }
+        childSpans()?.record(name: "signing keys fetch", client: false, startNanos: start, endNanos: ChildSpans.nowNanos,
+                             attributes: [("portcullis.auth.decision", decision)], failed: outcome == nil)
     }
 
     /// Queues the request's server span on this loop (sampled requests only).

@@ -38,6 +38,46 @@ struct FinishedSpan: Sendable {
     var authDecision: String
     var authReason: String?
     var provider: String?
+    /// Set for a child span of a request (a wait for signing keys, a revocation store call);
+    /// nil for the request's server span.
+    var child: ChildSpan? = nil
+}
+
+/// A request's child span: what it waited on, beside the server span.
+struct ChildSpan: Sendable {
+    var name: String
+    /// OTLP span kind: 1 internal, 3 client.
+    var kind: Int
+    var attributes: [(String, String)]
+    var failed: Bool
+}
+
+/// Records child spans of one sampled request from anywhere (a store's completion runs on
+/// the store's queue): the span is built and queued on the request's loop, like the server
+/// span. Holds the tracer (which outlives reloads), never the exchange.
+public struct ChildSpans: Sendable {
+    let tracer: Tracer
+    let loop: EventLoop
+    let traceID: TraceID
+    let parentSpanID: SpanID
+    let limit: Int
+
+    /// One finished child span; times in wall-clock nanoseconds since the epoch.
+    public func record(name: String, client: Bool, startNanos: UInt64, endNanos: UInt64,
+                       attributes: [(String, String)], failed: Bool) {
+        let child = ChildSpan(name: name, kind: client ? 3 : 1, attributes: attributes, failed: failed)
+        let (tracer, loop, traceID, parent, limit) = (self.tracer, self.loop, self.traceID, self.parentSpanID, self.limit)
+        loop.execute {
+            let span = FinishedSpan(traceID: traceID, spanID: tracer.newSpanID(loopIndex: loop.index), parentSpanID: parent,
+                                    startNanos: startNanos, endNanos: max(startNanos, endNanos), method: "", path: "",
+                                    route: nil, upstream: "", status: 0, transport: "", requestId: "", authDecision: "",
+                                    authReason: nil, provider: nil, child: child)
+            tracer.record(span, loopIndex: loop.index, limit: limit)
+        }
+    }
+
+    /// Wall-clock now, in nanoseconds since the epoch.
+    public static var nowNanos: UInt64 { UInt64(max(0, WallClock.nowSeconds()) * 1e9) }
 }
 
 /// W3C Trace Context and the request spans (#26.3).
@@ -258,6 +298,14 @@ enum OTLPJSON {
             if index > 0 { out += "," }
             out += "{\"traceId\":\"\(HexText.string(of: span.traceID.bytes))\",\"spanId\":\"\(HexText.string(of: span.spanID.bytes))\""
             if let parent = span.parentSpanID { out += ",\"parentSpanId\":\"\(HexText.string(of: parent.bytes))\"" }
+            if let child = span.child {
+                out += ",\"name\":\(JSONText.quoted(child.name)),\"kind\":\(child.kind)"
+                out += ",\"startTimeUnixNano\":\"\(span.startNanos)\",\"endTimeUnixNano\":\"\(span.endNanos)\",\"attributes\":["
+                out += child.attributes.map { "{\"key\":\(JSONText.quoted($0.0)),\"value\":{\"stringValue\":\(JSONText.quoted($0.1))}}" }
+                    .joined(separator: ",")
+                out += "],\"status\":{\"code\":\(child.failed ? 2 : 0)}}"
+                continue
+            }
             out += ",\"name\":\(JSONText.quoted("\(span.method) \(span.route ?? "unmatched")"))"
             out += ",\"kind\":2,\"startTimeUnixNano\":\"\(span.startNanos)\",\"endTimeUnixNano\":\"\(span.endNanos)\",\"attributes\":["
             var attributes: [String] = []
