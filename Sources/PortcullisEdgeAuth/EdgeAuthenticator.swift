@@ -227,7 +227,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             return rejectFailure(AuthFailure(.requiredClaimMismatch, provider: identity.provider), loopIndex: loopIndex,
                                  body: policy.errorBody, presentedAs: presentedAs)
         }
-        let userID = prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
+        // The gateway's own session tokens already name "<provider>:<sub>" (never "session:…").
+        let userID = prefixProvider && identity.provider != "session" ? identity.provider + ":" + identity.subject : identity.subject
         if let revocations {
             let decision = revocations.check(loopIndex: loopIndex, identity: identity, userID: userID, now: Int64(now))
             counters?.revocationChecked(loopIndex: loopIndex, decision)
@@ -255,10 +256,12 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         for (claim, header) in claimHeaders {
             if let value = identity.claim(claim) { headers.append((header, value)) }
         }
-        if let assertions, let token = assertions.assertion(for: identity, userID: userID, upstream: upstream, now: now) {
+        // A route the gateway answers itself (upstream -1) has no app to assert to.
+        if let assertions, upstream >= 0, let token = assertions.assertion(for: identity, userID: userID, upstream: upstream, now: now) {
             headers.append((assertions.header, token))
         }
         var grant = AuthGrant(headers: headers)
+        grant.identity = identity  // one retain: the identity is a single reference
         grant.dropAuthorization = !policy.forwardAuthorization
         if !policy.forwardSessionCookie, let cookies {
             grant.replacementCookie = cookies.header(removing: policy.cookieNames)

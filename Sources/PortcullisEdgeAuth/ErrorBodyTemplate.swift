@@ -64,7 +64,7 @@ public struct ErrorBodyTemplate: Sendable, Equatable {
     }
 
     /// The body for one refusal (ends with a newline, as every gateway answer does).
-    func render(status: Int, code: String, description: String) -> String {
+    public func render(status: Int, code: String, description: String) -> String {
         var body = ""
         for part in parts {
             switch part {

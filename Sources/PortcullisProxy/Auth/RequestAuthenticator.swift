@@ -12,6 +12,8 @@ public struct AuthGrant {
     public var replacementCookie: String?
     /// Told the upstream's status once the response head arrives (logout routes).
     public var observer: (any UpstreamResponseObserver)?
+    /// The verified identity itself, for a route the gateway answers (`RouteHandler`).
+    public var identity: (any Sendable)?
 
     public init(headers: [(name: String, value: String)], dropAuthorization: Bool = false,
                 replacementCookie: String? = nil, observer: (any UpstreamResponseObserver)? = nil) {

@@ -22,6 +22,9 @@ public struct RouteConfiguration: Sendable {
     public var stripPrefix: Bool
     /// Providers this route accepts (nil: every configured provider).
     public var providers: [String]?
+    /// Set: the gateway answers the route itself after authentication (`upstream` is then
+    /// only a label for logs and metrics).
+    public var handler: (any RouteHandler)?
     public init(pathPrefix: String, host: String? = nil, upstream: String, auth: AuthMode,
                 stripPrefix: Bool = false, providers: [String]? = nil) {
         self.pathPrefix = pathPrefix

@@ -44,6 +44,8 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     private(set) var serving: ListenerServing
     /// `X-Forwarded-Proto`: the client connection's own (TLS or not), not the listener's now.
     let scheme: StaticString
+    /// The connection is TLS (`scheme` is https).
+    let isSecure: Bool
     /// The client side; nil once it closed (`responderClosed`), after which nothing is sent.
     private var responder: (any ExchangeResponder)?
     let peer: SocketAddress
@@ -154,6 +156,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         self.context = context
         self.serving = context.serving
         self.scheme = secure ? "https" : "http"
+        self.isSecure = secure
         self.responder = responder
         self.peer = peer
     }
@@ -373,6 +376,10 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     }
 
     private func forward(_ view: RequestView, route: Route, grant: AuthGrant?) {
+        if let handler = route.configuration.handler {
+            answerItself(handler, view, grant: grant)
+            return
+        }
         responseObserver = grant?.observer
         let pool = serving.pools[route.upstreamIndex]
         upgradeForwarded = ForwardedHead.build(
@@ -394,6 +401,19 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             guard phase == .waitingForConnection else { return }  // the body was refused meanwhile
         }
         pool.acquire(for: self)
+    }
+
+    /// A route the gateway answers (`RouteHandler`): with the body already read for the
+    /// decision (a credential in it), at once; else once the body was read.
+    private func answerItself(_ handler: any RouteHandler, _ view: RequestView, grant: AuthGrant?) {
+        pendingLocal = RouteHandlerCall(handler, grant: grant)
+        if bodyHeld {
+            bodyHeld = false
+            if parkedView == nil { park(view) }
+            finishLocal()
+        } else {
+            readBodyFirst(view, purpose: .local, limit: handler.bodyLimit)
+        }
     }
 
     // MARK: The request body (called by the responder)
@@ -531,7 +551,8 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         } else {
             generation &+= 1
             response = handler.handle(view, body: heldBody.readable,
-                                      reply: LocalReply(exchange: self, generation: generation, loop: loop))
+                                      reply: LocalReply(exchange: self, generation: generation, loop: loop,
+                                                        secure: isSecure))
         }
         unpark()
         releaseHeldBody()

@@ -46,8 +46,10 @@ enum ExchangePhase: Equatable {
             return true
         case (.received, .readingBody), (.received, .authenticating), (.received, .waitingForConnection):
             return true
-        case (.readingBody(.local), .answeringLate):
+        case (.readingBody(.local), .answeringLate), (.readingBody(.credential), .answeringLate):
             return true
+        case (.authenticating, .readingBody(.local)):
+            return true  // a route the gateway answers, once authenticated
         case (.readingBody(.credential), .authenticating), (.readingBody(.credential), .waitingForConnection):
             return true
         case (.authenticating, .waitingForConnection):

@@ -22,6 +22,8 @@ public struct LocalReply: @unchecked Sendable {
     let exchange: Exchange
     let generation: UInt64
     let loop: EventLoop
+    /// The request came over TLS.
+    public let secure: Bool
 
     public func send(_ response: LocalResponse) {
         loop.execute { [self] in exchange.sendLateLocalResponse(response, generation: generation) }

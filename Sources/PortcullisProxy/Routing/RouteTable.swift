@@ -25,7 +25,8 @@ public struct RouteTable: Sendable {
     public init(_ configurations: [RouteConfiguration], upstreamNames: [String]) {
         var built: [Route] = []
         for (position, c) in configurations.enumerated() {
-            guard let index = upstreamNames.firstIndex(of: c.upstream) else { continue }
+            // A route the gateway answers itself has no pool (-1).
+            guard let index = upstreamNames.firstIndex(of: c.upstream) ?? (c.handler != nil ? -1 : nil) else { continue }
             var prefix = c.pathPrefix
             while prefix.count > 1 && prefix.hasSuffix("/") { prefix.removeLast() }
             built.append(Route(configuration: c, upstreamIndex: index, index: position, host: c.host.map { Authority.normalizedHost($0) ?? $0.lowercased() }, prefix: prefix))
