@@ -63,8 +63,18 @@ public enum ConfigurationLoader {
         let store = try Self.store(try top.optional("store"), revocation: try top.optional("revocation"))
         let identity = try Self.identity(try top.optional("identity"))
         let tracing = try Self.tracing(try top.optional("tracing"))
-        let (routes, routeAuth) = try Self.routes(try top.required("routes"), file: file, upstreams: upstreams,
+        let sessionsNode = try top.optional("sessions")
+        let sessions = try Self.sessions(sessionsNode, providers: providers)
+        if let sessionsNode, store.usesRedis {
+            throw sessionsNode.error("not supported with store.redis yet: sessions live in the embedded store (one instance, "
+                                     + "store.state_dir to keep them across restarts)")
+        }
+        if let sessions { providers.append(Self.sessionProvider(sessions)) }
+        var (routes, routeAuth) = try Self.routes(try top.required("routes"), file: file, upstreams: upstreams,
                                                   providerNames: Set(providers.map(\.configuration.name)))
+        let sessionRoutes = try sessions.map { settings throws(ConfigurationError) in
+            try Self.addSessionRoutes(settings, routes: &routes, routeAuth: &routeAuth, file: file)
+        } ?? []
 
         try top.finish()
 
@@ -116,7 +126,8 @@ public enum ConfigurationLoader {
         return GatewayConfiguration(file: file, sha256: SHA256Hex.of(Array(text.utf8)), listen: listen, admin: admin,
                                     workers: workers, logLevel: logLevel, accessLog: accessLog, shutdown: shutdown,
                                     proxy: proxy, providers: providers, routeAuth: routeAuth, identity: identity.settings,
-                                    keyRefresh: keyRefresh, tokenCacheEntries: tokenCacheEntries, store: store)
+                                    keyRefresh: keyRefresh, tokenCacheEntries: tokenCacheEntries, store: store,
+                                    sessions: sessions, sessionRoutes: sessionRoutes)
     }
 
     // MARK: Value helpers

@@ -58,7 +58,15 @@ public struct GatewayConfiguration: Sendable {
     /// Verified-token cache size (`token_cache.max_entries`); 0 verifies every request.
     public var tokenCacheEntries = 16_384
     public var store = StoreSettings()
+    /// `sessions:` (nil: off). Its routes and the `session` provider are in `proxy.routes`
+    /// and `providers` (positions in `sessionRoutes`); the runtime attaches their handlers.
+    public var sessions: SessionSettings?
+    /// Where each session endpoint sits in `proxy.routes`.
+    public var sessionRoutes: [(index: Int, kind: SessionRouteKind)] = []
 }
+
+/// Which session endpoint a route is.
+public enum SessionRouteKind: Sendable { case exchange, refresh, logout, sessions }
 
 extension GatewayConfiguration {
     /// What the edge-auth policy (`EdgeAuthenticator`) is made from.

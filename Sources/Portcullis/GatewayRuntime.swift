@@ -67,6 +67,8 @@ public final class GatewayRuntime: @unchecked Sendable {
     private var reloadsRefused = 0
     /// One Redis client for the secrets instances share (ticket keys, generated assertion key).
     private var secretsClient: RedisClient?
+    /// The session endpoints' service (nil without `sessions:`); its store outlives reloads.
+    private var sessions: SessionService?
     private var ticketKeysStarted = false
     /// `identity.assertion`'s JWKS on the admin listener (it follows reloads).
     let adminJWKS = ReloadableJWKS()
@@ -99,6 +101,14 @@ public final class GatewayRuntime: @unchecked Sendable {
         }
         let revocations = StoreRevocations(store: store, loopCount: group.loops.count)
         store.start()
+        var configuration = configuration
+        let sessions: SessionService?
+        do {
+            sessions = try Self.prepareSessions(&configuration, store: nil, previous: nil, revocations: revocations, logger: logger)
+        } catch {
+            throw Gateway.StartupError(description: "\(configuration.file): sessions: \(error)")
+        }
+        self.sessions = sessions
         var actions = AdminActions()
         admin = AdminHandler(token: configuration.admin?.token, actions: AdminActions(),
                              metricsPublic: configuration.admin?.metricsPublic ?? false)
@@ -126,7 +136,7 @@ public final class GatewayRuntime: @unchecked Sendable {
         actions = adminActions()
         admin.setActions(actions)
         server.setAuthenticator(built.authenticator)
-        server.published = assertionKeys.map { AssertionJWKS(keys: $0) }
+        server.published = GatewayJWKS(assertion: assertionKeys, sessions: sessions?.jwks)
         for app in localApps {
             do { try server.addListener(address: app.address, mode: .local(app.handler), managed: false) } catch {
                 throw Gateway.StartupError(description: "cannot listen on \(app.address) (demo app): \(error)")
@@ -156,6 +166,28 @@ public final class GatewayRuntime: @unchecked Sendable {
             }
         }
         metrics.configurationServed(generation: 1, sha256: configuration.sha256, applied: 0, refused: 0)
+    }
+
+    /// `sessions:`: the service (the store kept from `store`, the generated signing key from
+    /// `previous` when the key files did not change), its endpoints attached to their routes
+    /// and its public keys given to the `session` provider.
+    static func prepareSessions(_ configuration: inout GatewayConfiguration, store: (any SessionStore)?, previous: SessionService?,
+                                revocations: StoreRevocations, logger: Logger) throws -> SessionService? {
+        guard let settings = configuration.sessions else { return nil }
+        let sessionStore = try store ?? EmbeddedSessionStore(directory: configuration.store.stateDirectory)
+        if store == nil && configuration.store.stateDirectory == nil {
+            logger.notice("sessions are kept in memory only and end with the process (set store.state_dir to keep them)")
+        }
+        let keys = previous.flatMap { $0.settings.signingKeyFiles == settings.signingKeyFiles ? $0.signingKeys : nil }
+        let service = try SessionService(settings: settings, store: sessionStore, revocations: revocations,
+                                         errorBody: configuration.identity.errorBody, logger: logger, keys: keys)
+        for (index, kind) in configuration.sessionRoutes {
+            configuration.proxy.routes[index].handler = SessionEndpoint(kind, service: service)
+        }
+        if let i = configuration.providers.firstIndex(where: { $0.configuration.name == SessionSettings.providerName }) {
+            configuration.providers[i].keys = .inline(try service.keySet)
+        }
+        return service
     }
 
     private static func openAccessLog(_ configuration: GatewayConfiguration) throws -> Int32? {
@@ -319,7 +351,7 @@ public final class GatewayRuntime: @unchecked Sendable {
                 "trigger": "\(trigger)", "reason": "\(reason)", "generation": "\(old.generation)"])
             return ReloadVerdict(refusal: reason, generation: old.generation, sha256: old.configuration.sha256)
         }
-        let next: GatewayConfiguration
+        var next: GatewayConfiguration
         do { next = try source() } catch { return refuse("\(error)") }
         let loops = Self.loopCount(next)
         guard loops == group.loops.count else {
@@ -358,6 +390,13 @@ public final class GatewayRuntime: @unchecked Sendable {
             store.start()
             let started = store
             undo.append { started.shutdown() }
+        }
+        let nextSessions: SessionService?
+        do {
+            nextSessions = try Self.prepareSessions(&next, store: sessions?.store, previous: sessions, revocations: revocations,
+                                                    logger: logger)
+        } catch {
+            return refuseAndUndo("\(next.file): sessions: \(error)")
         }
         let assertionKeys: AssertionKeys?
         do {
@@ -402,12 +441,14 @@ public final class GatewayRuntime: @unchecked Sendable {
         do {
             report = try server.reconfigure(ProxyGeneration(
                 configuration: next.proxy, authenticator: built.authenticator,
-                published: assertionKeys.map { AssertionJWKS(keys: $0) }, accessLogFD: accessLogFD, listeners: listeners))
+                published: GatewayJWKS(assertion: assertionKeys, sessions: nextSessions?.jwks), accessLogFD: accessLogFD,
+                listeners: listeners))
         } catch {
             return refuseAndUndo("\(next.file): \(error)")
         }
 
         // Applied. What the old generation alone used is let go.
+        sessions = nextSessions
         admin.update(token: next.admin?.token, metricsPublic: next.admin?.metricsPublic ?? false)
         adminJWKS.keys = assertionKeys
         JSONLogHandler.setLevel(next.logLevel)

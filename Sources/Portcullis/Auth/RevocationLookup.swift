@@ -26,7 +26,8 @@ public enum RevocationLookup {
     public static func check(_ configuration: GatewayConfiguration, identity: VerifiedIdentity,
                              now: Int64 = Int64(Date().timeIntervalSince1970), redisTimeout: Double = 3) -> Outcome {
         let maxCredentialLifetime = RevocationPolicy().maxCredentialLifetime  // the store's policy
-        let userID = configuration.identity.prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
+        let userID = configuration.identity.prefixProvider && identity.provider != SessionSettings.providerName
+            ? identity.provider + ":" + identity.subject : identity.subject
         let tokenIDs = [identity.tokenID ?? identity.credentialHash, identity.legacyCredentialHash].compactMap { $0 }
         let issuedAt = identity.issuedAt.map { Int64($0) }
         if configuration.store.usesRedis {

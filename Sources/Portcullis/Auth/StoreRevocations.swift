@@ -42,6 +42,12 @@ public final class StoreRevocations: RevocationChecking {
         }
     }
 
+    /// A session's own verdict outside a request (a refresh): its session id, and its user's
+    /// "sign out everywhere" cutoff against when the session began. On the loop of `loopIndex`.
+    public func check(loopIndex: Int, sessionID: String, subject: String, issuedAt: Int64, now: Int64) -> RevocationVerdict {
+        views[loopIndex].check(tokenID: nil, sessionID: sessionID, subject: subject, issuedAt: issuedAt, now: now)
+    }
+
     public func revokePresented(identity: VerifiedIdentity, userID: String, completion: @escaping @Sendable (Bool) -> Void) {
         let until = Int64(identity.expiresAt.rounded(.up)) + 300
         let revocation: Revocation

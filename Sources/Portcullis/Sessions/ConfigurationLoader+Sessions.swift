@@ -1,0 +1,123 @@
+import PortcullisAuth
+import PortcullisEdgeAuth
+import PortcullisProxy
+
+extension ConfigurationLoader {
+    /// `sessions:` (see `SessionSettings`). `providerNames`: the configured providers, which
+    /// `accept` must name (ID-token providers only).
+    static func sessions(_ node: ConfigNode?, providers: [ProviderSettings]) throws(ConfigurationError) -> SessionSettings? {
+        guard var node else { return nil }
+        let issuerNode = try node.required("issuer")
+        let issuer = try issuerNode.string()
+        guard !issuer.isEmpty else { throw issuerNode.error("must not be empty") }
+        let acceptNode = try node.required("accept")
+        let accept = try acceptNode.stringList()
+        guard !accept.isEmpty else { throw acceptNode.error("names at least one provider whose ID tokens may be exchanged") }
+        for name in accept {
+            guard let provider = providers.first(where: { $0.configuration.name == name }) else {
+                throw acceptNode.error("no provider '\(name)' (known: \(providers.map(\.configuration.name).joined(separator: ", ")))")
+            }
+            switch provider.configuration.kind {
+            case .google, .apple, .firebase, .oidc: break
+            default:
+                throw acceptNode.error("'\(name)' is a \(provider.configuration.kind.rawValue) provider; only ID tokens (google, apple, firebase, oidc) are exchanged")
+            }
+        }
+        if providers.contains(where: { $0.configuration.name == SessionSettings.providerName }) {
+            throw node.error("a provider is already named '\(SessionSettings.providerName)'; that name is the session tokens' own", key: "providers")
+        }
+        var refreshNode = try node.required("refresh_token")
+        let secretNode = try refreshNode.required("secret")
+        let secret = try secretNode.string()
+        guard secret.utf8.count >= 32 else { throw secretNode.error("needs at least 32 bytes") }
+        var settings = SessionSettings(issuer: issuer, accept: accept, refreshSecret: secret)
+        if let n = try refreshNode.optional("lifetime") { settings.refreshLifetime = try n.duration() }
+        if let n = try refreshNode.optional("idle_timeout") { settings.idleTimeout = try n.duration() }
+        if let n = try refreshNode.optional("reuse_grace") {
+            settings.reuseGrace = try n.duration()
+            guard settings.reuseGrace <= 300 else { throw n.error("at most 5m: a reuse window is a race window, not a policy") }
+        }
+        try refreshNode.finish()
+        if let n = try node.optional("id_token_field") {
+            settings.idTokenField = try n.string()
+            guard !settings.idTokenField.isEmpty else { throw n.error("must not be empty") }
+        }
+        if var user = try node.optional("user") {
+            if let n = try user.optional("provider_subject") {
+                guard try n.bool() else { throw n.error("only provider_subject: true is supported (the user id is \"<provider>:<sub>\")") }
+            }
+            if let n = try user.optional("lookup") {
+                throw n.error("not supported yet: the user id is \"<provider>:<sub>\" (user: {provider_subject: true})")
+            }
+            try user.finish()
+        }
+        if var access = try node.optional("access_token") {
+            if let n = try access.optional("lifetime") {
+                settings.accessLifetime = try n.duration()
+                guard settings.accessLifetime >= 60, settings.accessLifetime <= 86_400 else { throw n.error("between 1m and 24h") }
+            }
+            if let n = try access.optional("algorithm") {
+                guard try n.string() == "ES256" else { throw n.error("only ES256 is supported") }
+            }
+            if let n = try access.optional("signing_keys") { settings.signingKeyFiles = try n.stringList() }
+            try access.finish()
+        }
+        if var paths = try node.optional("paths") {
+            for (key, keyPath) in [("exchange", \SessionSettings.exchangePath), ("refresh", \.refreshPath),
+                                   ("logout", \.logoutPath), ("sessions", \.sessionsPath)] {
+                guard let n = try paths.optional(key) else { continue }
+                let path = try n.string()
+                guard path.hasPrefix("/"), path.count > 1 else { throw n.error("a path such as /auth/\(key)") }
+                settings[keyPath: keyPath] = path
+            }
+            try paths.finish()
+        }
+        if let n = try node.optional("require_tls") { settings.requireTLS = try n.bool() }
+        try node.finish()
+        return settings
+    }
+
+    /// The built-in `session` provider: ES256 access tokens of `issuer` (also their audience).
+    /// Its keys are the session service's, installed when the gateway starts.
+    static func sessionProvider(_ settings: SessionSettings) -> ProviderSettings {
+        var configuration = ProviderConfiguration(name: SessionSettings.providerName, kind: .oidc)
+        configuration.issuer = settings.issuer
+        configuration.audiences = [settings.issuer]
+        configuration.algorithms = ["ES256"]
+        configuration.maxLifetimeSeconds = Int(settings.accessLifetime) + 60
+        return ProviderSettings(configuration: configuration, keys: .inline(.empty), sessionCookieNames: [])
+    }
+
+    /// The session endpoints as routes the gateway answers; a configured route on the same
+    /// path is refused (it would shadow one or the other).
+    static func addSessionRoutes(_ settings: SessionSettings, routes: inout [RouteConfiguration],
+                                 routeAuth: inout [RouteAuthSettings], file: String) throws(ConfigurationError) -> [(index: Int, kind: SessionRouteKind)] {
+        let endpoints: [(String, String, SessionRouteKind, AuthMode, [String]?)] = [
+            ("exchange", settings.exchangePath, .exchange, .required, settings.accept),
+            ("refresh", settings.refreshPath, .refresh, .none, nil),
+            ("logout", settings.logoutPath, .logout, .required, [SessionSettings.providerName]),
+            ("sessions", settings.sessionsPath, .sessions, .required, [SessionSettings.providerName]),
+        ]
+        var added: [(index: Int, kind: SessionRouteKind)] = []
+        for (key, path, kind, auth, providers) in endpoints {
+            if let clash = routes.firstIndex(where: { $0.host == nil && $0.pathPrefix == path }) {
+                throw ConfigurationError(file: file, key: "sessions.paths.\(key)", line: nil,
+                                         reason: "\(path) is also routes[\(clash)]'s path; one would shadow the other")
+            }
+            if let other = added.first(where: { routes[$0.index].pathPrefix == path }) {
+                throw ConfigurationError(file: file, key: "sessions.paths.\(key)", line: nil,
+                                         reason: "\(path) is already the \(other.kind) endpoint's path")
+            }
+            routes.append(RouteConfiguration(pathPrefix: path, upstream: "portcullis-sessions", auth: auth, providers: providers))
+            var auth = RouteAuthSettings()
+            auth.forwardAuthorization = false
+            if kind == .exchange {
+                auth.bodyCredential = BodyCredentialSettings(field: settings.idTokenField, providers: settings.accept,
+                                                             maxBodyBytes: 64 * 1024)
+            }
+            routeAuth.append(auth)
+            added.append((routes.count - 1, kind))
+        }
+        return added
+    }
+}

@@ -1,0 +1,178 @@
+import Foundation
+import PortcullisAuth
+import PortcullisCore
+import PortcullisProxy
+
+/// One session endpoint, answered by the gateway after the route's authentication (see
+/// `SessionService`). `kind` says which.
+final class SessionEndpoint: RouteHandler, @unchecked Sendable {
+    // @unchecked Sendable: immutable.
+    let kind: SessionRouteKind
+    let service: SessionService
+    var bodyLimit: Int { 64 * 1024 }
+
+    init(_ kind: SessionRouteKind, service: SessionService) {
+        self.kind = kind
+        self.service = service
+    }
+
+    func handle(_ request: RequestView, body: UnsafeRawBufferPointer, grant: AuthGrant?, reply: LocalReply) -> LocalResponse? {
+        let service = self.service
+        if service.settings.requireTLS && !reply.secure {
+            return service.oauthError(403, "invalid_request", "Session endpoints answer over HTTPS only")
+        }
+        let now = Int64(WallClock.nowSeconds())
+        switch kind {
+        case .exchange:
+            guard request.method == .post else { return methodNotAllowed("POST") }
+            guard let identity = grant?.identity as? VerifiedIdentity else {
+                return service.oauthError(400, "invalid_grant", "The ID token was not verified")
+            }
+            var device = ""
+            request.values(of: "user-agent") { device = String(decoding: $0, as: UTF8.self) }
+            if case .success(let name?) = SessionService.member(body, ["device_name"]) { device = name }
+            let id = Self.sessionID()
+            let expires = now + Int64(service.settings.refreshLifetime)
+            var record = SessionRecord(id: id, user: identity.provider + ":" + identity.subject, provider: identity.provider,
+                                       device: String(device.prefix(200)), createdAt: now, lastUsedAt: now, expiresAt: expires,
+                                       counter: 1, rotatedAt: now, accessToken: "", accessExpiresAt: 0)
+            guard let (token, tokenExpires) = service.accessToken(record, now: now) else {
+                return service.oauthError(500, "server_error", "The access token could not be signed")
+            }
+            record.accessToken = token
+            record.accessExpiresAt = tokenExpires
+            let created = record
+            service.store.create(created) { ok in
+                service.counters.count(ok ? "created" : "store_failed")
+                reply.send(ok ? service.pair(created, now: now)
+                              : service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
+            }
+            return nil
+
+        case .refresh:
+            guard request.method == .post else { return methodNotAllowed("POST") }
+            let presented: String
+            switch SessionService.member(body, ["refresh_token", "refreshToken"]) {
+            case .success(let token?): presented = token
+            case .success(nil): return service.oauthError(400, "invalid_request", "The request body has no refresh_token member")
+            case .failure: return service.oauthError(400, "invalid_request", "The request body is not a JSON object with a string refresh_token member")
+            }
+            guard let (id, counter) = service.parseRefreshToken(presented) else {
+                service.counters.count("refresh_invalid")
+                return service.oauthError(400, "invalid_grant", "The refresh token is invalid")
+            }
+            let settings = service.settings
+            let loop = request.loop
+            service.store.rotate(id: id, counter: counter, now: now, grace: Int64(settings.reuseGrace),
+                                 idleTimeout: Int64(settings.idleTimeout), next: { current in
+                var next = current
+                next.counter = current.counter + 1
+                next.lastUsedAt = now
+                next.rotatedAt = now
+                if let (token, expires) = service.accessToken(next, now: now) {
+                    next.accessToken = token
+                    next.accessExpiresAt = expires
+                }
+                return next
+            }) { outcome in
+                switch outcome {
+                case .rotated(let record), .current(let record):
+                    // Revoked meanwhile (the session by the admin API, or its user signed out
+                    // everywhere after it began): ended, not renewed.
+                    loop.execute {
+                        switch service.revocations.check(loopIndex: loop.index, sessionID: record.id, subject: record.user,
+                                                         issuedAt: record.createdAt, now: now) {
+                        case .allowed:
+                            if case .rotated = outcome { service.counters.count("refreshed") } else { service.counters.count("refresh_within_grace") }
+                            reply.send(service.pair(record, now: now))
+                        case .revoked:
+                            service.counters.count("refresh_revoked")
+                            service.store.end(id: record.id, user: nil) { _ in
+                                reply.send(service.oauthError(400, "invalid_grant", "The session has been revoked"))
+                            }
+                        case .unavailable:
+                            reply.send(service.oauthError(503, "temporarily_unavailable", "The revocation store is unavailable"))
+                        }
+                    }
+                case .reused(let record):
+                    service.counters.count("reuse_detected")
+                    service.logger.warning("refresh token reused: the session is ended", metadata: [
+                        "session": "\(record.id)", "user": "\(record.user)", "provider": "\(record.provider)"])
+                    service.endEverywhere(record, now: now) { _ in
+                        reply.send(service.oauthError(400, "invalid_grant", "The refresh token was already used; the session is ended"))
+                    }
+                case .expired:
+                    service.counters.count("refresh_expired")
+                    reply.send(service.oauthError(400, "invalid_grant", "The refresh token expired"))
+                case .unknown:
+                    service.counters.count("refresh_unknown")
+                    reply.send(service.oauthError(400, "invalid_grant", "The session has ended"))
+                }
+            }
+            return nil
+
+        case .logout:
+            guard request.method == .post else { return methodNotAllowed("POST") }
+            guard let identity = grant?.identity as? VerifiedIdentity, let sid = identity.sessionID else {
+                return service.oauthError(400, "invalid_request", "A session access token is required")
+            }
+            service.store.end(id: sid, user: identity.subject) { record in
+                service.counters.count("logged_out")
+                guard let record else {
+                    // Ended already (another device, a reuse): its tokens are refused anyway.
+                    return reply.send(LocalResponse(status: 204, headers: [("cache-control", "no-store")], body: []))
+                }
+                service.endEverywhere(record, now: now) { ok in
+                    reply.send(ok ? LocalResponse(status: 204, headers: [("cache-control", "no-store")], body: [])
+                                  : service.oauthError(503, "temporarily_unavailable", "The revocation store is unavailable"))
+                }
+            }
+            return nil
+
+        case .sessions:
+            guard let identity = grant?.identity as? VerifiedIdentity, let current = identity.sessionID else {
+                return service.oauthError(400, "invalid_request", "A session access token is required")
+            }
+            let user = identity.subject
+            let base = service.settings.sessionsPath
+            if request.method == .get && request.path == base {
+                service.store.list(user: user, now: now) { records in
+                    let items = records.map { r in
+                        "{\"id\":\(JSONText.quoted(r.id)),\"device\":\(JSONText.quoted(r.device)),\"provider\":\(JSONText.quoted(r.provider)),"
+                            + "\"created_at\":\(r.createdAt),\"last_used_at\":\(r.lastUsedAt),\"current\":\(r.id == current)}"
+                    }
+                    reply.send(LocalResponse(status: 200, headers: [("cache-control", "no-store")],
+                                             body: Array("{\"sessions\":[\(items.joined(separator: ","))]}".utf8)))
+                }
+                return nil
+            }
+            guard request.method == .delete, request.path.hasPrefix(base + "/") else {
+                return methodNotAllowed(request.path == base ? "GET" : "DELETE")
+            }
+            let id = String(request.path.dropFirst(base.count + 1))
+            guard id.count == 32, id.allSatisfy(\.isHexDigit) else { return .error(404, "no such session") }
+            service.store.end(id: id, user: user) { record in
+                // Another user's session is as unknown as a missing one.
+                guard let record else { return reply.send(.error(404, "no such session")) }
+                service.counters.count("ended_by_user")
+                service.endEverywhere(record, now: now) { ok in
+                    reply.send(ok ? LocalResponse(status: 204, headers: [("cache-control", "no-store")], body: [])
+                                  : service.oauthError(503, "temporarily_unavailable", "The revocation store is unavailable"))
+                }
+            }
+            return nil
+        }
+    }
+
+    private func methodNotAllowed(_ allowed: String) -> LocalResponse {
+        LocalResponse.error(405, "method not allowed", headers: [("allow", allowed)])
+    }
+
+    /// 128 random bits, hex.
+    static func sessionID() -> String {
+        var random = SystemRandomNumberGenerator()
+        let words = (random.next() as UInt64, random.next() as UInt64)
+        func hex(_ v: UInt64) -> String { let s = String(v, radix: 16); return String(repeating: "0", count: 16 - s.count) + s }
+        return hex(words.0) + hex(words.1)
+    }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import Logging
+import PortcullisAuth
+import PortcullisCore
+import PortcullisEdgeAuth
+import PortcullisKeys
+import PortcullisProxy
+import PortcullisStore
+
+/// The session endpoints (#27) and what they share: the signing key of the access tokens,
+/// the refresh tokens' MAC key, the session store and the revocation path (ending a session
+/// revokes its `sid`, so its access tokens are refused on every instance, as any revocation).
+///
+/// Refresh tokens are `rt1.<session id>.<counter>.<MAC>`: the MAC (HMAC-SHA-256 of the rest,
+/// with `refresh_token.secret`) proves the gateway issued it, so nothing is stored per token;
+/// the session keeps its current counter. Errors follow RFC 6749 §5.2 (`400 invalid_grant`,
+/// `400 invalid_request`) in the configured `error_body` shape. Tokens never appear in logs.
+public final class SessionService: @unchecked Sendable {
+    // @unchecked Sendable: every member is immutable after init (the store and revocations
+    // are thread-safe).
+    let settings: SessionSettings
+    let store: any SessionStore
+    let revocations: StoreRevocations
+    let signer: SigningKey
+    let keyID: String
+    let macKey: [UInt8]
+    let errorBody: ErrorBodyTemplate
+    let logger: Logger
+    /// The public keys, as a JWKS document.
+    public let jwks: [UInt8]
+    /// Counted outcomes (`portcullis_sessions_total{event}`).
+    let counters = SessionCounters()
+
+    public struct Failure: Error, CustomStringConvertible { public let description: String }
+
+    /// Every signing key (the first signs); kept across reloads when generated.
+    let signingKeys: [SigningKey]
+
+    init(settings: SessionSettings, store: any SessionStore, revocations: StoreRevocations, errorBody: ErrorBodyTemplate,
+         logger: Logger, keys given: [SigningKey]? = nil) throws {
+        self.settings = settings
+        self.store = store
+        self.revocations = revocations
+        self.errorBody = errorBody
+        self.logger = logger
+        let keys = try given ?? Self.signingKeys(settings)
+        signingKeys = keys
+        signer = keys[0]
+        keyID = keys[0].thumbprint
+        macKey = Array(settings.refreshSecret.utf8)
+        let list = keys.compactMap { $0.publicJWK(keyID: $0.thumbprint) }
+        jwks = Array((JSONValue.object([("keys", .array(list))]).serialized + "\n").utf8)
+    }
+
+    /// The configured ES256 keys, or one made now.
+    static func signingKeys(_ settings: SessionSettings) throws -> [SigningKey] {
+        if settings.signingKeyFiles.isEmpty { return [try SigningKey.generate(.es256)] }
+        return try settings.signingKeyFiles.map { path in
+            do { return try AssertionKeys.loadKey(path, algorithm: .es256) } catch {
+                throw Failure(description: "sessions.access_token.signing_keys: \(error)")
+            }
+        }
+    }
+
+    /// The `session` provider's keys: what it verifies access tokens with.
+    public var keySet: KeySet {
+        get throws { try KeyDocumentFormat.detect(jwks).load(jwks) }
+    }
+
+    // MARK: Tokens
+
+    func refreshToken(session: String, counter: UInt64) -> String {
+        let body = "rt1.\(session).\(counter)"
+        return body + "." + JWTText.base64URL(HMACSHA256.mac(key: macKey, Array(body.utf8)))
+    }
+
+    /// The session id and counter of a refresh token whose MAC is the gateway's; nil otherwise.
+    func parseRefreshToken(_ token: String) -> (session: String, counter: UInt64)? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0] == "rt1", parts[1].count == 32, parts[1].allSatisfy(\.isHexDigit),
+              let counter = UInt64(parts[2]), parts[3].count == 43 else { return nil }
+        let expected = refreshToken(session: String(parts[1]), counter: counter)
+        guard HMACSHA256.equal(expected.utf8, token.utf8) else { return nil }
+        return (String(parts[1]), counter)
+    }
+
+    func accessToken(_ record: SessionRecord, now: Int64) -> (String, Int64)? {
+        let expires = now + Int64(settings.accessLifetime)
+        let claims = JSONValue.object([
+            ("iss", .string(settings.issuer)), ("aud", .string(settings.issuer)), ("sub", .string(record.user)),
+            ("sid", .string(record.id)), ("iat", .integer(now)), ("exp", .integer(expires)),
+            ("jti", .string(JWTText.randomID())), ("idp", .string(record.provider)),
+        ])
+        guard let token = try? TokenMinter.sign(claims: claims, key: signer, keyID: keyID) else { return nil }
+        return (token, expires)
+    }
+
+    // MARK: Answers
+
+    func pair(_ record: SessionRecord, now: Int64) -> LocalResponse {
+        var token = record.accessToken
+        var lifetime = record.accessExpiresAt - record.rotatedAt
+        if token.isEmpty, let (fresh, expires) = accessToken(record, now: now) {  // after a restart
+            token = fresh
+            lifetime = expires - now
+        }
+        // `expires_in` is the token's lifetime as issued, so racing refreshes get byte-identical
+        // answers (one within the grace is up to `reuse_grace` optimistic).
+        let body = "{\"access_token\":\(JSONText.quoted(token)),\"token_type\":\"Bearer\",\"expires_in\":\(max(0, lifetime)),"
+            + "\"refresh_token\":\(JSONText.quoted(refreshToken(session: record.id, counter: record.counter))),"
+            + "\"session_id\":\(JSONText.quoted(record.id)),\"user_id\":\(JSONText.quoted(record.user))}"
+        return LocalResponse(status: 200, headers: [("cache-control", "no-store"), ("pragma", "no-cache")], body: Array(body.utf8))
+    }
+
+    /// RFC 6749 §5.2, in the configured body shape.
+    func oauthError(_ status: Int, _ code: String, _ description: String) -> LocalResponse {
+        LocalResponse(status: status, headers: [("cache-control", "no-store")],
+                      body: Array(errorBody.render(status: status, code: code, description: description).utf8))
+    }
+
+    /// Ends a session everywhere: the store, and its access tokens through the revocation
+    /// path (until the last one it issued has expired).
+    func endEverywhere(_ record: SessionRecord, now: Int64, completion: @escaping @Sendable (Bool) -> Void) {
+        let until = max(record.accessExpiresAt, now + Int64(settings.accessLifetime)) + 60
+        revocations.store.revoke(.session(id: record.id, until: until)) { result in
+            if case .success = result { completion(true) } else { completion(false) }
+        }
+    }
+
+    /// A JSON object body's string member, or why not.
+    static func member(_ body: UnsafeRawBufferPointer, _ names: [String]) -> Result<String?, LocalResponseReason> {
+        guard !body.isEmpty, let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
+            return .failure(.notJSON)
+        }
+        for name in names {
+            if let value = object[name] {
+                guard let text = value as? String else { return .failure(.notString(name)) }
+                return .success(text)
+            }
+        }
+        return .success(nil)
+    }
+
+    enum LocalResponseReason: Error { case notJSON, notString(String) }
+}
+
+/// Counted session events, read by `/metrics`.
+final class SessionCounters: @unchecked Sendable {
+    // @unchecked Sendable: guarded by `lock`.
+    private let lock = NSLock()
+    private var counts: [String: Int] = [:]
+    func count(_ event: String) { lock.lock(); counts[event, default: 0] += 1; lock.unlock() }
+    var snapshot: [String: Int] { lock.lock(); defer { lock.unlock() }; return counts }
+}

@@ -1,0 +1,53 @@
+import PortcullisAuth
+
+/// `sessions:` — mobile sign-in at the edge (#27): an app's client exchanges a verified ID
+/// token (Google, Apple, Firebase) for a session of the gateway's own: a short-lived access
+/// JWT signed by the gateway, accepted on every route by the built-in `session` provider,
+/// and an opaque refresh token rotated on every use, with reuse detection.
+///
+/// ```yaml
+/// sessions:
+///   issuer: "https://api.example.com"
+///   accept: [google, apple]
+///   id_token_field: idToken            # also read: id_token
+///   user: {provider_subject: true}     # user id "<provider>:<sub>"
+///   access_token: {lifetime: 15m, signing_keys: [/etc/portcullis/session-es256.pem]}
+///   refresh_token: {lifetime: 90d, idle_timeout: 30d, reuse_grace: 10s, secret: "${SESSION_SECRET}"}
+///   paths: {exchange: /auth/session, refresh: /auth/refresh, logout: /auth/logout, sessions: /auth/sessions}
+///   require_tls: true
+/// ```
+public struct SessionSettings: Sendable {
+    /// The built-in provider that accepts the gateway's access tokens.
+    public static let providerName = "session"
+
+    /// `iss` of the access tokens (and their `aud`).
+    public var issuer: String
+    /// Providers whose ID tokens may be exchanged.
+    public var accept: [String]
+    /// The JSON member holding the ID token (`id_token` is read too).
+    public var idTokenField = "idToken"
+    public var accessLifetime: Double = 15 * 60
+    /// ES256 private keys (PEM files); the first signs. Empty: one generated at start (one
+    /// instance only: its tokens end with the process; refresh tokens survive).
+    public var signingKeyFiles: [String] = []
+    public var refreshLifetime: Double = 90 * 86_400
+    /// A refresh token unused this long ends its session.
+    public var idleTimeout: Double = 30 * 86_400
+    /// The previous refresh token, presented within this long after a rotation, gets the
+    /// current pair (racing refreshes converge); any other reuse ends the session.
+    public var reuseGrace: Double = 10
+    /// The MAC key of the refresh tokens (at least 32 bytes), the same on every instance.
+    public var refreshSecret: String
+    public var exchangePath = "/auth/session"
+    public var refreshPath = "/auth/refresh"
+    public var logoutPath = "/auth/logout"
+    public var sessionsPath = "/auth/sessions"
+    /// The session endpoints answer on TLS listeners only (a plain request: 403).
+    public var requireTLS = true
+
+    public init(issuer: String, accept: [String], refreshSecret: String) {
+        self.issuer = issuer
+        self.accept = accept
+        self.refreshSecret = refreshSecret
+    }
+}

@@ -1,0 +1,203 @@
+import Dispatch
+import Foundation
+import PortcullisAuth
+import PortcullisCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One signed-in device: what the session endpoints keep per session (nothing per token).
+public struct SessionRecord: Sendable, Equatable {
+    public var id: String
+    public var user: String
+    public var provider: String
+    public var device: String
+    public var createdAt: Int64
+    public var lastUsedAt: Int64
+    /// The session ends at this time whatever its use (`refresh_token.lifetime`).
+    public var expiresAt: Int64
+    /// The counter of the current refresh token; the one before it is `counter - 1`.
+    public var counter: UInt64
+    /// When the current refresh token was issued (the reuse grace runs from here).
+    public var rotatedAt: Int64
+    /// The access token issued with the current refresh token (what a racing refresh within
+    /// the grace gets again; kept in memory only, empty after a restart), and when it expires.
+    public var accessToken: String
+    public var accessExpiresAt: Int64
+}
+
+/// What a refresh found.
+public enum RotateOutcome: Sendable, Equatable {
+    /// The presented token was current: the session moved on to `record`'s counter.
+    case rotated(SessionRecord)
+    /// The presented token was the previous one, within the reuse grace: the current pair.
+    case current(SessionRecord)
+    /// Any other reuse: the session was ended.
+    case reused(SessionRecord)
+    /// No such session (ended, expired, never existed).
+    case unknown
+    /// Past its lifetime or idle timeout: ended.
+    case expired
+}
+
+/// Where sessions live: the embedded store (this process, `store.state_dir` to survive a
+/// restart). Completions may run on any queue.
+public protocol SessionStore: AnyObject, Sendable {
+    func create(_ record: SessionRecord, completion: @escaping @Sendable (Bool) -> Void)
+    /// The refresh of `id` with the token of `counter`, at `now`. `next` is the record to
+    /// store when the token is current (the counter one more, the new access token).
+    func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64,
+                next: @escaping @Sendable (SessionRecord) -> SessionRecord,
+                completion: @escaping @Sendable (RotateOutcome) -> Void)
+    /// Ends the session (if `user` is given, only one of that user's). The record, nil when none.
+    func end(id: String, user: String?, completion: @escaping @Sendable (SessionRecord?) -> Void)
+    /// The user's live sessions.
+    func list(user: String, now: Int64, completion: @escaping @Sendable ([SessionRecord]) -> Void)
+}
+
+/// Sessions in this process, on a serial queue, with a journal in `store.state_dir`
+/// (`sessions.jsonl`: one line per change, the last line of an id wins). Creations and ends
+/// are written and `fsync`ed before they are acknowledged; rotations are written without
+/// waiting for the disk: a rotation lost in a crash is harmless, because a refresh token's
+/// MAC proves the gateway issued it, so a token one counter ahead of what was kept is
+/// accepted as current (and the session moves on from it).
+public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
+    // @unchecked Sendable: `sessions`, `byUser` and the journal are touched only on `queue`.
+    private let queue = DispatchQueue(label: "portcullis.sessions.embedded")
+    private var sessions: [String: SessionRecord] = [:]
+    private var byUser: [String: Set<String>] = [:]
+    private let journalPath: String?
+    private var journal: Int32 = -1
+
+    public struct Failure: Error, CustomStringConvertible { public let description: String }
+
+    /// `directory`: keep sessions there across restarts (nil: memory only).
+    public init(directory: String?, now: Int64 = Int64(WallClock.nowSeconds())) throws {
+        guard let directory else { journalPath = nil; return }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let path = (directory as NSString).appendingPathComponent("sessions.jsonl")
+        journalPath = path
+        if let data = FileManager.default.contents(atPath: path) {
+            for (number, line) in String(decoding: data, as: UTF8.self).split(separator: "\n").enumerated() {
+                guard let entry = Self.decode(line) else {
+                    // A line cut short by a crash is the last one; anything else is damage.
+                    if number == String(decoding: data, as: UTF8.self).split(separator: "\n").count - 1 { continue }
+                    throw Failure(description: "\(path):\(number + 1): not a session line")
+                }
+                switch entry {
+                case .record(let record): sessions[record.id] = record
+                case .ended(let id): sessions[id] = nil
+                }
+            }
+        }
+        sessions = sessions.filter { $0.value.expiresAt > now }
+        for record in sessions.values { byUser[record.user, default: []].insert(record.id) }
+        // Rewritten with the live sessions only, then appended to.
+        let temporary = path + ".tmp"
+        let text = sessions.values.map(Self.encode).joined()
+        guard FileManager.default.createFile(atPath: temporary, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw Failure(description: "\(temporary): cannot write")
+        }
+        guard rename(temporary, path) == 0 else { throw Failure(description: "\(path): cannot replace (\(String(cString: strerror(errno))))") }
+        journal = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
+        guard journal >= 0 else { throw Failure(description: "\(path): cannot open for writing") }
+    }
+
+    deinit { if journal >= 0 { close(journal) } }
+
+    /// Sessions kept now (tests, metrics).
+    public var count: Int { queue.sync { sessions.count } }
+
+    public func create(_ record: SessionRecord, completion: @escaping @Sendable (Bool) -> Void) {
+        queue.async { [self] in
+            guard write(Self.encode(record), sync: true) else { return completion(false) }
+            sessions[record.id] = record
+            byUser[record.user, default: []].insert(record.id)
+            completion(true)
+        }
+    }
+
+    public func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64,
+                       next: @escaping @Sendable (SessionRecord) -> SessionRecord,
+                       completion: @escaping @Sendable (RotateOutcome) -> Void) {
+        queue.async { [self] in
+            guard var record = sessions[id] else { return completion(.unknown) }
+            if now >= record.expiresAt || now - record.lastUsedAt > idleTimeout {
+                remove(record)
+                return completion(.expired)
+            }
+            if counter >= record.counter {
+                // Current (or ahead of a rotation lost in a crash: the MAC proved it ours).
+                record.counter = counter
+                let rotated = next(record)
+                _ = write(Self.encode(rotated), sync: false)
+                sessions[id] = rotated
+                return completion(.rotated(rotated))
+            }
+            if counter + 1 == record.counter && now - record.rotatedAt <= grace {
+                return completion(.current(record))
+            }
+            remove(record)
+            completion(.reused(record))
+        }
+    }
+
+    public func end(id: String, user: String?, completion: @escaping @Sendable (SessionRecord?) -> Void) {
+        queue.async { [self] in
+            guard let record = sessions[id], user == nil || record.user == user else { return completion(nil) }
+            remove(record)
+            completion(record)
+        }
+    }
+
+    public func list(user: String, now: Int64, completion: @escaping @Sendable ([SessionRecord]) -> Void) {
+        queue.async { [self] in
+            let records = (byUser[user] ?? []).compactMap { sessions[$0] }.filter { $0.expiresAt > now }
+            completion(records.sorted { $0.createdAt < $1.createdAt })
+        }
+    }
+
+    private func remove(_ record: SessionRecord) {
+        sessions[record.id] = nil
+        byUser[record.user]?.remove(record.id)
+        if byUser[record.user]?.isEmpty == true { byUser[record.user] = nil }
+        _ = write("{\"ended\":\(JSONText.quoted(record.id))}\n", sync: true)
+    }
+
+    /// Appends one line (nothing without a journal); `sync`: on disk before it returns.
+    private func write(_ line: String, sync: Bool) -> Bool {
+        guard journal >= 0 else { return true }
+        let bytes = Array(line.utf8)
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(journal, $0.baseAddress! + written, $0.count - written) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return false }
+            written += n
+        }
+        return !sync || fdatasync(journal) == 0
+    }
+
+    private enum Entry { case record(SessionRecord), ended(String) }
+
+    static func encode(_ r: SessionRecord) -> String {
+        "{\"id\":\(JSONText.quoted(r.id)),\"user\":\(JSONText.quoted(r.user)),\"provider\":\(JSONText.quoted(r.provider)),"
+            + "\"device\":\(JSONText.quoted(r.device)),\"created\":\(r.createdAt),\"used\":\(r.lastUsedAt),"
+            + "\"expires\":\(r.expiresAt),\"counter\":\(r.counter),\"rotated\":\(r.rotatedAt),"
+            + "\"access_expires\":\(r.accessExpiresAt)}\n"  // the access token itself never goes to disk
+    }
+
+    private static func decode(_ line: Substring) -> Entry? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+        if let id = object["ended"] as? String { return .ended(id) }
+        func int(_ key: String) -> Int64? { (object[key] as? NSNumber)?.int64Value }
+        guard let id = object["id"] as? String, let user = object["user"] as? String, let provider = object["provider"] as? String,
+              let device = object["device"] as? String, let created = int("created"), let used = int("used"),
+              let expires = int("expires"), let counter = int("counter"), let rotated = int("rotated"),
+              let accessExpires = int("access_expires") else { return nil }
+        return .record(SessionRecord(id: id, user: user, provider: provider, device: device, createdAt: created,
+                                     lastUsedAt: used, expiresAt: expires, counter: UInt64(max(0, counter)), rotatedAt: rotated,
+                                     accessToken: "", accessExpiresAt: accessExpires))
+    }
+}

@@ -1,0 +1,282 @@
+import Foundation
+import PortcullisTestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Mobile sign-in at the edge (#27), through the real binary: an ID token minted outside
+/// the gateway is exchanged for the gateway's own session; its access token is accepted on
+/// every route by the `session` provider; the refresh token rotates, racing refreshes within
+/// the grace converge on one pair, any other reuse ends the session; logout and the device
+/// list; sessions survive a restart with `store.state_dir`.
+@Suite(.serialized) struct SessionsEndToEndTests {
+    static let secret = "0123456789abcdef0123456789abcdef-session-secret"
+
+    struct Pair {
+        let access: String
+        let refresh: String
+        let session: String
+        let user: String
+        let expiresIn: Int
+        let raw: String
+    }
+
+    static func pair(_ body: String) -> Pair? {
+        guard let o = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any],
+              let access = o["access_token"] as? String, let refresh = o["refresh_token"] as? String,
+              let session = o["session_id"] as? String, let user = o["user_id"] as? String,
+              o["token_type"] as? String == "Bearer", let expiresIn = o["expires_in"] as? Int else { return nil }
+        return Pair(access: access, refresh: refresh, session: session, user: user, expiresIn: expiresIn, raw: body)
+    }
+
+    static func gateway(_ upstream: EchoUpstream, stateDir: String? = nil, grace: String = "2s", extra: String = "",
+                        requireTLS: Bool = false, listen: String? = nil) throws -> GatewayProcess {
+        try GatewayProcess("""
+        \(AuthFixtures.providers)
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google, apple]
+          access_token: {lifetime: 15m}
+          refresh_token: {secret: "\(secret)", reuse_grace: \(grace), lifetime: 90d, idle_timeout: 30d}
+          require_tls: \(requireTLS)
+        \(stateDir.map { "store: {state_dir: \"\($0)\"}" } ?? "")
+        \(extra)
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        """, listen: listen)
+    }
+
+    static func exchange(_ g: GatewayProcess, _ provider: String = "google", sub: String = "117", device: String? = nil,
+                         field: String = "idToken") throws -> (Int, String) {
+        let header = try AuthFixtures.mint(g, provider, ["--sub", sub])
+        let token = String(header.dropFirst("Authorization: Bearer ".count))
+        let body = device.map { "{\"\(field)\":\"\(token)\",\"device_name\":\"\($0)\"}" } ?? "{\"\(field)\":\"\(token)\"}"
+        let r = E2E.curl(["-X", "POST", "-H", "content-type: application/json", "-H", "user-agent: TestPhone/1", "-d", body,
+                          "\(g.url)/auth/session"])
+        return (r.status, r.body)
+    }
+
+    static func refresh(_ g: GatewayProcess, _ token: String) -> (status: Int, body: String) {
+        E2E.curl(["-X", "POST", "-H", "content-type: application/json", "-d", "{\"refresh_token\":\"\(token)\"}", "\(g.url)/auth/refresh"])
+    }
+
+    static func api(_ g: GatewayProcess, _ access: String) -> (status: Int, body: String) {
+        E2E.curl(["-H", "Authorization: Bearer \(access)", "-H", "X-User-Id: forged", "\(g.url)/api/x"])
+    }
+
+    @Test func exchangeRefreshRotationReuseAndLogout() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.gateway(upstream)
+        let (status, body) = try Self.exchange(g, device: "Jay's iPhone")
+        #expect(status == 200, "\(body)")
+        let first = try #require(Self.pair(body), "\(body)")
+        #expect(first.user == "google:117" && first.expiresIn == 900 && first.session.count == 32)
+        #expect(!g.log.contains(first.access) && !g.log.contains(first.refresh), "tokens never in logs")
+
+        // The access token works on every route, as the built-in `session` provider; the app
+        // keeps reading X-User-Id (the client's forged one gone).
+        let call = Self.api(g, first.access)
+        #expect(call.status == 200)
+        let echo = try Echo(call.body)
+        #expect(echo.values("X-User-Id") == ["google:117"], "\(call.body)")
+        #expect(echo.values("X-Auth-Provider") == ["session"])
+        // Its claims: iss, aud, sub, sid, iat, exp, jti; ES256 with a published key.
+        let payload = try #require(Data(base64Encoded: Self.padded(String(first.access.split(separator: ".")[1]))))
+        let claims = try #require(try JSONSerialization.jsonObject(with: payload) as? [String: Any])
+        #expect(claims["iss"] as? String == "https://api.example.test" && claims["sub"] as? String == "google:117"
+                && claims["sid"] as? String == first.session && claims["jti"] != nil)
+        let jwks = E2E.curl(["\(g.url)/.well-known/portcullis/jwks.json"])
+        #expect(jwks.status == 200 && jwks.body.contains("\"crv\":\"P-256\""), "\(jwks)")
+
+        // Refresh: a new pair; the old refresh token is spent.
+        let second = try #require(Self.pair(Self.refresh(g, first.refresh).body))
+        #expect(second.refresh != first.refresh && second.access != first.access && second.session == first.session)
+        #expect(Self.api(g, second.access).status == 200)
+        // The previous token within the grace: the current pair, the same answer.
+        let again = Self.refresh(g, first.refresh)
+        #expect(again.status == 200 && Self.pair(again.body)?.refresh == second.refresh
+                && Self.pair(again.body)?.access == second.access, "\(again)")
+        // After the grace, any reuse ends the session (its access tokens too), logged and counted.
+        sleep(3)
+        let reused = Self.refresh(g, first.refresh)
+        #expect(reused.status == 400 && reused.body.contains("\"invalid_grant\"") && reused.body.contains("already used"), "\(reused)")
+        #expect(Self.api(g, second.access).status == 401, "the session's access token is refused at once")
+        #expect(Self.refresh(g, second.refresh).status == 400, "the current refresh token is dead too")
+        #expect(g.log.contains("refresh token reused: the session is ended"))
+        #expect(!g.log.contains(first.refresh), "no token in the log line")
+
+        // Forged, malformed and wrong-session tokens.
+        let forged = first.refresh.dropLast(4) + "AAAA"
+        #expect(Self.refresh(g, String(forged)).body.contains("invalid_grant"))
+        let malformed = E2E.curl(["-X", "POST", "-d", "not json", "\(g.url)/auth/refresh"])
+        #expect(malformed.status == 400 && malformed.body.contains("invalid_request"), "\(malformed)")
+        let missing = E2E.curl(["-X", "POST", "-d", "{}", "\(g.url)/auth/refresh"])
+        #expect(missing.status == 400 && missing.body.contains("no refresh_token member"), "\(missing)")
+
+        // Logout ends the session: its access token and its refresh token.
+        let (_, body2) = try Self.exchange(g, sub: "118")
+        let third = try #require(Self.pair(body2))
+        let logout = E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(third.access)", "\(g.url)/auth/logout"])
+        #expect(logout.status == 204, "\(logout)")
+        #expect(Self.api(g, third.access).status == 401)
+        #expect(Self.refresh(g, third.refresh).body.contains("invalid_grant"))
+        // The exchange refuses what any route refuses, in RFC 6749's shape for bad bodies.
+        let badBody = E2E.curl(["-X", "POST", "-d", "{\"device_name\":\"x\"}", "\(g.url)/auth/session"])
+        #expect(badBody.status == 400 && badBody.body.contains("invalid_request"), "\(badBody)")
+        let appToken = try AuthFixtures.mint(g, "app")
+        let notAccepted = E2E.curl(["-X", "POST", "-d", "{\"idToken\":\"\(appToken.dropFirst("Authorization: Bearer ".count))\"}",
+                                    "\(g.url)/auth/session"])
+        #expect(notAccepted.status == 401, "only the accepted ID-token providers: \(notAccepted)")
+        #expect(try Self.exchange(g, "apple", sub: "001.abc").0 == 200)
+        #expect(try upstream.seen().allSatisfy { !$0.hasPrefix("/auth/") }, "the session endpoints never reach the app")
+    }
+
+    /// 50 refreshes of one token at once: one rotates, every other one gets the same pair.
+    @Test func concurrentRefreshesWithinTheGraceConverge() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.gateway(upstream, grace: "10s")
+        let first = try #require(Self.pair(try Self.exchange(g).1))
+        let script = """
+        import concurrent.futures, json, sys, urllib.request
+        def one(_):
+            request = urllib.request.Request(sys.argv[1], data=json.dumps({"refresh_token": sys.argv[2]}).encode(), method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=10) as r: return r.status, r.read().decode()
+            except urllib.error.HTTPError as e: return e.code, e.read().decode()
+        with concurrent.futures.ThreadPoolExecutor(50) as pool:
+            print(json.dumps(list(pool.map(one, range(50)))))
+        """
+        let (status, out, err) = E2E.run("/usr/bin/python3", ["-c", script, "\(g.url)/auth/refresh", first.refresh], timeout: 60)
+        #expect(status == 0, "\(err)")
+        let results = try #require(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[Any]])
+        #expect(results.count == 50)
+        let bodies = Set(results.compactMap { $0[1] as? String })
+        #expect(results.allSatisfy { $0[0] as? Int == 200 }, "\(results.prefix(3))")
+        #expect(bodies.count == 1, "every racing refresh got the same pair: \(bodies.count) different")
+        let pair = try #require(bodies.first.flatMap(Self.pair))
+        #expect(Self.api(g, pair.access).status == 200)
+        #expect(Self.pair(Self.refresh(g, pair.refresh).body) != nil, "the converged pair moves on")
+    }
+
+    /// The device list: the user's sessions with `current`; ending one of them; another
+    /// user's session id is as unknown as a missing one (404).
+    @Test func theDeviceListAndEndingOneDevice() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.gateway(upstream)
+        let phone = try #require(Self.pair(try Self.exchange(g, device: "Phone").1))
+        let pad = try #require(Self.pair(try Self.exchange(g).1))  // the User-Agent names it
+        let stranger = try #require(Self.pair(try Self.exchange(g, sub: "999").1))
+        let list = E2E.curl(["-H", "Authorization: Bearer \(phone.access)", "\(g.url)/auth/sessions"])
+        #expect(list.status == 200)
+        let sessions = try #require((try JSONSerialization.jsonObject(with: Data(list.body.utf8)) as? [String: Any])?["sessions"] as? [[String: Any]])
+        #expect(sessions.count == 2, "only the user's own: \(list.body)")
+        #expect(sessions.contains { $0["id"] as? String == phone.session && $0["current"] as? Bool == true && $0["device"] as? String == "Phone" })
+        #expect(sessions.contains { $0["id"] as? String == pad.session && $0["current"] as? Bool == false && $0["device"] as? String == "TestPhone/1" })
+        #expect(sessions.allSatisfy { $0["provider"] as? String == "google" && $0["created_at"] is Int && $0["last_used_at"] is Int })
+        let other = E2E.curl(["-X", "DELETE", "-H", "Authorization: Bearer \(phone.access)", "\(g.url)/auth/sessions/\(stranger.session)"])
+        #expect(other.status == 404)
+        #expect(Self.api(g, stranger.access).status == 200, "another user's session is untouched")
+        let ended = E2E.curl(["-X", "DELETE", "-H", "Authorization: Bearer \(phone.access)", "\(g.url)/auth/sessions/\(pad.session)"])
+        #expect(ended.status == 204)
+        #expect(Self.api(g, pad.access).status == 401)
+        #expect(Self.refresh(g, pad.refresh).status == 400)
+        #expect(E2E.curl(["\(g.url)/auth/sessions"]).status == 401, "the list needs a session token")
+        let idToken = try AuthFixtures.mint(g, "google")
+        #expect(E2E.curl(["-H", idToken, "\(g.url)/auth/sessions"]).status == 401, "an ID token is not a session token")
+    }
+
+    /// With `store.state_dir` a session survives a restart: its refresh token still
+    /// refreshes (the access tokens of a generated key do not, by design), a logged-out one
+    /// stays ended.
+    @Test func sessionsSurviveARestartWithAStateDirectory() throws {
+        let upstream = try EchoUpstream()
+        let dir = NSTemporaryDirectory() + "portcullis-sessions-\(UUID().uuidString)"
+        var g = try Self.gateway(upstream, stateDir: dir)
+        let kept = try #require(Self.pair(try Self.exchange(g).1))
+        let next = try #require(Self.pair(Self.refresh(g, kept.refresh).body))
+        let gone = try #require(Self.pair(try Self.exchange(g, sub: "200").1))
+        #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(gone.access)", "\(g.url)/auth/logout"]).status == 204)
+        let text = (try? String(contentsOfFile: dir + "/sessions.jsonl", encoding: .utf8)) ?? ""
+        #expect(!text.contains(kept.access) && !text.contains(next.access) && !text.contains(next.refresh), "no token on disk")
+        g.send(SIGTERM)
+        E2E.waitForExit(g.process, timeout: 10)
+        g = try Self.gateway(upstream, stateDir: dir)
+        let after = Self.refresh(g, next.refresh)
+        #expect(after.status == 200, "\(after)")
+        if let pair = Self.pair(after.body) { #expect(Self.api(g, pair.access).status == 200 && pair.session == kept.session) }
+        #expect(Self.refresh(g, kept.refresh).body.contains("invalid_grant"), "an old token is still a reuse")
+        #expect(Self.refresh(g, gone.refresh).body.contains("invalid_grant"), "a logged-out session stays ended")
+    }
+
+    /// "Sign out everywhere" (subject revocation) ends every session of the user: their access
+    /// tokens at once, their refresh tokens at the next refresh.
+    @Test func signingOutEverywhereEndsEverySession() throws {
+        let upstream = try EchoUpstream()
+        let token = "sessions-admin-token-0123456789abcdef"
+        let g = try GatewayProcess("""
+        \(AuthFixtures.providers)
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google]
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        """, adminToken: token)
+        let a = try #require(Self.pair(try Self.exchange(g).1))
+        let b = try #require(Self.pair(try Self.exchange(g).1))
+        sleep(1)
+        #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(token)", "-d", "{\"subject\":\"google:117\"}",
+                          "http://127.0.0.1:\(g.adminPort)/revocations"]).status == 201)
+        for pair in [a, b] {
+            #expect(Self.api(g, pair.access).status == 401)
+            let r = Self.refresh(g, pair.refresh)
+            #expect(r.status == 400 && r.body.contains("revoked"), "\(r)")
+        }
+        sleep(1)
+        #expect(Self.pair(try Self.exchange(g).1).map { Self.api(g, $0.access).status } == 200, "a new sign-in after it works")
+    }
+
+    /// The session endpoints answer over TLS only by default (a plain listener: 403), and
+    /// `check-config` names bad `sessions` keys.
+    @Test func tlsOnlyByDefaultAndBadSettingsAreNamed() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.gateway(upstream, requireTLS: true)
+        let (status, body) = try Self.exchange(g)
+        #expect(status == 403 && body.contains("HTTPS only"), "\(status) \(body)")
+        for (yaml, expected) in [
+            ("accept: [app]", "only ID tokens"),
+            ("accept: [nobody]", "no provider 'nobody'"),
+            ("refresh_token: {secret: \"short\"}", "at least 32 bytes"),
+            ("user: {lookup: {upstream: app, path: /x}}", "not supported yet"),
+        ] {
+            var lines = ["issuer: \"https://x.test\"", "accept: [google]", "refresh_token: {secret: \"\(Self.secret)\"}"]
+            let key = String(yaml.prefix { $0 != ":" })
+            lines.removeAll { $0.hasPrefix(key + ":") }
+            lines.append(yaml)
+            let file = NSTemporaryDirectory() + "sessions-\(UUID().uuidString).yaml"
+            try """
+            \(AuthFixtures.providers)
+            sessions:
+            \(lines.map { "  " + $0 }.joined(separator: "\n"))
+            upstreams:
+              app: {url: "http://127.0.0.1:\(upstream.port)"}
+            routes:
+              - {path: /api, upstream: app, auth: required}
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+            let (code, out, err) = E2E.run(E2E.binary, ["check-config", file])
+            #expect(code == 2 && (out + err).contains("sessions") && (out + err).contains(expected), "\(yaml): \(out)\(err)")
+        }
+    }
+
+    static func padded(_ text: String) -> String {
+        var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while s.count % 4 != 0 { s += "=" }
+        return s
+    }
+}
