@@ -40,6 +40,11 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         let bodyProviders: Set<String>?
         /// How much of the body is read for it (`credential.max_body`).
         let bodyLimit: Int?
+        /// A second member name read when `bodyField` is absent (`id_token` beside `idToken`).
+        let bodyAlternateField: [UInt8]?
+        /// Without the member, the `Authorization: Bearer` token is the credential (with the
+        /// route's providers), as on a head-credential route.
+        let bodyBearerFallback: Bool
     }
 
     public let verifier: CredentialVerifier
@@ -98,13 +103,21 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                                bodyField: settings.bodyCredential.map { Array($0.field.utf8) },
                                bodyFieldName: settings.bodyCredential?.field,
                                bodyProviders: settings.bodyCredential.flatMap { $0.providers.map(Set.init) } ?? allowed,
-                               bodyLimit: settings.bodyCredential?.maxBodyBytes)
+                               bodyLimit: settings.bodyCredential?.maxBodyBytes,
+                               bodyAlternateField: settings.bodyCredential?.alternateField.map { Array($0.utf8) },
+                               bodyBearerFallback: settings.bodyCredential?.bearerFallback ?? false)
         }
     }
 
     // MARK: Deciding
 
     public func authenticate(_ request: RequestView, route: Route, resumption: AuthResumption) -> AuthOutcome {
+        authenticate(request, route: route, resumption: resumption, headOnly: false)
+    }
+
+    /// `headOnly`: decide on the head's credential even on a body-credential route (its
+    /// Bearer fallback, once the body had no member).
+    private func authenticate(_ request: RequestView, route: Route, resumption: AuthResumption, headOnly: Bool) -> AuthOutcome {
         let policy = policies[route.index]
         if policy.mode == .none { return .anonymous }
         if !policy.bypassMethods.isEmpty {
@@ -113,7 +126,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         }
         // The credential is a member of the JSON body: the exchange reads it and asks again
         // (a WebSocket upgrade has no body to read: its head decides).
-        if let limit = policy.bodyLimit, !request.upgrade { return .needsBody(limit: limit) }
+        if !headOnly, let limit = policy.bodyLimit, !request.upgrade { return .needsBody(limit: limit) }
 
         let now = WallClock.nowSeconds()
         let found = PresentedCredential.find(in: request, cookieNames: policy.cookieNames, sessionBases: sessionBases)
@@ -162,7 +175,15 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         // Session cookies are not this route's credential: any an app would read go.
         let foreign = PresentedCredential.find(in: request, cookieNames: [], sessionBases: sessionBases).foreign
         let member = AuthFailure.PresentedAs.bodyMember(policy.bodyFieldName ?? "")
-        switch BodyCredential.find(in: body, field: field) {
+        var found = BodyCredential.find(in: body, field: field)
+        if case .absent = found, let alternate = policy.bodyAlternateField { found = BodyCredential.find(in: body, field: alternate) }
+        if case .absent = found, policy.bodyBearerFallback {
+            var bearer = false
+            request.values(of: "authorization") { _ in bearer = true }
+            // The Bearer token instead; without one either, the missing member is the answer (400).
+            if bearer { return authenticate(request, route: route, resumption: resumption, headOnly: true) }
+        }
+        switch found {
         case .absent:
             // A required credential the body does not carry is a malformed request (400
             // invalid_request, as the apps' own handlers answer a body without `idToken`);

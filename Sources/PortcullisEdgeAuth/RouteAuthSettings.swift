@@ -71,6 +71,11 @@ public struct BodyCredentialSettings: Sendable {
     public var providers: [String]?
     /// The most body bytes read before deciding (`max_body`, default 64 KiB); beyond: 413.
     public var maxBodyBytes: Int
+    /// A second member name read when `field` is absent (the session exchange's `id_token`).
+    public var alternateField: String?
+    /// Without the member, the `Authorization: Bearer` token is the credential (the session
+    /// exchange takes the ID token either way).
+    public var bearerFallback = false
     public init(field: String, providers: [String]? = nil, maxBodyBytes: Int = 64 * 1024) {
         self.field = field
         self.providers = providers

@@ -14,16 +14,21 @@ enum AuthFixtures {
         return dir
     }()
 
-    /// (private PEM path, public PEM path), generated once per run.
+    /// (private PEM path, public PEM path), generated once per run. Suites run in parallel
+    /// (`swift test --parallel`): one lock, so no suite mints with a key another replaced.
     static func keyPair(_ name: String, _ algorithmArguments: [String]) -> (String, String) {
         let privatePath = "\(directory)/\(name).key.pem"
         let publicPath = "\(directory)/\(name).pub.pem"
+        keyLock.lock()
+        defer { keyLock.unlock() }
         if !FileManager.default.fileExists(atPath: publicPath) {
             E2E.run("/usr/bin/openssl", ["genpkey"] + algorithmArguments + ["-out", privatePath])
-            E2E.run("/usr/bin/openssl", ["pkey", "-in", privatePath, "-pubout", "-out", publicPath])
+            E2E.run("/usr/bin/openssl", ["pkey", "-in", privatePath, "-pubout", "-out", publicPath + ".tmp"])
+            rename(publicPath + ".tmp", publicPath)  // present only once both halves are
         }
         return (privatePath, publicPath)
     }
+    private static let keyLock = NSLock()
 
     static var rsa: (String, String) { keyPair("rsa", ["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"]) }
     static var p256: (String, String) { keyPair("p256", ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]) }

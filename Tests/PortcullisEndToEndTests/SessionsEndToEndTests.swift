@@ -131,6 +131,11 @@ import Glibc
                                     "\(g.url)/auth/session"])
         #expect(notAccepted.status == 401, "only the accepted ID-token providers: \(notAccepted)")
         #expect(try Self.exchange(g, "apple", sub: "001.abc").0 == 200)
+        // The ID token also as `id_token`, or as Bearer with a body that has no member.
+        #expect(try Self.exchange(g, sub: "301", field: "id_token").0 == 200)
+        let bearer = try AuthFixtures.mint(g, "google", ["--sub", "302"])
+        let asBearer = E2E.curl(["-X", "POST", "-H", bearer, "-d", "{\"device_name\":\"x\"}", "\(g.url)/auth/session"])
+        #expect(asBearer.status == 200 && Self.pair(asBearer.body)?.user == "google:302", "\(asBearer.status) \(asBearer.body)")
         #expect(try upstream.seen().allSatisfy { !$0.hasPrefix("/auth/") }, "the session endpoints never reach the app")
     }
 

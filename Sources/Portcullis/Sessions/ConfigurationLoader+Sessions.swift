@@ -112,8 +112,11 @@ extension ConfigurationLoader {
             var auth = RouteAuthSettings()
             auth.forwardAuthorization = false
             if kind == .exchange {
-                auth.bodyCredential = BodyCredentialSettings(field: settings.idTokenField, providers: settings.accept,
-                                                             maxBodyBytes: 64 * 1024)
+                var credential = BodyCredentialSettings(field: settings.idTokenField, providers: settings.accept,
+                                                        maxBodyBytes: 64 * 1024)
+                credential.alternateField = settings.idTokenField == "id_token" ? nil : "id_token"
+                credential.bearerFallback = true
+                auth.bodyCredential = credential
             }
             routeAuth.append(auth)
             added.append((routes.count - 1, kind))
