@@ -33,6 +33,10 @@ public struct AdminActions: Sendable {
     public var reload: (@Sendable (@escaping @Sendable (ReloadVerdict) -> Void) -> Void)?
     /// What serves now, for `/readyz` and `/reload`: the generation and the loaded file's SHA-256.
     public var served: (@Sendable () -> (generation: UInt64, sha256: String))?
+    /// `GET /sessions?user=`: JSON text of a user's sessions (nil: `sessions:` is off).
+    public var listSessions: (@Sendable (String, @escaping @Sendable (Result<String, AdminError>) -> Void) -> Void)?
+    /// `DELETE /sessions/{id}`: ends any user's session everywhere; false when there was none.
+    public var endSession: (@Sendable (String, @escaping @Sendable (Result<Bool, AdminError>) -> Void) -> Void)?
     public init() {}
 }
 
@@ -196,7 +200,31 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
                 }
             }
             return nil
-        case (_, "/metrics"), (_, "/keys"), (_, "/revocations"), (_, "/reload"):
+        case ("GET", "/sessions"):
+            guard let list = actions.listSessions, let reply else { return .error(404, "sessions are not configured") }
+            guard let user = Self.queryValue(request.query, "user"), !user.isEmpty else {
+                return .error(400, "query parameter user is required")
+            }
+            list(user) { result in
+                switch result {
+                case .success(let json): reply.send(.json(200, json))
+                case .failure(let error): reply.send(.error(error.status, error.message))
+                }
+            }
+            return nil
+        case ("DELETE", let path) where path.hasPrefix("/sessions/"):
+            guard let end = actions.endSession, let reply else { return .error(404, "sessions are not configured") }
+            let id = String(path.dropFirst("/sessions/".count))
+            guard id.count == 32, id.allSatisfy(\.isHexDigit) else { return .error(404, "no such session") }
+            end(id) { result in
+                switch result {
+                case .success(true): reply.send(.json(200, "{\"status\":\"ended\"}\n"))
+                case .success(false): reply.send(.error(404, "no such session"))
+                case .failure(let error): reply.send(.error(error.status, error.message))
+                }
+            }
+            return nil
+        case (_, "/metrics"), (_, "/keys"), (_, "/revocations"), (_, "/reload"), (_, "/sessions"):
             return .error(405, "method not allowed on \(request.path)")
         default:
             return .error(404, "no such admin endpoint")

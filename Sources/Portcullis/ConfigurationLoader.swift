@@ -65,9 +65,9 @@ public enum ConfigurationLoader {
         let tracing = try Self.tracing(try top.optional("tracing"))
         let sessionsNode = try top.optional("sessions")
         let sessions = try Self.sessions(sessionsNode, providers: providers)
-        if let sessionsNode, store.usesRedis {
-            throw sessionsNode.error("not supported with store.redis yet: sessions live in the embedded store (one instance, "
-                                     + "store.state_dir to keep them across restarts)")
+        if let sessionsNode, let sessions, store.usesRedis, sessions.signingKeyFiles.isEmpty {
+            throw sessionsNode.error("access_token.signing_keys is required with store.redis: every instance signs "
+                                     + "and verifies the access tokens with the same keys", key: "access_token.signing_keys")
         }
         if let sessions { providers.append(Self.sessionProvider(sessions)) }
         var (routes, routeAuth) = try Self.routes(try top.required("routes"), file: file, upstreams: upstreams,

@@ -68,7 +68,9 @@ public final class GatewayRuntime: @unchecked Sendable {
     /// One Redis client for the secrets instances share (ticket keys, generated assertion key).
     private var secretsClient: RedisClient?
     /// The session endpoints' service (nil without `sessions:`); its store outlives reloads.
+    /// Written on the reload queue, read by the admin API: behind `lock`.
     private var sessions: SessionService?
+    var currentSessions: SessionService? { lock.withLock { sessions } }
     private var ticketKeysStarted = false
     /// `identity.assertion`'s JWKS on the admin listener (it follows reloads).
     let adminJWKS = ReloadableJWKS()
@@ -108,7 +110,7 @@ public final class GatewayRuntime: @unchecked Sendable {
         } catch {
             throw Gateway.StartupError(description: "\(configuration.file): sessions: \(error)")
         }
-        self.sessions = sessions
+        self.sessions = sessions  // (init: no other thread yet)
         var actions = AdminActions()
         admin = AdminHandler(token: configuration.admin?.token, actions: AdminActions(),
                              metricsPublic: configuration.admin?.metricsPublic ?? false)
@@ -174,8 +176,19 @@ public final class GatewayRuntime: @unchecked Sendable {
     static func prepareSessions(_ configuration: inout GatewayConfiguration, store: (any SessionStore)?, previous: SessionService?,
                                 revocations: StoreRevocations, logger: Logger) throws -> SessionService? {
         guard let settings = configuration.sessions else { return nil }
-        let sessionStore = try store ?? EmbeddedSessionStore(directory: configuration.store.stateDirectory)
-        if store == nil && configuration.store.stateDirectory == nil {
+        let sessionStore: any SessionStore
+        if let store {
+            sessionStore = store
+        } else if configuration.store.usesRedis {
+            // Shared by every instance; its own connection (a rotation never waits behind a resync).
+            let client = RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
+                                     loop: EventLoop(index: -5))
+            client.start()
+            sessionStore = RedisSessionStore(client: client)
+        } else {
+            sessionStore = try EmbeddedSessionStore(directory: configuration.store.stateDirectory)
+        }
+        if store == nil && !configuration.store.usesRedis && configuration.store.stateDirectory == nil {
             logger.notice("sessions are kept in memory only and end with the process (set store.state_dir to keep them)")
         }
         let keys = previous.flatMap { $0.settings.signingKeyFiles == settings.signingKeyFiles ? $0.signingKeys : nil }
@@ -306,6 +319,24 @@ public final class GatewayRuntime: @unchecked Sendable {
             parts.revocations.list(subject: subject, completion: completion)
         }
         actions.keys = { [weak self] in self?.parts.keys?.statusJSON() ?? "{\"providers\":[]}\n" }
+        let notConfigured = AdminError(status: 404, message: "sessions are not configured")
+        do {
+            actions.listSessions = { [weak self] user, completion in
+                guard let service = self?.currentSessions else { return completion(.failure(notConfigured)) }
+                service.store.list(user: user, now: Int64(WallClock.nowSeconds())) { records in
+                    completion(.success(SessionEndpoint.listJSON(records, current: nil) + "\n"))
+                }
+            }
+            actions.endSession = { [weak self] id, completion in
+                guard let service = self?.currentSessions else { return completion(.failure(notConfigured)) }
+                service.store.end(id: id, user: nil) { record in
+                    guard let record else { return completion(.success(false)) }
+                    service.endEverywhere(record, now: Int64(WallClock.nowSeconds())) { ok in
+                        completion(ok ? .success(true) : .failure(AdminError(status: 503, message: "the revocation store is unavailable")))
+                    }
+                }
+            }
+        }
         let startup = self.startup
         actions.notReadyReason = { [weak self] in
             guard let parts = self?.parts else { return "stopping" }
@@ -393,8 +424,9 @@ public final class GatewayRuntime: @unchecked Sendable {
         }
         let nextSessions: SessionService?
         do {
-            nextSessions = try Self.prepareSessions(&next, store: sessions?.store, previous: sessions, revocations: revocations,
-                                                    logger: logger)
+            // The session store carries over unless `store:` changed (then the new one, as revocations).
+            nextSessions = try Self.prepareSessions(&next, store: storeChanged ? nil : sessions?.store, previous: sessions,
+                                                    revocations: revocations, logger: logger)
         } catch {
             return refuseAndUndo("\(next.file): sessions: \(error)")
         }
@@ -448,7 +480,7 @@ public final class GatewayRuntime: @unchecked Sendable {
         }
 
         // Applied. What the old generation alone used is let go.
-        sessions = nextSessions
+        lock.withLock { sessions = nextSessions }
         admin.update(token: next.admin?.token, metricsPublic: next.admin?.metricsPublic ?? false)
         adminJWKS.keys = assertionKeys
         JSONLogHandler.setLevel(next.logLevel)

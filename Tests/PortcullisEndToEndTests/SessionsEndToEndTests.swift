@@ -31,13 +31,13 @@ import Glibc
     }
 
     static func gateway(_ upstream: EchoUpstream, stateDir: String? = nil, grace: String = "2s", extra: String = "",
-                        requireTLS: Bool = false, listen: String? = nil) throws -> GatewayProcess {
+                        requireTLS: Bool = false, listen: String? = nil, signingKey: String? = nil) throws -> GatewayProcess {
         try GatewayProcess("""
         \(AuthFixtures.providers)
         sessions:
           issuer: "https://api.example.test"
           accept: [google, apple]
-          access_token: {lifetime: 15m}
+          access_token: {lifetime: 15m\(signingKey.map { ", signing_keys: [\"\($0)\"]" } ?? "")}
           refresh_token: {secret: "\(secret)", reuse_grace: \(grace), lifetime: 90d, idle_timeout: 30d}
           require_tls: \(requireTLS)
         \(stateDir.map { "store: {state_dir: \"\($0)\"}" } ?? "")
@@ -139,10 +139,21 @@ import Glibc
         #expect(try upstream.seen().allSatisfy { !$0.hasPrefix("/auth/") }, "the session endpoints never reach the app")
     }
 
-    /// 50 refreshes of one token at once: one rotates, every other one gets the same pair.
-    @Test func concurrentRefreshesWithinTheGraceConverge() throws {
+    /// 50 refreshes of one token at once: one rotates, every other one gets the same pair
+    /// (the embedded store's queue, or Redis's script, decides).
+    @Test(arguments: ["embedded", "redis"])
+    func concurrentRefreshesWithinTheGraceConverge(_ store: String) throws {
         let upstream = try EchoUpstream()
-        let g = try Self.gateway(upstream, grace: "10s")
+        let redis = store == "redis" ? try RedisProcess() : nil
+        var extra = ""
+        var key: String?
+        if let redis {
+            let path = NSTemporaryDirectory() + "session-es256-\(UUID().uuidString).pem"
+            E2E.run("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path])
+            extra = "store: {redis: \"redis://127.0.0.1:\(redis.port)/0\"}"
+            key = path
+        }
+        let g = try Self.gateway(upstream, grace: "10s", extra: extra, signingKey: key)
         let first = try #require(Self.pair(try Self.exchange(g).1))
         let script = """
         import concurrent.futures, json, sys, urllib.request
@@ -235,6 +246,16 @@ import Glibc
         """, adminToken: token)
         let a = try #require(Self.pair(try Self.exchange(g).1))
         let b = try #require(Self.pair(try Self.exchange(g).1))
+        let c = try #require(Self.pair(try Self.exchange(g).1))
+        // The admin API lists any user's sessions and ends one of them.
+        let admin = "http://127.0.0.1:\(g.adminPort)"
+        let listed = E2E.curl(["-H", "Authorization: Bearer \(token)", "\(admin)/sessions?user=google:117"])
+        #expect(listed.status == 200 && listed.body.contains(a.session) && listed.body.contains(c.session)
+                && listed.body.contains("\"user\":\"google:117\""), "\(listed)")
+        #expect(E2E.curl(["\(admin)/sessions?user=google:117"]).status == 401, "the admin token is required")
+        #expect(E2E.curl(["-X", "DELETE", "-H", "Authorization: Bearer \(token)", "\(admin)/sessions/\(c.session)"]).status == 200)
+        #expect(Self.api(g, c.access).status == 401)
+        #expect(E2E.curl(["-X", "DELETE", "-H", "Authorization: Bearer \(token)", "\(admin)/sessions/\(c.session)"]).status == 404)
         sleep(1)
         #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(token)", "-d", "{\"subject\":\"google:117\"}",
                           "http://127.0.0.1:\(g.adminPort)/revocations"]).status == 201)
@@ -245,6 +266,66 @@ import Glibc
         }
         sleep(1)
         #expect(Self.pair(try Self.exchange(g).1).map { Self.api(g, $0.access).status } == 200, "a new sign-in after it works")
+    }
+
+    /// Two instances sharing one `redis-server`: a session made on A refreshes on B; its
+    /// access tokens pass on both; racing refreshes across the two converge; a reuse on A
+    /// after the grace ends the session on B at once; logout on B ends it on A; the device
+    /// list is the same on both. Sessions need shared signing keys there.
+    @Test func twoInstancesShareSessionsThroughRedis() throws {
+        let upstream = try EchoUpstream()
+        let redis = try RedisProcess()
+        let key = NSTemporaryDirectory() + "session-es256-\(UUID().uuidString).pem"
+        E2E.run("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key])
+        let extra = "store: {redis: \"redis://127.0.0.1:\(redis.port)/0\"}"
+        func instance() throws -> GatewayProcess {
+            try GatewayProcess("""
+            \(AuthFixtures.providers)
+            sessions:
+              issuer: "https://api.example.test"
+              accept: [google]
+              access_token: {signing_keys: ["\(key)"]}
+              refresh_token: {secret: "\(Self.secret)", reuse_grace: 2s}
+              require_tls: false
+            \(extra)
+            upstreams:
+              app: {url: "http://127.0.0.1:\(upstream.port)"}
+            routes:
+              - {path: /api, upstream: app, auth: required}
+            """)
+        }
+        let a = try instance(), b = try instance()
+        let first = try #require(Self.pair(try Self.exchange(a, device: "Phone").1))
+        #expect(Self.api(b, first.access).status == 200, "B accepts A's access token")
+        let second = try #require(Self.pair(Self.refresh(b, first.refresh).body), "B refreshes A's session")
+        let replay = Self.refresh(a, first.refresh)
+        #expect(replay.status == 200 && replay.body == second.raw, "within the grace, A answers B's pair: \(replay)")
+        let listA = E2E.curl(["-H", "Authorization: Bearer \(second.access)", "\(a.url)/auth/sessions"]).body
+        let listB = E2E.curl(["-H", "Authorization: Bearer \(second.access)", "\(b.url)/auth/sessions"]).body
+        #expect(listA.contains(first.session) && listA.contains("\"device\":\"Phone\""), "\(listA)")
+        #expect(listA == listB)
+        sleep(3)
+        let reused = Self.refresh(a, first.refresh)
+        #expect(reused.status == 400 && reused.body.contains("already used"), "\(reused)")
+        #expect(waitUntil(3) { Self.api(b, second.access).status == 401 }, "the reuse on A ends the session on B")
+        #expect(Self.refresh(b, second.refresh).status == 400)
+        let third = try #require(Self.pair(try Self.exchange(b, sub: "400").1))
+        #expect(E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(third.access)", "\(b.url)/auth/logout"]).status == 204)
+        #expect(waitUntil(3) { Self.api(a, third.access).status == 401 })
+        #expect(Self.refresh(a, third.refresh).status == 400)
+        // Without shared signing keys the file is refused.
+        let file = NSTemporaryDirectory() + "sessions-redis-\(UUID().uuidString).yaml"
+        try """
+        \(AuthFixtures.providers)
+        sessions: {issuer: "https://x.test", accept: [google], refresh_token: {secret: "\(Self.secret)"}}
+        \(extra)
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        """.write(toFile: file, atomically: true, encoding: .utf8)
+        let (code, out, err) = E2E.run(E2E.binary, ["check-config", file])
+        #expect(code == 2 && (out + err).contains("signing_keys is required with store.redis"), "\(out)\(err)")
     }
 
     /// The session endpoints answer over TLS only by default (a plain listener: 403), and

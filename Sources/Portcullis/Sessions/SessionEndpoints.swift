@@ -137,12 +137,8 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             let base = service.settings.sessionsPath
             if request.method == .get && request.path == base {
                 service.store.list(user: user, now: now) { records in
-                    let items = records.map { r in
-                        "{\"id\":\(JSONText.quoted(r.id)),\"device\":\(JSONText.quoted(r.device)),\"provider\":\(JSONText.quoted(r.provider)),"
-                            + "\"created_at\":\(r.createdAt),\"last_used_at\":\(r.lastUsedAt),\"current\":\(r.id == current)}"
-                    }
                     reply.send(LocalResponse(status: 200, headers: [("cache-control", "no-store")],
-                                             body: Array("{\"sessions\":[\(items.joined(separator: ","))]}".utf8)))
+                                             body: Array(Self.listJSON(records, current: current).utf8)))
                 }
                 return nil
             }
@@ -162,6 +158,17 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             }
             return nil
         }
+    }
+
+    /// `{"sessions": [{id, device, provider, created_at, last_used_at, current}]}`; the admin
+    /// API's list (no current session) adds the user.
+    static func listJSON(_ records: [SessionRecord], current: String?) -> String {
+        let items = records.map { r in
+            "{\"id\":\(JSONText.quoted(r.id)),\"device\":\(JSONText.quoted(r.device)),\"provider\":\(JSONText.quoted(r.provider)),"
+                + "\"created_at\":\(r.createdAt),\"last_used_at\":\(r.lastUsedAt)"
+                + (current.map { ",\"current\":\(r.id == $0)" } ?? ",\"user\":\(JSONText.quoted(r.user))") + "}"
+        }
+        return "{\"sessions\":[\(items.joined(separator: ","))]}"
     }
 
     private func methodNotAllowed(_ allowed: String) -> LocalResponse {

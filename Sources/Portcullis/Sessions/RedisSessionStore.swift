@@ -1,0 +1,162 @@
+import Foundation
+import PortcullisCore
+import PortcullisRedis
+
+/// Sessions in Redis, shared by every instance (`store.redis` / `store.sentinel`): one hash
+/// per session, `portcullis:session:<id>` (expiring with the session), and one set of ids per
+/// user, `portcullis:user-sessions:<user>`. A rotation is one Lua script, so two instances
+/// refreshing the same token at once cannot both rotate: the script compares the presented
+/// counter with the stored one and rotates, answers the current pair (within the grace) or
+/// ends the session, atomically. The access token of a rotation is made before the script
+/// (its claims do not depend on the counter) and kept only if the script rotates.
+///
+/// The current access token is kept in the hash (a racing refresh on another instance gets
+/// the same pair); it is short-lived and Redis already holds the revocation state.
+public final class RedisSessionStore: SessionStore, @unchecked Sendable {
+    // @unchecked Sendable: the client is thread-safe; everything else is immutable.
+    let client: RedisClient
+    let timeout: Double
+
+    static let prefix = "portcullis:session:"
+    static let userPrefix = "portcullis:user-sessions:"
+    static let fields = ["user", "provider", "device", "created", "used", "expires", "counter", "rotated", "access", "access_expires"]
+
+    public init(client: RedisClient, timeout: Double = 2) {
+        self.client = client
+        self.timeout = timeout
+    }
+
+    public func create(_ record: SessionRecord, completion: @escaping @Sendable (Bool) -> Void) {
+        let key = Self.prefix + record.id
+        let userKey = Self.userPrefix + record.user
+        client.pipeline([
+            ["HSET", key] + Self.values(record),
+            ["EXPIREAT", key, "\(record.expiresAt)"],
+            ["SADD", userKey, record.id],
+            // The user's set lives as long as their longest session (GT: never shortened).
+            ["EXPIREAT", userKey, "\(record.expiresAt)", "GT"],
+            ["EXPIREAT", userKey, "\(record.expiresAt)", "NX"],
+        ], timeout: timeout) { replies in
+            completion(replies.prefix(3).allSatisfy { if case .success = $0 { return true } else { return false } })
+        }
+    }
+
+    /// KEYS[1] the session; ARGV: presented counter, now, grace, idle timeout, the new access
+    /// token and its expiry. Returns {outcome, fields…}.
+    static let rotateScript = """
+    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires')
+    if not h[1] then return {'unknown'} end
+    local presented, now = tonumber(ARGV[1]), tonumber(ARGV[2])
+    local counter = tonumber(h[7])
+    if now >= tonumber(h[6]) or now - tonumber(h[5]) > tonumber(ARGV[4]) then
+      redis.call('DEL', KEYS[1]); redis.call('SREM', KEYS[2], ARGV[7])
+      return {'expired'}
+    end
+    if presented >= counter then
+      redis.call('HSET', KEYS[1], 'counter', presented + 1, 'used', now, 'rotated', now, 'access', ARGV[5], 'access_expires', ARGV[6])
+      h[5], h[7], h[8], h[9], h[10] = tostring(now), tostring(presented + 1), tostring(now), ARGV[5], ARGV[6]
+      return {'rotated', unpack(h)}
+    end
+    if presented + 1 == counter and now - tonumber(h[8]) <= tonumber(ARGV[3]) then
+      return {'current', unpack(h)}
+    end
+    redis.call('DEL', KEYS[1]); redis.call('SREM', KEYS[2], ARGV[7])
+    return {'reused', unpack(h)}
+    """
+
+    public func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64,
+                       next: @escaping @Sendable (SessionRecord) -> SessionRecord,
+                       completion: @escaping @Sendable (RotateOutcome) -> Void) {
+        let key = Self.prefix + id
+        let (client, timeout) = (self.client, self.timeout)
+        client.send(["HGETALL", key], timeout: timeout) { reply in
+            guard case .success(let value) = reply, let record = Self.record(id: id, hash: value) else {
+                return completion(.unknown)
+            }
+            // The access token a rotation would issue (its claims do not depend on the counter).
+            let rotated = next(record)
+            let arguments = ["EVAL", Self.rotateScript, "2", key, Self.userPrefix + record.user, "\(counter)", "\(now)", "\(grace)",
+                             "\(idleTimeout)", rotated.accessToken, "\(rotated.accessExpiresAt)", id]
+            client.send(arguments, timeout: timeout) { reply in
+                guard case .success(let value) = reply, let items = value.array, let outcome = items.first?.string else {
+                    return completion(.unknown)
+                }
+                let fields = Array(items.dropFirst())
+                let record = fields.count == Self.fields.count ? Self.record(id: id, values: fields) : nil
+                switch (outcome, record) {
+                case ("rotated", let record?): completion(.rotated(record))
+                case ("current", let record?): completion(.current(record))
+                case ("reused", let record?): completion(.reused(record))
+                case ("expired", _): completion(.expired)
+                default: completion(.unknown)
+                }
+            }
+        }
+    }
+
+    /// KEYS[1] the session; ARGV[1] the user it must belong to ("" for any). Returns its fields.
+    static let endScript = """
+    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires')
+    if not h[1] or (ARGV[1] ~= '' and h[1] ~= ARGV[1]) then return {} end
+    redis.call('DEL', KEYS[1]); redis.call('SREM', 'portcullis:user-sessions:' .. h[1], ARGV[2])
+    return h
+    """
+
+    public func end(id: String, user: String?, completion: @escaping @Sendable (SessionRecord?) -> Void) {
+        client.send(["EVAL", Self.endScript, "1", Self.prefix + id, user ?? "", id], timeout: timeout) { reply in
+            guard case .success(let value) = reply, let items = value.array, items.count == Self.fields.count else {
+                return completion(nil)
+            }
+            completion(Self.record(id: id, values: items))
+        }
+    }
+
+    public func list(user: String, now: Int64, completion: @escaping @Sendable ([SessionRecord]) -> Void) {
+        let (client, timeout) = (self.client, self.timeout)
+        client.send(["SMEMBERS", Self.userPrefix + user], timeout: timeout) { reply in
+            guard case .success(let value) = reply, let ids = value.array?.compactMap(\.string), !ids.isEmpty else {
+                return completion([])
+            }
+            client.pipeline(ids.map { ["HGETALL", Self.prefix + $0] }, timeout: timeout) { replies in
+                var records: [SessionRecord] = []
+                var stale: [String] = []
+                for (id, reply) in zip(ids, replies) {
+                    if case .success(let hash) = reply, let record = Self.record(id: id, hash: hash), record.expiresAt > now {
+                        records.append(record)
+                    } else if case .success = reply {
+                        stale.append(id)  // expired by Redis: its id leaves the user's set
+                    }
+                }
+                if !stale.isEmpty { client.send(["SREM", Self.userPrefix + user] + stale, timeout: timeout) { _ in } }
+                completion(records.filter { $0.user == user }.sorted { $0.createdAt < $1.createdAt })
+            }
+        }
+    }
+
+    // MARK: Encoding
+
+    static func values(_ r: SessionRecord) -> [String] {
+        ["user", r.user, "provider", r.provider, "device", r.device, "created", "\(r.createdAt)", "used", "\(r.lastUsedAt)",
+         "expires", "\(r.expiresAt)", "counter", "\(r.counter)", "rotated", "\(r.rotatedAt)", "access", r.accessToken,
+         "access_expires", "\(r.accessExpiresAt)"]
+    }
+
+    /// From HGETALL's flat [name, value, …] reply.
+    static func record(id: String, hash: RedisReply) -> SessionRecord? {
+        guard let flat = hash.array, !flat.isEmpty, flat.count % 2 == 0 else { return nil }
+        var map: [String: RedisReply] = [:]
+        for i in stride(from: 0, to: flat.count, by: 2) { if let name = flat[i].string { map[name] = flat[i + 1] } }
+        return record(id: id, values: fields.map { map[$0] ?? .null })
+    }
+
+    /// From values in `fields` order.
+    static func record(id: String, values: [RedisReply]) -> SessionRecord? {
+        let text = values.map(\.string)
+        func int(_ i: Int) -> Int64? { text[i].flatMap { Int64($0) } }
+        guard let user = text[0], let provider = text[1], let device = text[2], let created = int(3), let used = int(4),
+              let expires = int(5), let counter = int(6), let rotated = int(7), let accessExpires = int(9) else { return nil }
+        return SessionRecord(id: id, user: user, provider: provider, device: device, createdAt: created, lastUsedAt: used,
+                             expiresAt: expires, counter: UInt64(max(0, counter)), rotatedAt: rotated,
+                             accessToken: text[8] ?? "", accessExpiresAt: accessExpires)
+    }
+}
