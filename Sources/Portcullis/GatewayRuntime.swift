@@ -125,6 +125,8 @@ public final class GatewayRuntime: @unchecked Sendable {
             if case .keysInstalled(let provider, _, _, _) = event { startup.keysInstalled(provider: provider) }
         }
         metrics.attach(verifier: built.verifier, keys: built.keys?.manager, storeHealth: { store.health })
+        let sessionCounters = sessions?.counters
+        metrics.attach(sessionEvents: sessionCounters.map { counters in { @Sendable in counters.snapshot } })
         if let keys = built.keys {
             startup.expectKeys(for: keys.managed)
             keys.manager.start { startup.firstAttemptsFinished() }
@@ -193,7 +195,8 @@ public final class GatewayRuntime: @unchecked Sendable {
         }
         let keys = previous.flatMap { $0.settings.signingKeyFiles == settings.signingKeyFiles ? $0.signingKeys : nil }
         let service = try SessionService(settings: settings, store: sessionStore, revocations: revocations,
-                                         errorBody: configuration.identity.errorBody, logger: logger, keys: keys)
+                                         errorBody: configuration.identity.errorBody, logger: logger, keys: keys,
+                                         counters: previous?.counters ?? SessionCounters())
         for (index, kind) in configuration.sessionRoutes {
             configuration.proxy.routes[index].handler = SessionEndpoint(kind, service: service)
         }
@@ -481,6 +484,8 @@ public final class GatewayRuntime: @unchecked Sendable {
 
         // Applied. What the old generation alone used is let go.
         lock.withLock { sessions = nextSessions }
+        let nextCounters = nextSessions?.counters
+        metrics.attach(sessionEvents: nextCounters.map { counters in { @Sendable in counters.snapshot } })
         admin.update(token: next.admin?.token, metricsPublic: next.admin?.metricsPublic ?? false)
         adminJWKS.keys = assertionKeys
         JSONLogHandler.setLevel(next.logLevel)

@@ -46,7 +46,7 @@ import Glibc
           app: {url: "http://127.0.0.1:\(upstream.port)"}
         routes:
           - {path: /api, upstream: app, auth: required}
-        """, listen: listen)
+        """, metricsPublic: true, listen: listen)
     }
 
     static func exchange(_ g: GatewayProcess, _ provider: String = "google", sub: String = "117", device: String? = nil,
@@ -192,6 +192,8 @@ import Glibc
         #expect(sessions.contains { $0["id"] as? String == phone.session && $0["current"] as? Bool == true && $0["device"] as? String == "Phone" })
         #expect(sessions.contains { $0["id"] as? String == pad.session && $0["current"] as? Bool == false && $0["device"] as? String == "TestPhone/1" })
         #expect(sessions.allSatisfy { $0["provider"] as? String == "google" && $0["created_at"] is Int && $0["last_used_at"] is Int })
+        let metrics = E2E.curl(["http://127.0.0.1:\(g.adminPort)/metrics"]).body
+        #expect(metrics.contains("portcullis_sessions_total{event=\"created\"} 3"), "\(metrics)")
         let other = E2E.curl(["-X", "DELETE", "-H", "Authorization: Bearer \(phone.access)", "\(g.url)/auth/sessions/\(stranger.session)"])
         #expect(other.status == 404)
         #expect(Self.api(g, stranger.access).status == 200, "another user's session is untouched")

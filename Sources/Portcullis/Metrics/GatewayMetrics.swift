@@ -44,6 +44,7 @@ public final class GatewayMetrics: Sendable {
         "portcullis_store_health": "1 for the revocation store's current state (ok, degraded, unavailable), 0 for the others.",
         "portcullis_trace_spans_total": "Request spans with tracing on, by result (exported to the collector; dropped: the loop's queue was full; failed: the collector did not take them).",
         "portcullis_config_generation": "The configuration generation serving: 1 at start, one more per applied reload.",
+        "portcullis_sessions_total": "Session endpoint events (sessions:), by event: created, refreshed, refresh_within_grace, reuse_detected (the session was ended), refresh_expired, refresh_unknown, refresh_invalid, refresh_revoked, logged_out, ended_by_user, store_failed.",
         "portcullis_config_reloads_total": "Configuration reloads (SIGHUP, POST /reload, portcullis reload), by result (applied, refused: the previous configuration kept serving).",
         "portcullis_config_info": "1, labelled with the SHA-256 of the configuration file serving now (config_sha256).",
         "portcullis_scrape_duration_seconds": "Time the previous scrape took to collect from every loop and component.",
@@ -68,6 +69,13 @@ public final class GatewayMetrics: Sendable {
         var reloadsApplied = 0
         var reloadsRefused = 0
         var sha256 = ""
+        /// Session endpoint events by name (nil: `sessions:` is off).
+        var sessionEvents: (@Sendable () -> [String: Int])?
+    }
+
+    /// The session counters to publish (kept across reloads by the runtime).
+    func attach(sessionEvents: (@Sendable () -> [String: Int])?) {
+        sources.withLock { $0.sessionEvents = sessionEvents }
     }
 
     struct SeriesKey: Hashable {
@@ -196,6 +204,11 @@ public final class GatewayMetrics: Sendable {
                 for health in ["pending", "fresh", "stale", "unavailable"] {
                     gauge("portcullis_keys_health", [("provider", p), ("state", health)], status.health.rawValue == health ? 1 : 0)
                 }
+            }
+        }
+        if let events = sources.sessionEvents?() {
+            for (event, count) in events.sorted(by: { $0.key < $1.key }) {
+                counter("portcullis_sessions_total", [("event", event)], count)
             }
         }
         gauge("portcullis_config_generation", [], Double(sources.generation))

@@ -28,8 +28,9 @@ public final class SessionService: @unchecked Sendable {
     let logger: Logger
     /// The public keys, as a JWKS document.
     public let jwks: [UInt8]
-    /// Counted outcomes (`portcullis_sessions_total{event}`).
-    let counters = SessionCounters()
+    /// Counted outcomes (`portcullis_sessions_total{event}`), shared with the service a reload
+    /// replaces (a counter never goes back).
+    let counters: SessionCounters
 
     public struct Failure: Error, CustomStringConvertible { public let description: String }
 
@@ -37,7 +38,8 @@ public final class SessionService: @unchecked Sendable {
     let signingKeys: [SigningKey]
 
     init(settings: SessionSettings, store: any SessionStore, revocations: StoreRevocations, errorBody: ErrorBodyTemplate,
-         logger: Logger, keys given: [SigningKey]? = nil) throws {
+         logger: Logger, keys given: [SigningKey]? = nil, counters: SessionCounters = SessionCounters()) throws {
+        self.counters = counters
         self.settings = settings
         self.store = store
         self.revocations = revocations
