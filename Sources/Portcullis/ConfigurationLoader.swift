@@ -69,7 +69,14 @@ public enum ConfigurationLoader {
             throw sessionsNode.error("access_token.signing_keys is required with store.redis: every instance signs "
                                      + "and verifies the access tokens with the same keys", key: "access_token.signing_keys")
         }
-        if let sessions { providers.append(Self.sessionProvider(sessions)) }
+        if let sessions {
+            // The exchange compares the ID token's nonce with the one its client sends.
+            for i in providers.indices where sessions.accept.contains(providers[i].configuration.name)
+                && !providers[i].configuration.forwardedClaims.contains("nonce") {
+                providers[i].configuration.forwardedClaims.append("nonce")
+            }
+            providers.append(Self.sessionProvider(sessions))
+        }
         var (routes, routeAuth) = try Self.routes(try top.required("routes"), file: file, upstreams: upstreams,
                                                   providerNames: Set(providers.map(\.configuration.name)))
         let sessionRoutes = try sessions.map { settings throws(ConfigurationError) in

@@ -131,6 +131,19 @@ import Glibc
                                     "\(g.url)/auth/session"])
         #expect(notAccepted.status == 401, "only the accepted ID-token providers: \(notAccepted)")
         #expect(try Self.exchange(g, "apple", sub: "001.abc").0 == 200)
+        // A nonce sent with the exchange must be the ID token's (raw, or its SHA-256 hex).
+        let raw = "n-0123456789"
+        let hashed = E2E.run("/bin/sh", ["-c", "printf %s '\(raw)' | sha256sum | cut -d' ' -f1"]).1
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        for (claim, sent, expected) in [(raw, raw, 200), (hashed, raw, 200), (raw, "other", 400), (nil, raw, 400)] as [(String?, String, Int)] {
+            var args = ["--provider", "google", "--sub", "500"]
+            if let claim { args += ["--claim", "nonce=\(claim)"] }
+            let id = try AuthFixtures.mint(g, "google", Array(args.dropFirst(2)))
+            let r = E2E.curl(["-X", "POST", "-d", "{\"idToken\":\"\(id.dropFirst("Authorization: Bearer ".count))\",\"nonce\":\"\(sent)\"}",
+                              "\(g.url)/auth/session"])
+            #expect(r.status == expected, "nonce claim \(claim ?? "none"), sent \(sent): \(r)")
+            if expected == 400 { #expect(r.body.contains("invalid_grant") && r.body.contains("nonce"), "\(r)") }
+        }
         // The ID token also as `id_token`, or as Bearer with a body that has no member.
         #expect(try Self.exchange(g, sub: "301", field: "id_token").0 == 200)
         let bearer = try AuthFixtures.mint(g, "google", ["--sub", "302"])

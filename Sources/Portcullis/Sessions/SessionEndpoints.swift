@@ -28,6 +28,20 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             guard let identity = grant?.identity as? VerifiedIdentity else {
                 return service.oauthError(400, "invalid_grant", "The ID token was not verified")
             }
+            // A client that sent a nonce with its sign-in sends it again: the ID token must carry
+            // it, raw (Google) or as its SHA-256 hex (Apple, Firebase), or it is a replay.
+            switch SessionService.member(body, ["nonce"]) {
+            case .success(let nonce?):
+                let claimed = identity.claim("nonce")
+                guard let claimed, HMACSHA256.equal(claimed.utf8, nonce.utf8)
+                        || HMACSHA256.equal(claimed.utf8, SHA256Hex.of(Array(nonce.utf8)).utf8) else {
+                    service.counters.count("nonce_mismatch")
+                    return service.oauthError(400, "invalid_grant", claimed == nil ? "The ID token carries no nonce"
+                                                                                     : "The ID token's nonce does not match")
+                }
+            case .success(nil), .failure:
+                break  // no nonce sent (or a body the credential was not in: the Bearer form)
+            }
             var device = ""
             request.values(of: "user-agent") { device = String(decoding: $0, as: UTF8.self) }
             if case .success(let name?) = SessionService.member(body, ["device_name"]) { device = name }
