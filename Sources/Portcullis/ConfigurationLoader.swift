@@ -64,7 +64,7 @@ public enum ConfigurationLoader {
         let identity = try Self.identity(try top.optional("identity"))
         let tracing = try Self.tracing(try top.optional("tracing"))
         let sessionsNode = try top.optional("sessions")
-        let sessions = try Self.sessions(sessionsNode, providers: providers)
+        let sessions = try Self.sessions(sessionsNode, providers: providers, upstreams: upstreams)
         if let sessionsNode, let sessions, store.usesRedis, sessions.signingKeyFiles.isEmpty {
             throw sessionsNode.error("access_token.signing_keys is required with store.redis: every instance signs "
                                      + "and verifies the access tokens with the same keys", key: "access_token.signing_keys")

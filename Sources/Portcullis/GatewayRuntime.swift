@@ -194,9 +194,15 @@ public final class GatewayRuntime: @unchecked Sendable {
             logger.notice("sessions are kept in memory only and end with the process (set store.state_dir to keep them)")
         }
         let keys = previous.flatMap { $0.settings.signingKeyFiles == settings.signingKeyFiles ? $0.signingKeys : nil }
+        var lookup: SessionLookup?
+        if let hook = settings.lookup, let upstream = configuration.proxy.upstreams.first(where: { $0.name == hook.upstream }) {
+            let url = upstream.url.origin + hook.path
+            lookup = SessionLookup(url: url, caFile: upstream.caFile, headers: upstream.requestHeaders.map { ($0.name, $0.value) },
+                                   timeout: hook.timeout, loop: EventLoop(index: -6))
+        }
         let service = try SessionService(settings: settings, store: sessionStore, revocations: revocations,
                                          errorBody: configuration.identity.errorBody, logger: logger, keys: keys,
-                                         counters: previous?.counters ?? SessionCounters())
+                                         counters: previous?.counters ?? SessionCounters(), lookup: lookup)
         for (index, kind) in configuration.sessionRoutes {
             configuration.proxy.routes[index].handler = SessionEndpoint(kind, service: service)
         }

@@ -343,6 +343,65 @@ import Glibc
         #expect(code == 2 && (out + err).contains("signing_keys is required with store.redis"), "\(out)\(err)")
     }
 
+    /// `user: {lookup}`: the exchange asks the app who the verified identity is (with the
+    /// upstream's secret headers); its `user_id` is the session's user and its claims ride in
+    /// every access token (never replacing a registered one); a 4xx refuses the sign-in (403),
+    /// a bad answer or a dead app is 503.
+    @Test func theLookupHookLetsTheAppNameItsUser() throws {
+        let upstream = try EchoUpstream()
+        let port = Loopback.freePort()
+        let log = NSTemporaryDirectory() + "lookup-\(UUID().uuidString).jsonl"
+        let app = try RedisProcess.spawn(["/usr/bin/python3", E2E.packageRoot.appendingPathComponent(
+            "Tests/PortcullisEndToEndTests/Fixtures/lookup_app.py").path, "\(port)", log], stdout: nil)
+        defer { kill(app, SIGKILL); var s: Int32 = 0; waitpid(app, &s, 0) }
+        #expect(Loopback.waitForPort(port))
+        let g = try GatewayProcess("""
+        \(AuthFixtures.providers.replacingOccurrences(of: "claims: {email: X-User-Email}", with: "claims: {email: X-User-Email, plan: X-User-Plan}"))
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google]
+          user: {lookup: {upstream: users, path: /internal/users/resolve, timeout: 2s}}
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+          users: {url: "http://127.0.0.1:\(port)", request_headers: {x-internal-key: {value: "lookup-secret-0123456789"}}}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        """)
+        let (status, body) = try Self.exchange(g, sub: "117")
+        #expect(status == 200, "\(body)")
+        let pair = try #require(Self.pair(body))
+        #expect(pair.user == "u-117")
+        let call = Self.api(g, pair.access)
+        let echo = try Echo(call.body)
+        #expect(echo.values("X-User-Id") == ["u-117"] && echo.values("X-User-Plan") == ["pro"], "\(call.body)")
+        let payload = try #require(Data(base64Encoded: Self.padded(String(pair.access.split(separator: ".")[1]))))
+        let claims = try #require(try JSONSerialization.jsonObject(with: payload) as? [String: Any])
+        #expect(claims["plan"] as? String == "pro" && claims["sub"] as? String == "u-117", "the app's sub is ignored")
+        // Refreshed access tokens carry the claims too.
+        let next = try #require(Self.pair(Self.refresh(g, pair.refresh).body))
+        #expect(try Echo(Self.api(g, next.access).body).values("X-User-Plan") == ["pro"])
+        // What the app was asked, with the upstream's secret header.
+        let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+        let first = try #require(lines.first.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] })
+        let asked = try #require(first["body"] as? [String: Any])
+        #expect(first["path"] as? String == "/internal/users/resolve")
+        #expect(asked["provider"] as? String == "google" && asked["subject"] as? String == "117"
+                && asked["email"] as? String == "117@example.com", "\(asked)")
+        #expect((first["headers"] as? [String: String])?["x-internal-key"] == "lookup-secret-0123456789"
+                || (first["headers"] as? [String: String])?["X-Internal-Key"] == "lookup-secret-0123456789", "\(first)")
+        // The app refuses one identity; another answer has no user_id.
+        let blocked = try Self.exchange(g, sub: "blocked")
+        #expect(blocked.0 == 403 && blocked.1.contains("access_denied"), "\(blocked)")
+        let broken = try Self.exchange(g, sub: "broken")
+        #expect(broken.0 == 503 && broken.1.contains("temporarily_unavailable"), "\(broken)")
+        kill(app, SIGKILL)
+        let down = try Self.exchange(g, sub: "118")
+        #expect(down.0 == 503, "\(down)")
+        #expect(g.log.contains("session lookup failed"))
+    }
+
     /// The session endpoints answer over TLS only by default (a plain listener: 403), and
     /// `check-config` names bad `sessions` keys.
     @Test func tlsOnlyByDefaultAndBadSettingsAreNamed() throws {
@@ -354,7 +413,7 @@ import Glibc
             ("accept: [app]", "only ID tokens"),
             ("accept: [nobody]", "no provider 'nobody'"),
             ("refresh_token: {secret: \"short\"}", "at least 32 bytes"),
-            ("user: {lookup: {upstream: app, path: /x}}", "not supported yet"),
+            ("user: {lookup: {upstream: nobody, path: /x}}", "no upstream 'nobody'"),
         ] {
             var lines = ["issuer: \"https://x.test\"", "accept: [google]", "refresh_token: {secret: \"\(Self.secret)\"}"]
             let key = String(yaml.prefix { $0 != ":" })

@@ -5,7 +5,8 @@ import PortcullisProxy
 extension ConfigurationLoader {
     /// `sessions:` (see `SessionSettings`). `providerNames`: the configured providers, which
     /// `accept` must name (ID-token providers only).
-    static func sessions(_ node: ConfigNode?, providers: [ProviderSettings]) throws(ConfigurationError) -> SessionSettings? {
+    static func sessions(_ node: ConfigNode?, providers: [ProviderSettings],
+                         upstreams: [UpstreamConfiguration]) throws(ConfigurationError) -> SessionSettings? {
         guard var node else { return nil }
         let issuerNode = try node.required("issuer")
         let issuer = try issuerNode.string()
@@ -46,8 +47,19 @@ extension ConfigurationLoader {
             if let n = try user.optional("provider_subject") {
                 guard try n.bool() else { throw n.error("only provider_subject: true is supported (the user id is \"<provider>:<sub>\")") }
             }
-            if let n = try user.optional("lookup") {
-                throw n.error("not supported yet: the user id is \"<provider>:<sub>\" (user: {provider_subject: true})")
+            if var lookup = try user.optional("lookup") {
+                let upstreamNode = try lookup.required("upstream")
+                let name = try upstreamNode.string()
+                guard upstreams.contains(where: { $0.name == name }) else {
+                    throw upstreamNode.error("no upstream '\(name)' (known: \(upstreams.map(\.name).joined(separator: ", ")))")
+                }
+                let pathNode = try lookup.required("path")
+                let path = try pathNode.string()
+                guard path.hasPrefix("/") else { throw pathNode.error("a path such as /internal/users/resolve") }
+                var found = SessionSettings.Lookup(upstream: name, path: path)
+                if let n = try lookup.optional("timeout") { found.timeout = try n.duration() }
+                try lookup.finish()
+                settings.lookup = found
             }
             try user.finish()
         }

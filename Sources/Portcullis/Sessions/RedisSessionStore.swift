@@ -19,7 +19,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
 
     static let prefix = "portcullis:session:"
     static let userPrefix = "portcullis:user-sessions:"
-    static let fields = ["user", "provider", "device", "created", "used", "expires", "counter", "rotated", "access", "access_expires"]
+    static let fields = ["user", "provider", "device", "created", "used", "expires", "counter", "rotated", "access", "access_expires", "claims"]
 
     public init(client: RedisClient, timeout: Double = 2) {
         self.client = client
@@ -44,7 +44,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     /// KEYS[1] the session; ARGV: presented counter, now, grace, idle timeout, the new access
     /// token and its expiry. Returns {outcome, fields…}.
     static let rotateScript = """
-    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires')
+    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims')
     if not h[1] then return {'unknown'} end
     local presented, now = tonumber(ARGV[1]), tonumber(ARGV[2])
     local counter = tonumber(h[7])
@@ -96,7 +96,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
 
     /// KEYS[1] the session; ARGV[1] the user it must belong to ("" for any). Returns its fields.
     static let endScript = """
-    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires')
+    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims')
     if not h[1] or (ARGV[1] ~= '' and h[1] ~= ARGV[1]) then return {} end
     redis.call('DEL', KEYS[1]); redis.call('SREM', 'portcullis:user-sessions:' .. h[1], ARGV[2])
     return h
@@ -138,7 +138,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     static func values(_ r: SessionRecord) -> [String] {
         ["user", r.user, "provider", r.provider, "device", r.device, "created", "\(r.createdAt)", "used", "\(r.lastUsedAt)",
          "expires", "\(r.expiresAt)", "counter", "\(r.counter)", "rotated", "\(r.rotatedAt)", "access", r.accessToken,
-         "access_expires", "\(r.accessExpiresAt)"]
+         "access_expires", "\(r.accessExpiresAt)", "claims", r.claims]
     }
 
     /// From HGETALL's flat [name, value, …] reply.
@@ -157,6 +157,6 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
               let expires = int(5), let counter = int(6), let rotated = int(7), let accessExpires = int(9) else { return nil }
         return SessionRecord(id: id, user: user, provider: provider, device: device, createdAt: created, lastUsedAt: used,
                              expiresAt: expires, counter: UInt64(max(0, counter)), rotatedAt: rotated,
-                             accessToken: text[8] ?? "", accessExpiresAt: accessExpires)
+                             accessToken: text[8] ?? "", accessExpiresAt: accessExpires, claims: text[10] ?? "")
     }
 }

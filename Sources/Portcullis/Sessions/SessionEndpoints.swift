@@ -45,21 +45,41 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             var device = ""
             request.values(of: "user-agent") { device = String(decoding: $0, as: UTF8.self) }
             if case .success(let name?) = SessionService.member(body, ["device_name"]) { device = name }
-            let id = Self.sessionID()
-            let expires = now + Int64(service.settings.refreshLifetime)
-            var record = SessionRecord(id: id, user: identity.provider + ":" + identity.subject, provider: identity.provider,
-                                       device: String(device.prefix(200)), createdAt: now, lastUsedAt: now, expiresAt: expires,
-                                       counter: 1, rotatedAt: now, accessToken: "", accessExpiresAt: 0)
-            guard let (token, tokenExpires) = service.accessToken(record, now: now) else {
-                return service.oauthError(500, "server_error", "The access token could not be signed")
+            let provider = identity.provider
+            let deviceName = String(device.prefix(200))
+            @Sendable func create(user: String, claims: String) {
+                let expires = now + Int64(service.settings.refreshLifetime)
+                var record = SessionRecord(id: Self.sessionID(), user: user, provider: provider, device: deviceName,
+                                           createdAt: now, lastUsedAt: now, expiresAt: expires, counter: 1, rotatedAt: now,
+                                           accessToken: "", accessExpiresAt: 0, claims: claims)
+                guard let (token, tokenExpires) = service.accessToken(record, now: now) else {
+                    return reply.send(service.oauthError(500, "server_error", "The access token could not be signed"))
+                }
+                record.accessToken = token
+                record.accessExpiresAt = tokenExpires
+                let created = record
+                service.store.create(created) { ok in
+                    service.counters.count(ok ? "created" : "store_failed")
+                    reply.send(ok ? service.pair(created, now: now)
+                                  : service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
+                }
             }
-            record.accessToken = token
-            record.accessExpiresAt = tokenExpires
-            let created = record
-            service.store.create(created) { ok in
-                service.counters.count(ok ? "created" : "store_failed")
-                reply.send(ok ? service.pair(created, now: now)
-                              : service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
+            guard let lookup = service.lookup else {
+                create(user: provider + ":" + identity.subject, claims: "")
+                return nil
+            }
+            lookup.resolve(identity) { outcome in
+                switch outcome {
+                case .user(let user, let claims):
+                    create(user: user, claims: claims)
+                case .refused(let status):
+                    service.counters.count("lookup_refused")
+                    reply.send(service.oauthError(403, "access_denied", "The app refused this sign-in (\(status))"))
+                case .unavailable(let reason):
+                    service.counters.count("lookup_failed")
+                    service.logger.error("session lookup failed", metadata: ["provider": "\(provider)", "reason": "\(reason)"])
+                    reply.send(service.oauthError(503, "temporarily_unavailable", "The app could not be asked who this user is"))
+                }
             }
             return nil
 

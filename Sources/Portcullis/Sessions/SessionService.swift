@@ -3,6 +3,7 @@ import Logging
 import PortcullisAuth
 import PortcullisCore
 import PortcullisEdgeAuth
+import PortcullisIO
 import PortcullisKeys
 import PortcullisProxy
 import PortcullisStore
@@ -36,10 +37,14 @@ public final class SessionService: @unchecked Sendable {
 
     /// Every signing key (the first signs); kept across reloads when generated.
     let signingKeys: [SigningKey]
+    /// The lookup hook (nil: the user id is "<provider>:<sub>").
+    let lookup: SessionLookup?
 
     init(settings: SessionSettings, store: any SessionStore, revocations: StoreRevocations, errorBody: ErrorBodyTemplate,
-         logger: Logger, keys given: [SigningKey]? = nil, counters: SessionCounters = SessionCounters()) throws {
+         logger: Logger, keys given: [SigningKey]? = nil, counters: SessionCounters = SessionCounters(),
+         lookup: SessionLookup? = nil) throws {
         self.counters = counters
+        self.lookup = lookup
         self.settings = settings
         self.store = store
         self.revocations = revocations
@@ -88,11 +93,19 @@ public final class SessionService: @unchecked Sendable {
 
     func accessToken(_ record: SessionRecord, now: Int64) -> (String, Int64)? {
         let expires = now + Int64(settings.accessLifetime)
-        let claims = JSONValue.object([
+        var members: [(String, JSONValue)] = [
             ("iss", .string(settings.issuer)), ("aud", .string(settings.issuer)), ("sub", .string(record.user)),
             ("sid", .string(record.id)), ("iat", .integer(now)), ("exp", .integer(expires)),
             ("jti", .string(JWTText.randomID())), ("idp", .string(record.provider)),
-        ])
+        ]
+        // The app's own claims (lookup hook), never replacing the registered ones.
+        if !record.claims.isEmpty, let object = try? JSONSerialization.jsonObject(with: Data(record.claims.utf8)) as? [String: Any] {
+            let reserved = Set(members.map(\.0))
+            for key in object.keys.sorted() where !reserved.contains(key) {
+                if let value = Self.jsonValue(object[key]!) { members.append((key, value)) }
+            }
+        }
+        let claims = JSONValue.object(members)
         guard let token = try? TokenMinter.sign(claims: claims, key: signer, keyID: keyID) else { return nil }
         return (token, expires)
     }
@@ -144,6 +157,76 @@ public final class SessionService: @unchecked Sendable {
     }
 
     enum LocalResponseReason: Error { case notJSON, notString(String) }
+
+    /// Foundation JSON (from `JSONSerialization`) as a `JSONValue`.
+    static func jsonValue(_ any: Any) -> JSONValue? {
+        switch any {
+        case let s as String: return .string(s)
+        case let n as NSNumber:
+            if String(cString: n.objCType) == "c" { return .bool(n.boolValue) }
+            if let exact = Int64(exactly: n.doubleValue), !"\(n)".contains(".") { return .integer(exact) }
+            return .number(n.doubleValue)
+        case let a as [Any]: return .array(a.compactMap(jsonValue))
+        case let o as [String: Any]: return .object(o.keys.sorted().compactMap { k in jsonValue(o[k]!).map { (k, $0) } })
+        case is NSNull: return .null
+        default: return nil
+        }
+    }
+}
+
+/// `user: {lookup: {upstream, path}}`: at the exchange the gateway POSTs the verified
+/// identity to the app (`{"provider", "subject", "email", "name", "claims"}`, with the
+/// upstream's `request_headers`) and takes `{"user_id", "claims"}` from its 2xx answer: the
+/// app's find-or-create stays in the app. A 4xx refuses the sign-in (403 `access_denied`);
+/// anything else (an error, a timeout, a body without `user_id`) is 503.
+final class SessionLookup: @unchecked Sendable {
+    // @unchecked Sendable: immutable.
+    let client: HTTPGetClient
+    let url: String
+    let headers: [(name: String, value: String)]
+    let loop: EventLoop
+
+    enum Outcome { case user(String, claims: String), refused(Int), unavailable(String) }
+
+    init(url: String, caFile: String?, headers: [(name: String, value: String)], timeout: Double, loop: EventLoop) {
+        client = HTTPGetClient(options: HTTPFetchOptions(connectTimeout: min(2, timeout), totalTimeout: timeout,
+                                                         maxBodyBytes: 64 * 1024, userAgent: "portcullis-sessions/1", caFile: caFile))
+        self.url = url
+        self.headers = headers
+        self.loop = loop
+    }
+
+    func resolve(_ identity: VerifiedIdentity, completion: @escaping @Sendable (Outcome) -> Void) {
+        var claims: [(String, JSONValue)] = identity.claims.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) }
+        claims.removeAll { $0.0 == "nonce" }
+        let body = JSONValue.object([
+            ("provider", .string(identity.provider)), ("subject", .string(identity.subject)),
+            ("email", identity.claim("email").map(JSONValue.string) ?? .null),
+            ("name", identity.claim("name").map(JSONValue.string) ?? .null),
+            ("claims", .object(claims)),
+        ]).serialized
+        client.post(url, body: Array(body.utf8), headers: headers, on: loop) { result in
+            switch result {
+            case .failure(let error):
+                completion(.unavailable("\(error)"))
+            case .success(let response) where (200..<300).contains(response.status):
+                guard let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any],
+                      let user = object["user_id"] as? String, !user.isEmpty, user.utf8.count <= 256 else {
+                    return completion(.unavailable("the answer has no user_id string"))
+                }
+                var text = ""
+                if let extra = object["claims"] as? [String: Any], !extra.isEmpty,
+                   let data = try? JSONSerialization.data(withJSONObject: extra, options: [.sortedKeys]) {
+                    text = String(decoding: data, as: UTF8.self)
+                }
+                completion(.user(user, claims: text))
+            case .success(let response) where (400..<500).contains(response.status):
+                completion(.refused(response.status))
+            case .success(let response):
+                completion(.unavailable("answered \(response.status)"))
+            }
+        }
+    }
 }
 
 /// Counted session events, read by `/metrics`.

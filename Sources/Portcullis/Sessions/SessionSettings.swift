@@ -44,6 +44,15 @@ public struct SessionSettings: Sendable {
     public var sessionsPath = "/auth/sessions"
     /// The session endpoints answer on TLS listeners only (a plain request: 403).
     public var requireTLS = true
+    /// `user: {lookup: {upstream, path}}`: the app maps a verified identity to its own user
+    /// id (and claims) at the exchange; nil: the user id is "<provider>:<sub>".
+    public var lookup: Lookup?
+    public struct Lookup: Sendable, Equatable {
+        public var upstream: String
+        public var path: String
+        /// How long the app may take to answer.
+        public var timeout: Double = 5
+    }
 
     public init(issuer: String, accept: [String], refreshSecret: String) {
         self.issuer = issuer

@@ -24,6 +24,9 @@ public struct SessionRecord: Sendable, Equatable {
     /// the grace gets again; kept in memory only, empty after a restart), and when it expires.
     public var accessToken: String
     public var accessExpiresAt: Int64
+    /// The app's claims for this user from the lookup hook (a JSON object's text; "" none),
+    /// carried by every access token of the session.
+    public var claims: String = ""
 }
 
 /// What a refresh found.
@@ -185,7 +188,7 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
         "{\"id\":\(JSONText.quoted(r.id)),\"user\":\(JSONText.quoted(r.user)),\"provider\":\(JSONText.quoted(r.provider)),"
             + "\"device\":\(JSONText.quoted(r.device)),\"created\":\(r.createdAt),\"used\":\(r.lastUsedAt),"
             + "\"expires\":\(r.expiresAt),\"counter\":\(r.counter),\"rotated\":\(r.rotatedAt),"
-            + "\"access_expires\":\(r.accessExpiresAt)}\n"  // the access token itself never goes to disk
+            + "\"access_expires\":\(r.accessExpiresAt),\"claims\":\(JSONText.quoted(r.claims))}\n"  // never the access token
     }
 
     private static func decode(_ line: Substring) -> Entry? {
@@ -198,6 +201,6 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
               let accessExpires = int("access_expires") else { return nil }
         return .record(SessionRecord(id: id, user: user, provider: provider, device: device, createdAt: created,
                                      lastUsedAt: used, expiresAt: expires, counter: UInt64(max(0, counter)), rotatedAt: rotated,
-                                     accessToken: "", accessExpiresAt: accessExpires))
+                                     accessToken: "", accessExpiresAt: accessExpires, claims: object["claims"] as? String ?? ""))
     }
 }

@@ -44,9 +44,14 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     private var connectDeadline: UInt64 = 0
     var deadline: UInt64 { connectDeadline == 0 ? totalDeadline : min(connectDeadline, totalDeadline) }
 
+    /// A POST's body (JSON) and extra header fields; nil: a GET.
+    private let post: (body: [UInt8], headers: [(name: String, value: String)])?
+
     init(url: FetchURL, options: HTTPFetchOptions, loop: EventLoop, tls: TLSClientContext?,
+         post: (body: [UInt8], headers: [(name: String, value: String)])? = nil,
          completion: @escaping (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
         self.url = url
+        self.post = post
         self.tlsContext = tls
         self.options = options
         self.loop = loop
@@ -117,13 +122,26 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
         connectDeadline = 0
         guard let socket else { return }
         var request = ByteBuffer()
-        request.append("GET ")
+        request.append(post == nil ? "GET " : "POST ")
         request.append(url.pathAndQuery)
         request.append(" HTTP/1.1\r\nHost: ")
         request.append(url.hostHeader)
         request.append("\r\nUser-Agent: ")
         request.append(options.userAgent)
-        request.append("\r\nAccept: application/json, */*;q=0.5\r\nConnection: close\r\n\r\n")
+        request.append("\r\nAccept: application/json, */*;q=0.5\r\nConnection: close\r\n")
+        if let post {
+            request.append("Content-Type: application/json\r\nContent-Length: ")
+            request.append(String(post.body.count))
+            request.append("\r\n")
+            for field in post.headers {
+                request.append(field.name)
+                request.append(": ")
+                request.append(field.value)
+                request.append("\r\n")
+            }
+        }
+        request.append("\r\n")
+        if let post { post.body.withUnsafeBytes { request.append($0) } }
         if let tlsContext {
             // The one TLS layer: the socket carries plaintext from here on, and the
             // request's first write drives the handshake.

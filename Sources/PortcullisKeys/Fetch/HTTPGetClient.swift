@@ -17,6 +17,7 @@ import PortcullisTLS
 public struct HTTPGetClient: Sendable {
     public let options: HTTPFetchOptions
     private let tls: TLSContextSlot
+    var tlsSlot: TLSContextSlot { tls }
 
     public init(options: HTTPFetchOptions = HTTPFetchOptions()) {
         self.options = options
@@ -48,6 +49,32 @@ public struct HTTPGetClient: Sendable {
                 }
             }
             GetExchange(url: url, options: options, loop: loop, tls: context, completion: completion).start()
+        }
+    }
+}
+
+extension HTTPGetClient {
+    /// POSTs a JSON `body` (with extra `headers`) to `url`: the session lookup hook asks the
+    /// app who a verified identity is. Same connection rules as `get`.
+    public func post(_ url: String, body: [UInt8], headers: [(name: String, value: String)], on loop: EventLoop,
+                     completion: @escaping @Sendable (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
+        let parsed: FetchURL
+        do { parsed = try FetchURL(parsing: url) } catch {
+            loop.execute { completion(.failure(error)) }
+            return
+        }
+        let options = self.options
+        let tls = self.tlsSlot
+        loop.execute {
+            var context: TLSClientContext?
+            if parsed.scheme == .https {
+                switch tls.context() {
+                case .success(let made): context = made
+                case .failure(.tlsFailed(_, let reason)): completion(.failure(.tlsFailed(url: parsed.description, reason: reason))); return
+                case .failure(let error): completion(.failure(error)); return
+                }
+            }
+            GetExchange(url: parsed, options: options, loop: loop, tls: context, post: (body, headers), completion: completion).start()
         }
     }
 }
