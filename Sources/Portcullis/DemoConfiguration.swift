@@ -16,6 +16,13 @@ public enum DemoConfiguration {
       - {name: web, type: nextauth, secret: "${DEMO_WEB_SECRET:-demo-web-secret-change-me-0123456789abcdef}"}
       - {name: google, type: google, audiences: ["demo-ios.apps.googleusercontent.com"],
          jwks_url: "http://127.0.0.1:3004/oauth2/v3/certs"}
+    # Mobile sign-in at the edge (README: Sessions): the Google ID token is exchanged for the
+    # gateway's own session; the demo listens on plain HTTP, hence require_tls: false.
+    sessions:
+      issuer: "http://127.0.0.1:8080"
+      accept: [google]
+      refresh_token: {secret: "${DEMO_SESSION_SECRET:-demo-session-secret-change-me-0123456789}", reuse_grace: 1s}
+      require_tls: false
     identity:
       user_id_header: X-User-Id
       claims: {email: X-User-Email}

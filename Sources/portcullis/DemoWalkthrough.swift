@@ -34,9 +34,12 @@ enum DemoWalkthrough {
         /// when the configuration has no `google` provider).
         let googleToken: String?
         let googleJWKS: String
+        /// The configuration has `sessions:` accepting the demo's Google tokens.
+        let hasSessions: Bool
 
         init(_ configuration: GatewayConfiguration) throws {
             port = configuration.listen[0].address.port
+            hasSessions = configuration.sessions?.accept.contains("google") == true
             adminPort = configuration.admin?.address.port ?? 9901
             adminToken = configuration.admin?.token ?? ""
             guard let app = configuration.providers.first(where: { $0.configuration.name == "app" }),
@@ -96,6 +99,7 @@ enum DemoWalkthrough {
                           path: "/api/v1/auth/google", method: "POST", body: "{\"idToken\":\"\(bearer.token)\"}"),
                 ], port: port)
             }
+            if let googleToken, hasSessions { tellSessions(googleToken) }
             DemoWalkthrough.run([
                 .init(title: "A refresh call carries its token in the body (credential: {json_field: refreshToken}): verified like a Bearer token",
                       path: "/api/v1/auth/refresh", method: "POST", body: "{\"refreshToken\":\"\(refresh.token)\"}"),
@@ -123,6 +127,50 @@ enum DemoWalkthrough {
             print("This demo ran with \(configurationFile); try your own with: portcullis run --config FILE")
             print("More: curl -s http://127.0.0.1:\(port)/health ; curl -s http://127.0.0.1:\(adminPort)/readyz ; Ctrl-C stops.\n")
             fflush(nil)
+        }
+
+        /// `sessions:`: the exchange, a refresh, a reused refresh ending the session, the devices.
+        private func tellSessions(_ googleToken: String) {
+            func post(_ title: String, _ path: String, _ body: String, header: String? = nil) -> [String: Any]? {
+                print("## \(title)\n  curl -si -X POST \(header.map { "-H '\($0)' " } ?? "")-d '\(body)' http://127.0.0.1:\(port)\(path)")
+                guard let (status, _, text) = fetch(port: port, method: "POST", path: path, header: header, body: body) else {
+                    print("  -> no answer\n"); return nil
+                }
+                let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+                let shown = object.map { o in o.keys.sorted().map { key in
+                    let value = "\(o[key]!)"
+                    return "\(key): \(value.count > 24 ? value.prefix(20) + "…" : value)"
+                }.joined(separator: ", ") } ?? text
+                print("  -> \(status)  \(shown)\n")
+                fflush(nil)
+                return status == 200 ? object : nil
+            }
+            let device = "{\"idToken\":\"\(googleToken)\",\"device_name\":\"Ada's iPhone\"}"
+            guard let first = post("Mobile sign-in at the edge (sessions:): the Google ID token becomes the gateway's own session",
+                                   "/auth/session", device),
+                  let access = first["access_token"] as? String, let refresh = first["refresh_token"] as? String else { return }
+            DemoWalkthrough.run([
+                .init(title: "The session's access token (ES256, signed by the gateway) is accepted like any provider's",
+                      path: "/api/notes", header: "Authorization: Bearer \(access)"),
+            ], port: port)
+            let second = post("Refresh: a new pair; the old refresh token is spent", "/auth/refresh", "{\"refresh_token\":\"\(refresh)\"}")
+            usleep(2_100_000)  // past the demo's 1 s reuse grace (whole seconds)
+            _ = post("The spent refresh token again, after the grace: a reuse, so the whole session ends",
+                     "/auth/refresh", "{\"refresh_token\":\"\(refresh)\"}")
+            if let newer = second?["access_token"] as? String {
+                DemoWalkthrough.run([
+                    .init(title: "... its newest access token is refused at once", path: "/api/notes", header: "Authorization: Bearer \(newer)"),
+                ], port: port)
+            }
+            _ = post("Signing in again from another device", "/auth/session", "{\"idToken\":\"\(googleToken)\",\"device_name\":\"Ada's iPad\"}")
+            if let again = post("... and once more from the phone", "/auth/session", device), let token = again["access_token"] as? String {
+                print("## The device list (GET /auth/sessions), the current one marked")
+                print("  curl -s -H 'Authorization: Bearer \(token)' http://127.0.0.1:\(port)/auth/sessions")
+                if let (status, _, text) = fetch(port: port, method: "GET", path: "/auth/sessions", header: "Authorization: Bearer \(token)") {
+                    print("  -> \(status)  \(text.trimmingCharacters(in: .whitespacesAndNewlines))\n")
+                }
+                fflush(nil)
+            }
         }
 
         private func admin(_ method: String, _ body: String, title: String?) {

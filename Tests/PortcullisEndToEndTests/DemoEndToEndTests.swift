@@ -69,6 +69,13 @@ import Glibc
         #expect(answer(after: "exchanges its Google ID token in the body")?.hasPrefix("  -> 200") == true)
         #expect(answer(after: "no Google ID token")?.hasPrefix("  -> 401") == true)
         #expect(answer(after: "A refresh call carries its token in the body")?.hasPrefix("  -> 200") == true)
+        // Sessions: exchange, the access token, refresh, a reuse ending the session, the devices.
+        #expect(answer(after: "becomes the gateway's own session")?.hasPrefix("  -> 200") == true, "\(text)")
+        #expect(answer(after: "is accepted like any provider's")?.hasPrefix("  -> 200") == true)
+        #expect(answer(after: "the old refresh token is spent")?.hasPrefix("  -> 200") == true)
+        #expect(answer(after: "a reuse, so the whole session ends")?.contains("400") == true)
+        #expect(answer(after: "newest access token is refused at once")?.hasPrefix("  -> 401") == true)
+        #expect(answer(after: "The device list")?.contains("Ada's iPad") == true && text.contains("\"current\":true"))
         #expect(answer(after: "refresh route refuses it in the body")?.contains("revoked") == true)
         #expect(answer(after: "the logged-out token is refused")?.hasPrefix("  -> 401") == true)
         #expect(answer(after: "is undone")?.contains("\"found\":true") == true)
