@@ -343,6 +343,56 @@ import Glibc
         #expect(code == 2 && (out + err).contains("signing_keys is required with store.redis"), "\(out)\(err)")
     }
 
+    /// ID tokens minted outside the gateway (PyJWT), shaped as Google, Apple and Firebase
+    /// issue them, with keys from local key hosts (Firebase's as a kid → PEM certificate
+    /// map): each is exchanged; the wrong audience, a token past its expiry and another
+    /// project's Firebase token are refused as on any route.
+    @Test func googleAppleAndFirebaseTokensFromKeyHostsAreExchanged() throws {
+        let upstream = try EchoUpstream()
+        let google = try KeyHost(kids: ["g1"]), apple = try KeyHost(kids: ["a1"]), firebase = try KeyHost(kids: ["f1"])
+        try firebase.publish(["f1"], format: "pem")
+        let g = try GatewayProcess("""
+        providers:
+          - {name: google, type: google, audiences: ["ios.apps.googleusercontent.com"], jwks_url: "http://127.0.0.1:\(google.port)/"}
+          - {name: apple, type: apple, audiences: ["com.example.app"], jwks_url: "http://127.0.0.1:\(apple.port)/"}
+          - {name: firebase, type: firebase, project_id: "demo-project", jwks_url: "http://127.0.0.1:\(firebase.port)/"}
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google, apple, firebase]
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        """)
+        #expect(waitUntil(10) { E2E.curl(["http://127.0.0.1:\(g.adminPort)/readyz"]).status == 200 })
+        let mint = E2E.packageRoot.appendingPathComponent("Tests/PortcullisEndToEndTests/Fixtures/mint_jwt.py").path
+        func token(_ host: KeyHost, _ kid: String, _ claims: String) -> String {
+            E2E.run("/usr/bin/python3", [mint, "--rs256", host.keyPath(kid), kid, claims]).1.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        func exchange(_ id: String) -> (status: Int, body: String) {
+            E2E.curl(["-X", "POST", "-H", "content-type: application/json", "-d", "{\"idToken\":\"\(id)\"}", "\(g.url)/auth/session"])
+        }
+        let cases: [(String, String, String)] = [
+            ("google:1175", token(google, "g1", #"{"iss":"https://accounts.google.com","aud":"ios.apps.googleusercontent.com","azp":"ios.apps.googleusercontent.com","sub":"1175","email":"a@gmail.com","email_verified":true,"iat":"-0","exp":"+3600"}"#), "Google"),
+            ("apple:001.abc.002", token(apple, "a1", #"{"iss":"https://appleid.apple.com","aud":"com.example.app","sub":"001.abc.002","email_verified":"true","auth_time":"-0","iat":"-0","exp":"+600"}"#), "Apple"),
+            ("firebase:uid42", token(firebase, "f1", #"{"iss":"https://securetoken.google.com/demo-project","aud":"demo-project","sub":"uid42","auth_time":"-60","iat":"-0","exp":"+3600","firebase":{"sign_in_provider":"google.com"}}"#), "Firebase"),
+        ]
+        for (user, id, shape) in cases {
+            let r = exchange(id)
+            #expect(r.status == 200 && Self.pair(r.body)?.user == user, "\(shape): \(r)")
+            if let pair = Self.pair(r.body) { #expect(try Echo(Self.api(g, pair.access).body).values("X-User-Id") == [user]) }
+        }
+        let wrongAudience = exchange(token(google, "g1", #"{"iss":"https://accounts.google.com","aud":"other.apps.googleusercontent.com","sub":"1","iat":"-0","exp":"+3600"}"#))
+        #expect(wrongAudience.status == 401 && wrongAudience.body.contains("The ID token audience is not accepted"), "\(wrongAudience)")
+        let expired = exchange(token(apple, "a1", #"{"iss":"https://appleid.apple.com","aud":"com.example.app","sub":"x","iat":"-7200","exp":"-3600"}"#))
+        #expect(expired.status == 401 && expired.body.contains("The ID token expired"), "\(expired)")
+        let otherProject = exchange(token(firebase, "f1", #"{"iss":"https://securetoken.google.com/other","aud":"other","sub":"u","auth_time":"-60","iat":"-0","exp":"+3600"}"#))
+        #expect(otherProject.status == 401, "\(otherProject)")
+        #expect(!g.log.contains(cases[0].1), "no ID token in the log")
+    }
+
     /// `user: {lookup}`: the exchange asks the app who the verified identity is (with the
     /// upstream's secret headers); its `user_id` is the session's user and its claims ride in
     /// every access token (never replacing a registered one); a 4xx refuses the sign-in (403),
