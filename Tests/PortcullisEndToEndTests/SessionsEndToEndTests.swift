@@ -31,7 +31,8 @@ import Glibc
     }
 
     static func gateway(_ upstream: EchoUpstream, stateDir: String? = nil, grace: String = "2s", extra: String = "",
-                        requireTLS: Bool = false, listen: String? = nil, signingKey: String? = nil) throws -> GatewayProcess {
+                        requireTLS: Bool = false, listen: String? = nil, signingKey: String? = nil,
+                        maxPerUser: Int? = nil) throws -> GatewayProcess {
         try GatewayProcess("""
         \(AuthFixtures.providers)
         sessions:
@@ -39,7 +40,7 @@ import Glibc
           accept: [google, apple]
           access_token: {lifetime: 15m\(signingKey.map { ", signing_keys: [\"\($0)\"]" } ?? "")}
           refresh_token: {secret: "\(secret)", reuse_grace: \(grace), lifetime: 90d, idle_timeout: 30d}
-          require_tls: \(requireTLS)
+          require_tls: \(requireTLS)\(maxPerUser.map { "\n  max_per_user: \($0)" } ?? "")
         \(stateDir.map { "store: {state_dir: \"\($0)\"}" } ?? "")
         \(extra)
         upstreams:
@@ -188,6 +189,34 @@ import Glibc
         let pair = try #require(bodies.first.flatMap(Self.pair))
         #expect(Self.api(g, pair.access).status == 200)
         #expect(Self.pair(Self.refresh(g, pair.refresh).body) != nil, "the converged pair moves on")
+    }
+
+    /// `max_per_user`: a sign-in past the cap ends the user's least recently used session
+    /// (its access and refresh tokens too), so replaying one ID token cannot grow the store
+    /// without bound; other users are untouched.
+    @Test(arguments: ["embedded", "redis"])
+    func aUserKeepsAtMostMaxPerUserSessions(_ store: String) throws {
+        let upstream = try EchoUpstream()
+        let redis = store == "redis" ? try RedisProcess() : nil
+        var key: String?
+        if redis != nil {
+            let path = NSTemporaryDirectory() + "session-es256-\(UUID().uuidString).pem"
+            E2E.run("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path])
+            key = path
+        }
+        let extra = redis.map { "store: {redis: \"redis://127.0.0.1:\($0.port)/0\"}" } ?? ""
+        let g = try Self.gateway(upstream, extra: extra, signingKey: key, maxPerUser: 2)
+        let other = try #require(Self.pair(try Self.exchange(g, sub: "900").1))
+        let oldest = try #require(Self.pair(try Self.exchange(g, sub: "901").1))
+        sleep(1)
+        let middle = try #require(Self.pair(try Self.exchange(g, sub: "901").1))
+        sleep(1)
+        let newest = try #require(Self.pair(try Self.exchange(g, sub: "901").1))
+        #expect(waitUntil(3) { Self.api(g, oldest.access).status == 401 }, "the least recently used session ended")
+        #expect(Self.refresh(g, oldest.refresh).status == 400)
+        for pair in [middle, newest, other] { #expect(Self.api(g, pair.access).status == 200) }
+        let list = E2E.curl(["-H", "Authorization: Bearer \(newest.access)", "\(g.url)/auth/sessions"]).body
+        #expect(list.contains(middle.session) && list.contains(newest.session) && !list.contains(oldest.session), "\(list)")
     }
 
     /// The device list: the user's sessions with `current`; ending one of them; another

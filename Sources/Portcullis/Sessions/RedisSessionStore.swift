@@ -26,7 +26,36 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         self.timeout = timeout
     }
 
-    public func create(_ record: SessionRecord, completion: @escaping @Sendable (Bool) -> Void) {
+    /// KEYS[1] the user's set; ARGV[1] the new session's id, ARGV[2] the most sessions kept.
+    /// Ends the least recently used sessions past the cap (and forgets ids whose hash expired);
+    /// returns the ended sessions as {id, fields…} arrays.
+    static let capScript = """
+    local ids = redis.call('SMEMBERS', KEYS[1])
+    local live = {}
+    for _, id in ipairs(ids) do
+      local used = redis.call('HGET', 'portcullis:session:' .. id, 'used')
+      if used then table.insert(live, {id, tonumber(used)}) else redis.call('SREM', KEYS[1], id) end
+    end
+    local evicted = {}
+    local excess = #live - tonumber(ARGV[2])
+    if excess > 0 then
+      table.sort(live, function(a, b) return a[2] < b[2] end)
+      for _, entry in ipairs(live) do
+        if excess <= 0 then break end
+        if entry[1] ~= ARGV[1] then
+          local key = 'portcullis:session:' .. entry[1]
+          local h = redis.call('HMGET', key, 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims')
+          redis.call('DEL', key); redis.call('SREM', KEYS[1], entry[1])
+          table.insert(evicted, {entry[1], unpack(h)})
+          excess = excess - 1
+        end
+      end
+    end
+    return evicted
+    """
+
+    public func create(_ record: SessionRecord, maxPerUser: Int,
+                       completion: @escaping @Sendable (_ ok: Bool, _ evicted: [SessionRecord]) -> Void) {
         let key = Self.prefix + record.id
         let userKey = Self.userPrefix + record.user
         client.pipeline([
@@ -36,8 +65,17 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
             // The user's set lives as long as their longest session (GT: never shortened).
             ["EXPIREAT", userKey, "\(record.expiresAt)", "GT"],
             ["EXPIREAT", userKey, "\(record.expiresAt)", "NX"],
+            ["EVAL", Self.capScript, "1", userKey, record.id, "\(maxPerUser)"],
         ], timeout: timeout) { replies in
-            completion(replies.prefix(3).allSatisfy { if case .success = $0 { return true } else { return false } })
+            let ok = replies.prefix(3).allSatisfy { if case .success = $0 { return true } else { return false } }
+            var evicted: [SessionRecord] = []
+            if replies.count == 6, case .success(let value) = replies[5], let items = value.array {
+                for item in items {
+                    guard let fields = item.array, fields.count == Self.fields.count + 1, let id = fields[0].string else { continue }
+                    if let old = Self.record(id: id, values: Array(fields.dropFirst())) { evicted.append(old) }
+                }
+            }
+            completion(ok, evicted)
         }
     }
 

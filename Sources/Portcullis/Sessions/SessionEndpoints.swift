@@ -58,8 +58,13 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                 record.accessToken = token
                 record.accessExpiresAt = tokenExpires
                 let created = record
-                service.store.create(created) { ok in
+                service.store.create(created, maxPerUser: service.settings.maxPerUser) { ok, evicted in
                     service.counters.count(ok ? "created" : "store_failed")
+                    for old in evicted {
+                        // Past the cap the least recently used sessions end, their access tokens too.
+                        service.counters.count("evicted")
+                        service.endEverywhere(old, now: now) { _ in }
+                    }
                     reply.send(ok ? service.pair(created, now: now)
                                   : service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
                 }

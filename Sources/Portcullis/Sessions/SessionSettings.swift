@@ -44,6 +44,9 @@ public struct SessionSettings: Sendable {
     public var sessionsPath = "/auth/sessions"
     /// The session endpoints answer on TLS listeners only (a plain request: 403).
     public var requireTLS = true
+    /// The most sessions one user keeps; a new sign-in past it ends the least recently used
+    /// (a replayed ID token cannot grow the store without bound).
+    public var maxPerUser = 50
     /// `user: {lookup: {upstream, path}}`: the app maps a verified identity to its own user
     /// id (and claims) at the exchange; nil: the user id is "<provider>:<sub>".
     public var lookup: Lookup?

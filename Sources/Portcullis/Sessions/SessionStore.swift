@@ -46,7 +46,9 @@ public enum RotateOutcome: Sendable, Equatable {
 /// Where sessions live: the embedded store (this process, `store.state_dir` to survive a
 /// restart). Completions may run on any queue.
 public protocol SessionStore: AnyObject, Sendable {
-    func create(_ record: SessionRecord, completion: @escaping @Sendable (Bool) -> Void)
+    /// Keeps at most `maxPerUser` sessions for the record's user: past it the least recently
+    /// used are ended (`evicted`, for their access tokens to be revoked).
+    func create(_ record: SessionRecord, maxPerUser: Int, completion: @escaping @Sendable (_ ok: Bool, _ evicted: [SessionRecord]) -> Void)
     /// The refresh of `id` with the token of `counter`, at `now`. `next` is the record to
     /// store when the token is current (the counter one more, the new access token).
     func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64,
@@ -112,12 +114,21 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
     /// Sessions kept now (tests, metrics).
     public var count: Int { queue.sync { sessions.count } }
 
-    public func create(_ record: SessionRecord, completion: @escaping @Sendable (Bool) -> Void) {
+    public func create(_ record: SessionRecord, maxPerUser: Int,
+                       completion: @escaping @Sendable (_ ok: Bool, _ evicted: [SessionRecord]) -> Void) {
         queue.async { [self] in
-            guard write(Self.encode(record), sync: true) else { return completion(false) }
+            guard write(Self.encode(record), sync: true) else { return completion(false, []) }
             sessions[record.id] = record
             byUser[record.user, default: []].insert(record.id)
-            completion(true)
+            var evicted: [SessionRecord] = []
+            let mine = (byUser[record.user] ?? []).compactMap { sessions[$0] }
+            if mine.count > maxPerUser {
+                for old in mine.filter({ $0.id != record.id }).sorted(by: { $0.lastUsedAt < $1.lastUsedAt }).prefix(mine.count - maxPerUser) {
+                    remove(old)
+                    evicted.append(old)
+                }
+            }
+            completion(true, evicted)
         }
     }
 
