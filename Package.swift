@@ -78,7 +78,7 @@ var package = Package(
             .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "portcullis", dependencies: [
-            "Portcullis", "PortcullisTLS", "PortcullisAuth",
+            "Portcullis", "PortcullisTLS", "PortcullisAuth", "PortcullisEdgeAuth",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),

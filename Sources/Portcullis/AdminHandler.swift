@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import PortcullisHTTP
 import PortcullisProxy
+import PortcullisAuth
 import PortcullisCore
 
 /// A revocation asked for through the admin API or `portcullis revoke`.
@@ -158,7 +159,7 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
         if fields > 1 { return .error(400, "more than one Authorization field") }
         guard let presented, presented.count == token.utf8.count + 7,
               String(decoding: presented.prefix(7), as: UTF8.self).lowercased() == "bearer ",
-              constantTimeEqual(Array(presented.dropFirst(7)), Array(token.utf8)) else {
+              HMACSHA256.equal(presented.dropFirst(7), token.utf8) else {
             return .error(401, "admin token required", headers: [("www-authenticate", "Bearer realm=\"portcullis-admin\"")])
         }
         switch (method, request.path) {
@@ -317,11 +318,4 @@ public final class AdminHandler: LocalHandler, @unchecked Sendable {
         }
         return nil
     }
-}
-
-func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    guard a.count == b.count else { return false }
-    var diff: UInt8 = 0
-    for i in 0..<a.count { diff |= a[i] ^ b[i] }
-    return diff == 0
 }

@@ -248,8 +248,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             return rejectFailure(AuthFailure(.requiredClaimMismatch, provider: identity.provider), loopIndex: loopIndex,
                                  body: policy.errorBody, presentedAs: presentedAs)
         }
-        // The gateway's own session tokens already name "<provider>:<sub>" (never "session:…").
-        let userID = prefixProvider && identity.provider != "session" ? identity.provider + ":" + identity.subject : identity.subject
+        let userID = Self.userID(identity, prefixProvider: prefixProvider)
         if let revocations {
             let decision = revocations.check(loopIndex: loopIndex, identity: identity, userID: userID, now: Int64(now))
             counters?.revocationChecked(loopIndex: loopIndex, decision)
@@ -292,6 +291,18 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                                              statuses: policy.revokeOnStatuses, logger: logger)
         }
         return .grant(grant)
+    }
+
+    /// The built-in provider of the gateway's own session access tokens (`sessions:`).
+    public static let sessionProviderName = "session"
+
+    /// The user id the gateway injects (and revokes by): the subject, prefixed with the
+    /// provider under `identity.prefix_provider`; the session provider's subjects already
+    /// name "<provider>:<sub>", so they are never prefixed ("session:…").
+    @inline(__always)
+    public static func userID(_ identity: VerifiedIdentity, prefixProvider: Bool) -> String {
+        guard prefixProvider, identity.provider != sessionProviderName else { return identity.subject }
+        return identity.provider + ":" + identity.subject
     }
 
     private func unauthenticated(_ policy: RoutePolicy, request: RequestView) -> AuthOutcome {

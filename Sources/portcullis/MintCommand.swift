@@ -96,21 +96,7 @@ extension Mint {
         guard let any = try? JSONSerialization.jsonObject(with: Data(text.utf8), options: [.fragmentsAllowed]) else {
             return .string(text)
         }
-        return jsonValue(any) ?? .string(text)
-    }
-
-    private static func jsonValue(_ any: Any) -> JSONValue? {
-        switch any {
-        case let s as String: return .string(s)
-        case let n as NSNumber:
-            if String(cString: n.objCType) == "c" { return .bool(n.boolValue) }  // JSON true/false
-            if let exact = Int64(exactly: n.doubleValue), !"\(n)".contains(".") { return .integer(exact) }
-            return .number(n.doubleValue)
-        case let a as [Any]: return .array(a.compactMap(jsonValue))
-        case let o as [String: Any]: return .object(o.keys.sorted().compactMap { k in jsonValue(o[k]!).map { (k, $0) } })
-        case is NSNull: return .null
-        default: return nil
-        }
+        return JSONValue(foundation: any) ?? .string(text)
     }
 }
 

@@ -3,6 +3,7 @@ import Foundation
 import Portcullis
 import PortcullisAuth
 import PortcullisCore
+import PortcullisEdgeAuth
 import PortcullisKeys
 
 /// `portcullis verify`: what the gateway would decide for one credential.
@@ -64,7 +65,7 @@ struct Verify: ParsableCommand {
         }
         switch result {
         case .verified(let identity):
-            let user = configuration.identity.prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
+            let user = EdgeAuthenticator.userID(identity, prefixProvider: configuration.identity.prefixProvider)
             let outcome = skipRevocations ? nil : RevocationLookup.check(configuration, identity: identity)
             if case .revoked(let entry, let place)? = outcome {
                 print("refused: invalid_token (revoked): revoked by \(entry) in \(place); the running gateway refuses it")
@@ -85,7 +86,7 @@ struct Verify: ParsableCommand {
     /// `--skip-revocations`), with how to list the user's revocations.
     static func revocationNote(_ configuration: GatewayConfiguration, identity: VerifiedIdentity,
                                outcome: RevocationLookup.Outcome?) -> String {
-        let user = configuration.identity.prefixProvider ? identity.provider + ":" + identity.subject : identity.subject
+        let user = EdgeAuthenticator.userID(identity, prefixProvider: configuration.identity.prefixProvider)
         let list = "List the user's: GET /revocations?subject=\(user) on the admin listener"
         guard let outcome else { return "revocations: NOT checked (--skip-revocations). \(list)" }
         switch outcome {

@@ -1,6 +1,7 @@
 import Foundation
 import PortcullisAuth
 import PortcullisCore
+import PortcullisEdgeAuth
 import PortcullisIO
 import PortcullisRedis
 import PortcullisStore
@@ -26,8 +27,7 @@ public enum RevocationLookup {
     public static func check(_ configuration: GatewayConfiguration, identity: VerifiedIdentity,
                              now: Int64 = Int64(Date().timeIntervalSince1970), redisTimeout: Double = 3) -> Outcome {
         let maxCredentialLifetime = RevocationPolicy().maxCredentialLifetime  // the store's policy
-        let userID = configuration.identity.prefixProvider && identity.provider != SessionSettings.providerName
-            ? identity.provider + ":" + identity.subject : identity.subject
+        let userID = EdgeAuthenticator.userID(identity, prefixProvider: configuration.identity.prefixProvider)
         let tokenIDs = [identity.tokenID ?? identity.credentialHash, identity.legacyCredentialHash].compactMap { $0 }
         let issuedAt = identity.issuedAt.map { Int64($0) }
         if configuration.store.usesRedis {

@@ -102,7 +102,7 @@ public final class SessionService: @unchecked Sendable {
         if !record.claims.isEmpty, let object = try? JSONSerialization.jsonObject(with: Data(record.claims.utf8)) as? [String: Any] {
             let reserved = Set(members.map(\.0))
             for key in object.keys.sorted() where !reserved.contains(key) {
-                if let value = Self.jsonValue(object[key]!) { members.append((key, value)) }
+                if let value = JSONValue(foundation: object[key]!) { members.append((key, value)) }
             }
         }
         let claims = JSONValue.object(members)
@@ -158,20 +158,6 @@ public final class SessionService: @unchecked Sendable {
 
     enum LocalResponseReason: Error { case notJSON, notString(String) }
 
-    /// Foundation JSON (from `JSONSerialization`) as a `JSONValue`.
-    static func jsonValue(_ any: Any) -> JSONValue? {
-        switch any {
-        case let s as String: return .string(s)
-        case let n as NSNumber:
-            if String(cString: n.objCType) == "c" { return .bool(n.boolValue) }
-            if let exact = Int64(exactly: n.doubleValue), !"\(n)".contains(".") { return .integer(exact) }
-            return .number(n.doubleValue)
-        case let a as [Any]: return .array(a.compactMap(jsonValue))
-        case let o as [String: Any]: return .object(o.keys.sorted().compactMap { k in jsonValue(o[k]!).map { (k, $0) } })
-        case is NSNull: return .null
-        default: return nil
-        }
-    }
 }
 
 /// `user: {lookup: {upstream, path}}`: at the exchange the gateway POSTs the verified
@@ -236,4 +222,23 @@ final class SessionCounters: @unchecked Sendable {
     private var counts: [String: Int] = [:]
     func count(_ event: String) { lock.lock(); counts[event, default: 0] += 1; lock.unlock() }
     var snapshot: [String: Int] { lock.lock(); defer { lock.unlock() }; return counts }
+}
+
+extension JSONValue {
+    /// A value `JSONSerialization` produced (booleans kept apart from numbers; object members
+    /// sorted by name), or nil for anything else.
+    public init?(foundation any: Any) {
+        switch any {
+        case let s as String: self = .string(s)
+        case let n as NSNumber:
+            if String(cString: n.objCType) == "c" { self = .bool(n.boolValue) }  // JSON true/false
+            else if let exact = Int64(exactly: n.doubleValue), !"\(n)".contains(".") { self = .integer(exact) }
+            else { self = .number(n.doubleValue) }
+        case let a as [Any]: self = .array(a.compactMap { JSONValue(foundation: $0) })
+        case let o as [String: Any]:
+            self = .object(o.keys.sorted().compactMap { k in JSONValue(foundation: o[k]!).map { (k, $0) } })
+        case is NSNull: self = .null
+        default: return nil
+        }
+    }
 }

@@ -1,4 +1,5 @@
 import PortcullisAuth
+import PortcullisEdgeAuth
 
 /// `sessions:` — mobile sign-in at the edge (#27): an app's client exchanges a verified ID
 /// token (Google, Apple, Firebase) for a session of the gateway's own: a short-lived access
@@ -18,7 +19,7 @@ import PortcullisAuth
 /// ```
 public struct SessionSettings: Sendable {
     /// The built-in provider that accepts the gateway's access tokens.
-    public static let providerName = "session"
+    public static let providerName = EdgeAuthenticator.sessionProviderName
 
     /// `iss` of the access tokens (and their `aud`).
     public var issuer: String
