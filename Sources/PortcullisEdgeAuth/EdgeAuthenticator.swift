@@ -124,9 +124,10 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             let method = request.methodBytes
             if policy.bypassMethods.contains(where: { $0.elementsEqual(method) }) { return .anonymous }
         }
-        // The credential is a member of the JSON body: the exchange reads it and asks again
-        // (a WebSocket upgrade has no body to read: its head decides).
-        if !headOnly, let limit = policy.bodyLimit, !request.upgrade { return .needsBody(limit: limit) }
+        // The credential is a member of the JSON body: the exchange reads it and asks again.
+        // Only a WebSocket handshake (a bodiless GET, as the parser decided for the forwarder
+        // too) is decided on its head; any other Upgrade leaves a request whose body is read.
+        if !headOnly, let limit = policy.bodyLimit, !request.webSocketUpgrade { return .needsBody(limit: limit) }
 
         let now = WallClock.nowSeconds()
         let found = PresentedCredential.find(in: request, cookieNames: policy.cookieNames, sessionBases: sessionBases)

@@ -24,8 +24,11 @@ public struct RequestHead: Sendable {
     public var expectContinue: Bool
     /// The `Host` value (validated; at most one `Host` field is accepted).
     public var host: Range<Int>?
-    /// HTTP/1.1 with a `Connection` field containing `upgrade` and an `Upgrade` field present.
-    public var upgrade: Bool
+    /// A WebSocket opening handshake: HTTP/1.1 `GET`, `Connection` listing `upgrade`, `Upgrade`
+    /// listing `websocket`, and no body (no framing, or `Content-Length: 0`). The only request
+    /// decided on its head alone and the only upgrade ever forwarded; every other `Upgrade`
+    /// (h2c, any value on a POST or on a request with a body) leaves a plain request.
+    public var webSocketUpgrade: Bool
 
     public init() {
         method = .get
@@ -40,6 +43,6 @@ public struct RequestHead: Sendable {
         keepAlive = true
         expectContinue = false
         host = nil
-        upgrade = false
+        webSocketUpgrade = false
     }
 }

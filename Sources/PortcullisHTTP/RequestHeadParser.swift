@@ -49,7 +49,7 @@ public struct RequestHeadParser: Sendable {
         var hostCount = 0
         var contentLength = -1
         var codings = TransferCodings()
-        var close = false, keepAliveToken = false, upgradeToken = false, upgradeField = false
+        var close = false, keepAliveToken = false, upgradeToken = false, upgradeWebSocket = false
         var expectation: Range<Int>? = nil
 
         var line = scanned.fieldLines.lowerBound
@@ -68,7 +68,9 @@ public struct RequestHeadParser: Sendable {
                     expectation = value
                 }
             case 7 where HTTPBytes.equalsCaseInsensitive(p, name, "upgrade"):
-                upgradeField = true
+                HTTPBytes.forEachToken(p, value) { token in
+                    if HTTPBytes.equalsCaseInsensitive(p, token, "websocket") { upgradeWebSocket = true }
+                }
             case 10 where HTTPBytes.equalsCaseInsensitive(p, name, "connection"):
                 HTTPBytes.forEachToken(p, value) { token in
                     if HTTPBytes.equalsCaseInsensitive(p, token, "close") { close = true }
@@ -112,7 +114,13 @@ public struct RequestHeadParser: Sendable {
         }
 
         head.keepAlive = http11 ? !close : (keepAliveToken && !close)
-        head.upgrade = http11 && upgradeToken && upgradeField
+        // The one decision on a request's kind that authentication and forwarding both follow:
+        // only a WebSocket opening handshake (RFC 6455 §4.1: an HTTP/1.1 GET whose Connection
+        // lists upgrade and whose Upgrade lists websocket) carrying no body is decided on its
+        // head and may become a tunnel. Anything else with an Upgrade field (h2c, a POST, a
+        // body) is a plain request: its Upgrade is dropped and a body credential is read.
+        let bodiless = head.framing == .none || head.framing == .contentLength(0)
+        head.webSocketUpgrade = http11 && head.method == .get && upgradeToken && upgradeWebSocket && bodiless
         head.expectContinue = false
         if let expectation {
             guard HTTPBytes.equalsCaseInsensitive(p, expectation, "100-continue") else {

@@ -64,7 +64,7 @@ struct IntegrationTests {
     @Test func upgradeIsIgnoredForHTTP10() {
         let (status, head) = parseRequest(bytes("GET / HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"))
         #expect(status == .complete)
-        #expect(!head.upgrade)
+        #expect(!head.webSocketUpgrade)
     }
 
     @Test func defaultLimits() {

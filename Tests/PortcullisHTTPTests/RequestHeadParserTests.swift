@@ -20,7 +20,7 @@ struct RequestHeadParserTests {
         #expect(head.framing == .none)
         #expect(head.keepAlive)
         #expect(!head.expectContinue)
-        #expect(!head.upgrade)
+        #expect(!head.webSocketUpgrade)
     }
 
     @Test func fieldValueIsTrimmedOfOptionalWhitespace() {
@@ -143,13 +143,37 @@ struct RequestHeadParserTests {
             + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
         let (status, head) = parseRequest(bytes(raw))
         #expect(status == .complete)
-        #expect(head.upgrade)
+        #expect(head.webSocketUpgrade)
         #expect(head.keepAlive)
     }
 
     @Test func upgradeNeedsBothConnectionTokenAndField() {
-        #expect(!parseRequest(bytes("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n")).1.upgrade)
-        #expect(!parseRequest(bytes("GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n")).1.upgrade)
+        #expect(!parseRequest(bytes("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n")).1.webSocketUpgrade)
+        #expect(!parseRequest(bytes("GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n")).1.webSocketUpgrade)
+    }
+
+    /// Only a bodiless HTTP/1.1 GET asking for websocket is a handshake: every other Upgrade
+    /// leaves a plain request, whose body a body-credential route reads.
+    @Test(arguments: [
+        ("POST /r HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 2\r\n\r\n", false),
+        ("POST /r HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nContent-Length: 2\r\n\r\n", false),
+        ("POST /r HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\n", false),
+        ("POST /r HTTP/1.1\r\nHost: a\r\nconnection: UPGRADE\r\nupgrade: foo\r\nTransfer-Encoding: chunked\r\n\r\n", false),
+        ("POST /r HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: WebSocket\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n", false),
+        ("GET /r HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nContent-Length: 5\r\n\r\n", false),
+        ("GET /r HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nTransfer-Encoding: chunked\r\n\r\n", false),
+        ("GET /r HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", false),
+        ("GET /r HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: foo\r\n\r\n", false),
+        ("PUT /r HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false),
+        ("get /r HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false),
+        ("GET /r HTTP/1.0\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false),
+        ("GET /r HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\nUpgrade: h2c, WebSocket\r\n\r\n", true),
+        ("GET /r HTTP/1.1\r\nHost: a\r\nCONNECTION: upgrade\r\nUPGRADE: WEBSOCKET\r\nContent-Length: 0\r\n\r\n", true),
+    ])
+    func onlyABodilessGetForWebSocketIsAHandshake(raw: String, handshake: Bool) {
+        let (status, head) = parseRequest(bytes(raw))
+        #expect(status == .complete)
+        #expect(head.webSocketUpgrade == handshake, "\(raw)")
     }
 
     @Test func contentLengthZero() {

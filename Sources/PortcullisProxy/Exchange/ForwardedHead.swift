@@ -43,14 +43,12 @@ enum ForwardedHead {
         var forwardedProto: Range<Int>? = nil
         var forwardedHost: Range<Int>? = nil
         var clientRequestId: Range<Int>? = nil
-        var upgradeValue: Range<Int>? = nil
         let dropAuthorization = grant?.dropAuthorization ?? false
         let replaceCookie = grant?.replacementCookie != nil
 
         fieldLoop: for field in request.fields {
             switch policy.classify(bytes, field.name) {
             case .drop:
-                if request.upgrade && HTTPBytes.equalsCaseInsensitive(bytes, field.name, "upgrade") { upgradeValue = field.value }
                 continue fieldLoop
             case .forwardedFor:
                 if trusted { forwardedFor = field.value }
@@ -107,14 +105,12 @@ enum ForwardedHead {
         case .none, .untilClose:
             break
         }
-        // Only WebSocket may be upgraded: any other protocol (h2c above all, which would
-        // leave the gateway tunnelling requests it never inspects) is dropped and the request
-        // goes on as plain HTTP/1.1; a list naming websocket among others keeps websocket only.
-        var upgradeForwarded = false
-        if request.upgrade, let upgradeValue, listsWebSocket(bytes, upgradeValue) {
-            buffer.append("connection: upgrade\r\nupgrade: websocket\r\n")
-            upgradeForwarded = true
-        }
+        // Only a WebSocket handshake may be upgraded (the parser's decision, which the
+        // authenticator followed too): any other protocol (h2c above all, which would leave
+        // the gateway tunnelling requests it never inspects) is dropped and the request goes
+        // on as plain HTTP/1.1; a list naming websocket among others keeps websocket only.
+        let upgradeForwarded = request.webSocketUpgrade
+        if upgradeForwarded { buffer.append("connection: upgrade\r\nupgrade: websocket\r\n") }
         buffer.append("x-forwarded-for: ")
         if let forwardedFor {
             buffer.append(UnsafeRawBufferPointer(rebasing: bytes[forwardedFor]))
@@ -185,15 +181,6 @@ enum ForwardedHead {
                 return false
             }
         }
-    }
-
-    /// Whether an `Upgrade` value lists the `websocket` protocol (any case, any version suffix refused).
-    private static func listsWebSocket(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) -> Bool {
-        var found = false
-        HTTPBytes.forEachToken(bytes, value) { token in
-            if HTTPBytes.equalsCaseInsensitive(bytes, token, "websocket") { found = true }
-        }
-        return found
     }
 
     /// Appends an injected value; control characters (claims come from tokens)

@@ -51,8 +51,9 @@ public struct RequestView {
     public let fields: [HTTPHeaderField]
     /// How the request body is framed towards the upstream.
     public let framing: BodyFraming
-    /// The client asked to upgrade the connection (HTTP/1.1 `Connection: upgrade` + `Upgrade`).
-    public let upgrade: Bool
+    /// A WebSocket opening handshake without a body (`RequestHead.webSocketUpgrade`; never on
+    /// HTTP/2): the one request decided on its head alone and forwarded as an upgrade.
+    public let webSocketUpgrade: Bool
     public let transport: RequestProtocol
     /// Normalized path (before prefix stripping).
     public let path: String
@@ -63,7 +64,7 @@ public struct RequestView {
 
     public init(bytes: UnsafeRawBufferPointer, method: HTTPMethod, methodRange: Range<Int>, target: Range<Int>,
                 authority: Range<Int>?, fields: [HTTPHeaderField], framing: BodyFraming,
-                upgrade: Bool, transport: RequestProtocol, path: String, query: String?,
+                webSocketUpgrade: Bool, transport: RequestProtocol, path: String, query: String?,
                 peer: SocketAddress, loop: EventLoop) {
         self.bytes = bytes
         self.method = method
@@ -72,7 +73,7 @@ public struct RequestView {
         self.authority = authority
         self.fields = fields
         self.framing = framing
-        self.upgrade = upgrade
+        self.webSocketUpgrade = webSocketUpgrade
         self.transport = transport
         self.path = path
         self.query = query
@@ -85,7 +86,7 @@ public struct RequestView {
          peer: SocketAddress, loop: EventLoop) {
         self.init(bytes: bytes, method: head.method, methodRange: head.methodRange, target: head.target,
                   authority: head.absoluteAuthority ?? head.host, fields: head.fields,
-                  framing: head.framing, upgrade: head.upgrade,
+                  framing: head.framing, webSocketUpgrade: head.webSocketUpgrade,
                   transport: RequestProtocol(http1: head.version),
                   path: path, query: query, peer: peer, loop: loop)
     }
@@ -97,7 +98,7 @@ public struct RequestView {
     /// the upstream (a body read whole before forwarding goes with its length).
     func rebased(onto bytes: UnsafeRawBufferPointer, framing: BodyFraming) -> RequestView {
         RequestView(bytes: bytes, method: method, methodRange: methodRange, target: target, authority: authority,
-                    fields: fields, framing: framing, upgrade: upgrade, transport: transport,
+                    fields: fields, framing: framing, webSocketUpgrade: webSocketUpgrade, transport: transport,
                     path: path, query: query, peer: peer, loop: loop)
     }
 

@@ -244,7 +244,7 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         }
         let view = RequestView(bytes: bytes, method: httpMethod, methodRange: method, target: path,
                                authority: authority ?? hostField, fields: fields, framing: framing,
-                               upgrade: false, transport: connection.transport,
+                               webSocketUpgrade: false, transport: connection.transport,
                                path: normalized.path, query: normalized.query, peer: connection.peer, loop: loop)
         exchange.start(view)
     }

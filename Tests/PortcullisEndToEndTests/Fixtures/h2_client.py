@@ -38,7 +38,8 @@ after each mode, the keys it adds to the report:
   data-plan            HEADERS (no END_STREAM) on stream 1, then DATA frames as --frames lists
                        them: comma-separated sizes, "es" after a size for END_STREAM ("0es":
                        an empty DATA that ends the stream), "-" to wait --gap seconds first
-                       (e.g. "-,5,-,5es") -> responses (stream 1)
+                       (e.g. "-,5,-,5es"); --body-text T: the frames carry successive slices
+                       of T instead of 'd's -> responses (stream 1)
   oversized-frame      one HEADERS frame (END_HEADERS|END_STREAM) whose payload is --size bytes,
                        past the server's SETTINGS_MAX_FRAME_SIZE (--type data: a DATA frame on an
                        open stream instead) -> sent, responses
@@ -769,6 +770,8 @@ def mode_data_plan(c, a):
     c.go_raw()
     c.manual_replies = True     # SETTINGS/PING still answered by hand
     c.send_raw(header_frames(1, stateless_block(request_headers(a, "POST")), False))
+    payload = a.body_text.encode() if a.body_text is not None else None
+    offset = 0
     for step in [x.strip() for x in a.frames.split(",") if x.strip()]:
         if step == "-":
             end = c.now() + a.gap
@@ -777,7 +780,11 @@ def mode_data_plan(c, a):
             continue
         end_stream = step.endswith("es")
         size = int(step[:-2] if end_stream else step)
-        c.send_raw(frame(DATA, END_STREAM if end_stream else 0, 1, b"d" * size))
+        if payload is not None:
+            chunk, offset = payload[offset:offset + size], offset + size
+        else:
+            chunk = b"d" * size
+        c.send_raw(frame(DATA, END_STREAM if end_stream else 0, 1, chunk))
     c.linger()
     return c.result(responses=c.responses([1]))
 
@@ -898,6 +905,8 @@ def parse_args(argv):
         if name == "data-plan":
             p.add_argument("--frames", default="")
             p.add_argument("--gap", type=float, default=0.5)
+            p.add_argument("--body-text", default=None,
+                           help="DATA carries successive slices of this text instead of 'd's")
         if name == "oversized-frame":
             p.add_argument("--size", type=positive, default=20000)
             p.add_argument("--type", choices=["headers", "data"], default="headers")
