@@ -177,7 +177,10 @@ public final class GatewayRuntime: @unchecked Sendable {
     /// and its public keys given to the `session` provider.
     static func prepareSessions(_ configuration: inout GatewayConfiguration, store: (any SessionStore)?, previous: SessionService?,
                                 revocations: StoreRevocations, logger: Logger) throws -> SessionService? {
-        guard let settings = configuration.sessions else { return nil }
+        guard let settings = configuration.sessions else {
+            revocations.sessionEnder = nil
+            return nil
+        }
         let sessionStore: any SessionStore
         if let store {
             sessionStore = store
@@ -206,6 +209,8 @@ public final class GatewayRuntime: @unchecked Sendable {
         for (index, kind) in configuration.sessionRoutes {
             configuration.proxy.routes[index].handler = SessionEndpoint(kind, service: service)
         }
+        // `revoke_on_success` with a session access token ends its session in the store too.
+        revocations.sessionEnder = { [weak service] id in service?.store.end(id: id, user: nil) { _ in } }
         if let i = configuration.providers.firstIndex(where: { $0.configuration.name == SessionSettings.providerName }) {
             configuration.providers[i].keys = .inline(try service.keySet)
         }

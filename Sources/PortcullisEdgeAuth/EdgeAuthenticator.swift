@@ -306,6 +306,32 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         return identity.provider + ":" + identity.subject
     }
 
+    /// Every name "sign out everywhere" may have been filed under for one user, `user` (the
+    /// id the gateway injects, or a session's user) first: the ID provider's bare `sub` and
+    /// `<provider>:<sub>`, whichever of them `identity.prefix_provider` made the injected id,
+    /// and for a session made through the lookup hook the app's id as well (its `user`).
+    /// A revocation of any of them refuses what was issued before its cutoff: at the
+    /// exchange, on routes and at refresh. `body` returns false to stop. Builds the prefixed
+    /// name (one allocation): callers ask only once a subject revocation exists.
+    public static func forEachUserName(user: String, provider: String?, subject: String?, _ body: (String) -> Bool) {
+        guard body(user), let subject, !subject.isEmpty else { return }
+        if subject != user, !body(subject) { return }
+        guard let provider, !provider.isEmpty, provider != sessionProviderName else { return }
+        let qualified = provider + ":" + subject
+        if qualified != user { _ = body(qualified) }
+    }
+
+    /// `forEachUserName` for a verified credential: a session access token names its ID
+    /// provider and that provider's subject in `idp` and `idp_sub`; any other credential is
+    /// its own provider's.
+    public static func forEachUserName(_ identity: VerifiedIdentity, userID: String, _ body: (String) -> Bool) {
+        if identity.provider == sessionProviderName {
+            forEachUserName(user: userID, provider: identity.claim("idp"), subject: identity.claim("idp_sub"), body)
+        } else {
+            forEachUserName(user: userID, provider: identity.provider, subject: identity.subject, body)
+        }
+    }
+
     private func unauthenticated(_ policy: RoutePolicy, request: RequestView) -> AuthOutcome {
         counters?.decided(loopIndex: request.loop.index, provider: nil, .noCredential)
         if policy.mode == .optional { return .anonymous }

@@ -11,8 +11,9 @@ import PortcullisStore
 /// being opened for writing, so a gateway running on it is not disturbed) or the Redis keys
 /// (`store.redis` / `store.sentinel`, the schema in REDIS-SCHEMA.md). The same entries the
 /// gateway checks: the credential's `jti` (else its hash, and the hash an older version
-/// used), its session id, and its user's "sign out everywhere" cutoff (the user id as the
-/// gateway injects it). Without a state directory or Redis, revocations live in the running
+/// used), its session id, and its user's "sign out everywhere" cutoff under each of the
+/// user's names (`EdgeAuthenticator.forEachUserName`: the user id as the gateway injects
+/// it, the provider's `sub` bare and prefixed). Without a state directory or Redis, revocations live in the running
 /// gateway's memory only: not checked, and said so.
 public enum RevocationLookup {
     public enum Outcome: Equatable, Sendable {
@@ -30,8 +31,11 @@ public enum RevocationLookup {
         let userID = EdgeAuthenticator.userID(identity, prefixProvider: configuration.identity.prefixProvider)
         let tokenIDs = [identity.tokenID ?? identity.credentialHash, identity.legacyCredentialHash].compactMap { $0 }
         let issuedAt = identity.issuedAt.map { Int64($0) }
+        // Every name the user may have been signed out everywhere under, as the gateway checks.
+        var userNames: [String] = []
+        EdgeAuthenticator.forEachUserName(identity, userID: userID) { userNames.append($0); return true }
         if configuration.store.usesRedis {
-            return checkRedis(configuration, tokenIDs: tokenIDs, sessionID: identity.sessionID, userID: userID,
+            return checkRedis(configuration, tokenIDs: tokenIDs, sessionID: identity.sessionID, userNames: userNames,
                               issuedAt: issuedAt, timeout: redisTimeout)
         }
         guard let directory = configuration.store.stateDirectory else {
@@ -52,7 +56,7 @@ public enum RevocationLookup {
                 return .revoked(entry: "jti \(id)", place: path)
             case .session(let id, let until) where until > now && id == identity.sessionID:
                 return .revoked(entry: "session \(id)", place: path)
-            case .subject(let subject, let before, _) where subject == userID
+            case .subject(let subject, let before, _) where userNames.contains(subject)
                 && revocation.expiry(maxCredentialLifetime: maxCredentialLifetime) > now
                 && (issuedAt.map { $0 < before } ?? true):
                 return .revoked(entry: "subject \(subject) (credentials issued before \(before))", place: path)
@@ -64,15 +68,15 @@ public enum RevocationLookup {
     }
 
     private static func checkRedis(_ configuration: GatewayConfiguration, tokenIDs: [String], sessionID: String?,
-                                   userID: String, issuedAt: Int64?, timeout: Double) -> Outcome {
+                                   userNames: [String], issuedAt: Int64?, timeout: Double) -> Outcome {
         let redis: RedisConfiguration
         do { redis = try StoreRevocations.redisConfiguration(configuration.store) } catch {
             return .notChecked(reason: "\(error)")
         }
         var keys = tokenIDs.map { RedisRevocationSchema.key(for: .token($0)) }
         if let sessionID { keys.append(RedisRevocationSchema.key(for: .session(sessionID))) }
-        let subjectKey = RedisRevocationSchema.key(for: .subject(userID))
-        keys.append(subjectKey)
+        let subjectKeys = Set(userNames.map { RedisRevocationSchema.key(for: .subject($0)) })
+        keys.append(contentsOf: userNames.map { RedisRevocationSchema.key(for: .subject($0)) })
         let client = RedisClient(configuration: redis, loop: EventLoop(index: -4))
         client.start()
         defer { client.shutdown() }
@@ -89,7 +93,7 @@ public enum RevocationLookup {
                 guard let text = value.string else { continue }  // nil: no such key
                 let name = key.dropFirst(RedisRevocationSchema.keyPrefix.count)  // "jti:<id>"
                 let entry = name.firstIndex(of: ":").map { "\(name[..<$0]) \(name[name.index(after: $0)...])" } ?? String(name)
-                if key == subjectKey {
+                if subjectKeys.contains(key) {
                     // "Sign out everywhere": credentials issued before `text` (or without iat).
                     guard let before = Int64(text) else { return .revoked(entry: entry, place: place) }
                     if issuedAt.map({ $0 < before }) ?? true { return .revoked(entry: "\(entry) (credentials issued before \(before))", place: place) }

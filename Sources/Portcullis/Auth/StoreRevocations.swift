@@ -29,11 +29,19 @@ public final class StoreRevocations: RevocationChecking {
 
     public func check(loopIndex: Int, identity: VerifiedIdentity, userID: String, now: Int64) -> RevocationDecision {
         let issuedAt = identity.issuedAt.map { Int64($0) }
-        var verdict = views[loopIndex].check(tokenID: identity.tokenID ?? identity.credentialHash, sessionID: identity.sessionID,
-                                             subject: userID, issuedAt: issuedAt, now: now)
+        let view = views[loopIndex]
+        var verdict = view.check(tokenID: identity.tokenID ?? identity.credentialHash, sessionID: identity.sessionID,
+                                 subject: userID, issuedAt: issuedAt, now: now)
         if case .allowed = verdict, let legacy = identity.legacyCredentialHash {
             // Revoked by an earlier version's hash (the whole token): still revoked.
-            verdict = views[loopIndex].check(tokenID: legacy, sessionID: nil, subject: userID, issuedAt: issuedAt, now: now)
+            verdict = view.check(tokenID: legacy, sessionID: nil, subject: userID, issuedAt: issuedAt, now: now)
+        }
+        if case .allowed = verdict, view.hasSubjectRevocations {
+            // The user's other names (provider sub, `provider:sub`, a session's ID provider's).
+            EdgeAuthenticator.forEachUserName(identity, userID: userID) { name in
+                if name != userID { verdict = view.check(tokenID: nil, sessionID: nil, subject: name, issuedAt: issuedAt, now: now) }
+                if case .allowed = verdict { return true } else { return false }
+            }
         }
         switch verdict {
         case .allowed: return .allowed
@@ -42,16 +50,40 @@ public final class StoreRevocations: RevocationChecking {
         }
     }
 
-    /// A session's own verdict outside a request (a refresh): its session id, and its user's
-    /// "sign out everywhere" cutoff against when the session began. On the loop of `loopIndex`.
-    public func check(loopIndex: Int, sessionID: String, subject: String, issuedAt: Int64, now: Int64) -> RevocationVerdict {
-        views[loopIndex].check(tokenID: nil, sessionID: sessionID, subject: subject, issuedAt: issuedAt, now: now)
+    /// A session's own verdict outside a request (the exchange, a refresh): its session id,
+    /// and its user's "sign out everywhere" cutoff under every name the user has (the
+    /// session's user, the ID provider's subject bare and prefixed) against `issuedAt` (the
+    /// ID token's, or when the session began). On the loop of `loopIndex`.
+    public func check(loopIndex: Int, sessionID: String?, user: String, provider: String?, subject: String?,
+                      issuedAt: Int64?, now: Int64) -> RevocationVerdict {
+        let view = views[loopIndex]
+        var verdict = view.check(tokenID: nil, sessionID: sessionID, subject: user, issuedAt: issuedAt, now: now)
+        if case .allowed = verdict, view.hasSubjectRevocations {
+            EdgeAuthenticator.forEachUserName(user: user, provider: provider, subject: subject) { name in
+                if name != user { verdict = view.check(tokenID: nil, sessionID: nil, subject: name, issuedAt: issuedAt, now: now) }
+                if case .allowed = verdict { return true } else { return false }
+            }
+        }
+        return verdict
+    }
+
+    /// Ends a session in the session store (set by the wiring while `sessions:` is on), so a
+    /// session access token revoked by `revoke_on_success` ends its session, not only itself.
+    private let sessionEnderValue = LockedValue<(@Sendable (String) -> Void)?>(nil)
+    var sessionEnder: (@Sendable (String) -> Void)? {
+        get { sessionEnderValue.withLock { $0 } }
+        set { sessionEnderValue.withLock { $0 = newValue } }
     }
 
     public func revokePresented(identity: VerifiedIdentity, userID: String, completion: @escaping @Sendable (Bool) -> Void) {
         let until = Int64(identity.expiresAt.rounded(.up)) + 300
         let revocation: Revocation
-        if let jti = identity.tokenID {
+        if identity.provider == EdgeAuthenticator.sessionProviderName, let sid = identity.sessionID {
+            // A session access token: its session ends (every access token it issued, and its
+            // refresh token), not only the token presented.
+            revocation = .session(id: sid, until: Int64(Date().timeIntervalSince1970) + maxCredentialLifetime)
+            sessionEnder?(sid)
+        } else if let jti = identity.tokenID {
             revocation = .token(id: jti, until: until)
         } else if let sid = identity.sessionID {
             revocation = .session(id: sid, until: until)

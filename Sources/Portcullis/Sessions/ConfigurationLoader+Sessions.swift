@@ -98,6 +98,8 @@ extension ConfigurationLoader {
         configuration.audiences = [settings.issuer]
         configuration.algorithms = ["ES256"]
         configuration.maxLifetimeSeconds = Int(settings.accessLifetime) + 60
+        // The ID provider and its subject: the user's other names for revocations.
+        configuration.forwardedClaims += ["idp", "idp_sub"]
         return ProviderSettings(configuration: configuration, keys: .inline(.empty), sessionCookieNames: [])
     }
 

@@ -19,7 +19,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
 
     static let prefix = "portcullis:session:"
     static let userPrefix = "portcullis:user-sessions:"
-    static let fields = ["user", "provider", "device", "created", "used", "expires", "counter", "rotated", "access", "access_expires", "claims"]
+    static let fields = ["user", "provider", "device", "created", "used", "expires", "counter", "rotated", "access", "access_expires", "claims", "subject"]
 
     public init(client: RedisClient, timeout: Double = 2) {
         self.client = client
@@ -44,7 +44,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         if excess <= 0 then break end
         if entry[1] ~= ARGV[1] then
           local key = 'portcullis:session:' .. entry[1]
-          local h = redis.call('HMGET', key, 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims')
+          local h = redis.call('HMGET', key, 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject')
           redis.call('DEL', key); redis.call('SREM', KEYS[1], entry[1])
           table.insert(evicted, {entry[1], unpack(h)})
           excess = excess - 1
@@ -82,7 +82,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     /// KEYS[1] the session; ARGV: presented counter, now, grace, idle timeout, the new access
     /// token and its expiry. Returns {outcome, fields…}.
     static let rotateScript = """
-    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims')
+    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject')
     if not h[1] then return {'unknown'} end
     local presented, now = tonumber(ARGV[1]), tonumber(ARGV[2])
     local counter = tonumber(h[7])
@@ -102,39 +102,53 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     return {'reused', unpack(h)}
     """
 
-    public func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64,
+    public func record(id: String, completion: @escaping @Sendable (SessionRecord?) -> Void) {
+        client.send(["HGETALL", Self.prefix + id], timeout: timeout) { reply in
+            guard case .success(let value) = reply else { return completion(nil) }
+            completion(Self.record(id: id, hash: value))
+        }
+    }
+
+    public func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64, known: SessionRecord?,
                        next: @escaping @Sendable (SessionRecord) -> SessionRecord,
                        completion: @escaping @Sendable (RotateOutcome) -> Void) {
         let key = Self.prefix + id
+        if let known { return rotate(known, key: key, counter: counter, now: now, grace: grace, idleTimeout: idleTimeout,
+                                     next: next, completion: completion) }
+        record(id: id) { [self] found in
+            guard let found else { return completion(.unknown) }
+            rotate(found, key: key, counter: counter, now: now, grace: grace, idleTimeout: idleTimeout, next: next, completion: completion)
+        }
+    }
+
+    private func rotate(_ record: SessionRecord, key: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64,
+                        next: @escaping @Sendable (SessionRecord) -> SessionRecord,
+                        completion: @escaping @Sendable (RotateOutcome) -> Void) {
+        let id = record.id
         let (client, timeout) = (self.client, self.timeout)
-        client.send(["HGETALL", key], timeout: timeout) { reply in
-            guard case .success(let value) = reply, let record = Self.record(id: id, hash: value) else {
+        // The access token a rotation would issue (its claims do not depend on the counter).
+        let rotated = next(record)
+        let arguments = ["EVAL", Self.rotateScript, "2", key, Self.userPrefix + record.user, "\(counter)", "\(now)", "\(grace)",
+                         "\(idleTimeout)", rotated.accessToken, "\(rotated.accessExpiresAt)", id]
+        client.send(arguments, timeout: timeout) { reply in
+            guard case .success(let value) = reply, let items = value.array, let outcome = items.first?.string else {
                 return completion(.unknown)
             }
-            // The access token a rotation would issue (its claims do not depend on the counter).
-            let rotated = next(record)
-            let arguments = ["EVAL", Self.rotateScript, "2", key, Self.userPrefix + record.user, "\(counter)", "\(now)", "\(grace)",
-                             "\(idleTimeout)", rotated.accessToken, "\(rotated.accessExpiresAt)", id]
-            client.send(arguments, timeout: timeout) { reply in
-                guard case .success(let value) = reply, let items = value.array, let outcome = items.first?.string else {
-                    return completion(.unknown)
-                }
-                let fields = Array(items.dropFirst())
-                let record = fields.count == Self.fields.count ? Self.record(id: id, values: fields) : nil
-                switch (outcome, record) {
-                case ("rotated", let record?): completion(.rotated(record))
-                case ("current", let record?): completion(.current(record))
-                case ("reused", let record?): completion(.reused(record))
-                case ("expired", _): completion(.expired)
-                default: completion(.unknown)
-                }
+            let fields = Array(items.dropFirst())
+            let record = fields.count == Self.fields.count ? Self.record(id: id, values: fields) : nil
+            switch (outcome, record) {
+            case ("rotated", let record?): completion(.rotated(record))
+            case ("current", let record?): completion(.current(record))
+            case ("reused", let record?): completion(.reused(record))
+            case ("expired", _): completion(.expired)
+            default: completion(.unknown)
             }
         }
     }
 
     /// KEYS[1] the session; ARGV[1] the user it must belong to ("" for any). Returns its fields.
     static let endScript = """
-    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims')
+    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject')
     if not h[1] or (ARGV[1] ~= '' and h[1] ~= ARGV[1]) then return {} end
     redis.call('DEL', KEYS[1]); redis.call('SREM', 'portcullis:user-sessions:' .. h[1], ARGV[2])
     return h
@@ -176,7 +190,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     static func values(_ r: SessionRecord) -> [String] {
         ["user", r.user, "provider", r.provider, "device", r.device, "created", "\(r.createdAt)", "used", "\(r.lastUsedAt)",
          "expires", "\(r.expiresAt)", "counter", "\(r.counter)", "rotated", "\(r.rotatedAt)", "access", r.accessToken,
-         "access_expires", "\(r.accessExpiresAt)", "claims", r.claims]
+         "access_expires", "\(r.accessExpiresAt)", "claims", r.claims, "subject", r.subject]
     }
 
     /// From HGETALL's flat [name, value, …] reply.
@@ -195,6 +209,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
               let expires = int(5), let counter = int(6), let rotated = int(7), let accessExpires = int(9) else { return nil }
         return SessionRecord(id: id, user: user, provider: provider, device: device, createdAt: created, lastUsedAt: used,
                              expiresAt: expires, counter: UInt64(max(0, counter)), rotatedAt: rotated,
-                             accessToken: text[8] ?? "", accessExpiresAt: accessExpires, claims: text[10] ?? "")
+                             accessToken: text[8] ?? "", accessExpiresAt: accessExpires, claims: text[10] ?? "",
+                             subject: text[11] ?? "")
     }
 }

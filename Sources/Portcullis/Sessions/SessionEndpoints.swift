@@ -10,6 +10,8 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
     let kind: SessionRouteKind
     let service: SessionService
     var bodyLimit: Int { 64 * 1024 }
+    /// A device's name (`device_name`, else the User-Agent) is kept to this many characters.
+    static let maxDeviceNameLength = 64
 
     init(_ kind: SessionRouteKind, service: SessionService) {
         self.kind = kind
@@ -46,12 +48,31 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             request.values(of: "user-agent") { device = String(decoding: $0, as: UTF8.self) }
             if case .success(let name?) = SessionService.member(body, ["device_name"]) { device = name }
             let provider = identity.provider
-            let deviceName = String(device.prefix(200))
+            let deviceName = String(device.prefix(Self.maxDeviceNameLength))  // per-user state stays bounded
+            let subject = identity.subject
+            let idTokenIssuedAt = identity.issuedAt.map { Int64($0) }
+            let loop = request.loop
             @Sendable func create(user: String, claims: String) {
+                // Signed out everywhere after this ID token was issued, under any of the user's
+                // names (the session's user, the provider's sub bare or prefixed): no new session.
+                loop.execute {
+                    switch service.revocations.check(loopIndex: loop.index, sessionID: nil, user: user, provider: provider,
+                                                     subject: subject, issuedAt: idTokenIssuedAt, now: now) {
+                    case .allowed:
+                        store(user: user, claims: claims)
+                    case .revoked:
+                        service.counters.count("exchange_revoked")
+                        reply.send(service.oauthError(400, "invalid_grant", "The user signed out everywhere after this ID token was issued"))
+                    case .unavailable:
+                        reply.send(service.oauthError(503, "temporarily_unavailable", "The revocation store is unavailable"))
+                    }
+                }
+            }
+            @Sendable func store(user: String, claims: String) {
                 let expires = now + Int64(service.settings.refreshLifetime)
                 var record = SessionRecord(id: Self.sessionID(), user: user, provider: provider, device: deviceName,
                                            createdAt: now, lastUsedAt: now, expiresAt: expires, counter: 1, rotatedAt: now,
-                                           accessToken: "", accessExpiresAt: 0, claims: claims)
+                                           accessToken: "", accessExpiresAt: 0, claims: claims, subject: subject)
                 guard let (token, tokenExpires) = service.accessToken(record, now: now) else {
                     return reply.send(service.oauthError(500, "server_error", "The access token could not be signed"))
                 }
@@ -102,50 +123,61 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             }
             let settings = service.settings
             let loop = request.loop
-            service.store.rotate(id: id, counter: counter, now: now, grace: Int64(settings.reuseGrace),
-                                 idleTimeout: Int64(settings.idleTimeout), next: { current in
-                var next = current
-                next.counter = current.counter + 1
-                next.lastUsedAt = now
-                next.rotatedAt = now
-                if let (token, expires) = service.accessToken(next, now: now) {
-                    next.accessToken = token
-                    next.accessExpiresAt = expires
-                }
-                return next
-            }) { outcome in
-                switch outcome {
-                case .rotated(let record), .current(let record):
-                    // Revoked meanwhile (the session by the admin API, or its user signed out
-                    // everywhere after it began): ended, not renewed.
-                    loop.execute {
-                        switch service.revocations.check(loopIndex: loop.index, sessionID: record.id, subject: record.user,
-                                                         issuedAt: record.createdAt, now: now) {
-                        case .allowed:
-                            if case .rotated = outcome { service.counters.count("refreshed") } else { service.counters.count("refresh_within_grace") }
-                            reply.send(service.pair(record, now: now))
-                        case .revoked:
-                            service.counters.count("refresh_revoked")
-                            service.store.end(id: record.id, user: nil) { _ in
-                                reply.send(service.oauthError(400, "invalid_grant", "The session has been revoked"))
-                            }
-                        case .unavailable:
-                            reply.send(service.oauthError(503, "temporarily_unavailable", "The revocation store is unavailable"))
+            // The verdict comes before the rotation: a refresh refused for an unavailable
+            // revocation store has rotated nothing, so the client's retry with the same token
+            // is no reuse. Revoked meanwhile (the session by the admin API or a logout, or its
+            // user signed out everywhere under any of their names after it began): ended.
+            service.store.record(id: id) { found in
+                guard let found else { return rotate(known: nil) }
+                loop.execute {
+                    switch service.revocations.check(loopIndex: loop.index, sessionID: found.id, user: found.user, provider: found.provider,
+                                                     subject: found.subject, issuedAt: found.createdAt, now: now) {
+                    case .allowed:
+                        rotate(known: found)
+                    case .revoked:
+                        service.counters.count("refresh_revoked")
+                        service.store.end(id: found.id, user: nil) { _ in
+                            reply.send(service.oauthError(400, "invalid_grant", "The session has been revoked"))
                         }
+                    case .unavailable:
+                        reply.send(service.oauthError(503, "temporarily_unavailable", "The revocation store is unavailable"))
                     }
-                case .reused(let record):
-                    service.counters.count("reuse_detected")
-                    service.logger.warning("refresh token reused: the session is ended", metadata: [
-                        "session": "\(record.id)", "user": "\(record.user)", "provider": "\(record.provider)"])
-                    service.endEverywhere(record, now: now) { _ in
-                        reply.send(service.oauthError(400, "invalid_grant", "The refresh token was already used; the session is ended"))
+                }
+            }
+            @Sendable func rotate(known: SessionRecord?) {
+                service.store.rotate(id: id, counter: counter, now: now, grace: Int64(settings.reuseGrace),
+                                     idleTimeout: Int64(settings.idleTimeout), known: known, next: { current in
+                    var next = current
+                    next.counter = current.counter + 1
+                    next.lastUsedAt = now
+                    next.rotatedAt = now
+                    if let (token, expires) = service.accessToken(next, now: now) {
+                        next.accessToken = token
+                        next.accessExpiresAt = expires
                     }
-                case .expired:
-                    service.counters.count("refresh_expired")
-                    reply.send(service.oauthError(400, "invalid_grant", "The refresh token expired"))
-                case .unknown:
-                    service.counters.count("refresh_unknown")
-                    reply.send(service.oauthError(400, "invalid_grant", "The session has ended"))
+                    return next
+                }) { outcome in
+                    switch outcome {
+                    case .rotated(let record):
+                        service.counters.count("refreshed")
+                        reply.send(service.pair(record, now: now))
+                    case .current(let record):
+                        service.counters.count("refresh_within_grace")
+                        reply.send(service.pair(record, now: now))
+                    case .reused(let record):
+                        service.counters.count("reuse_detected")
+                        service.logger.warning("refresh token reused: the session is ended", metadata: [
+                            "session": "\(record.id)", "user": "\(record.user)", "provider": "\(record.provider)"])
+                        service.endEverywhere(record, now: now) { _ in
+                            reply.send(service.oauthError(400, "invalid_grant", "The refresh token was already used; the session is ended"))
+                        }
+                    case .expired:
+                        service.counters.count("refresh_expired")
+                        reply.send(service.oauthError(400, "invalid_grant", "The refresh token expired"))
+                    case .unknown:
+                        service.counters.count("refresh_unknown")
+                        reply.send(service.oauthError(400, "invalid_grant", "The session has ended"))
+                    }
                 }
             }
             return nil

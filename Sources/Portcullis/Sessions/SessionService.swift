@@ -98,6 +98,9 @@ public final class SessionService: @unchecked Sendable {
             ("sid", .string(record.id)), ("iat", .integer(now)), ("exp", .integer(expires)),
             ("jti", .string(JWTText.randomID())), ("idp", .string(record.provider)),
         ]
+        // The ID provider's subject: a sign-out everywhere filed under it (bare or
+        // "<idp>:<sub>") refuses this token too, whatever id the session's user has.
+        if !record.subject.isEmpty { members.append(("idp_sub", .string(record.subject))) }
         // The app's own claims (lookup hook), never replacing the registered ones.
         if !record.claims.isEmpty, let object = try? JSONSerialization.jsonObject(with: Data(record.claims.utf8)) as? [String: Any] {
             let reserved = Set(members.map(\.0))

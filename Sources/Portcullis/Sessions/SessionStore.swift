@@ -27,6 +27,9 @@ public struct SessionRecord: Sendable, Equatable {
     /// The app's claims for this user from the lookup hook (a JSON object's text; "" none),
     /// carried by every access token of the session.
     public var claims: String = ""
+    /// The ID provider's `sub` the session began with ("" in a session from before it was
+    /// kept). With `provider`, the other names its user may be signed out everywhere under.
+    public var subject: String = ""
 }
 
 /// What a refresh found.
@@ -49,9 +52,13 @@ public protocol SessionStore: AnyObject, Sendable {
     /// Keeps at most `maxPerUser` sessions for the record's user: past it the least recently
     /// used are ended (`evicted`, for their access tokens to be revoked).
     func create(_ record: SessionRecord, maxPerUser: Int, completion: @escaping @Sendable (_ ok: Bool, _ evicted: [SessionRecord]) -> Void)
+    /// The session `id` as kept now (nil: none).
+    func record(id: String, completion: @escaping @Sendable (SessionRecord?) -> Void)
     /// The refresh of `id` with the token of `counter`, at `now`. `next` is the record to
-    /// store when the token is current (the counter one more, the new access token).
-    func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64,
+    /// store when the token is current (the counter one more, the new access token); `known`
+    /// is the record just read by `record(id:)`, which a store may use instead of reading it
+    /// again (the rotation itself still compares counters atomically).
+    func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64, known: SessionRecord?,
                 next: @escaping @Sendable (SessionRecord) -> SessionRecord,
                 completion: @escaping @Sendable (RotateOutcome) -> Void)
     /// Ends the session (if `user` is given, only one of that user's). The record, nil when none.
@@ -132,7 +139,11 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
         }
     }
 
-    public func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64,
+    public func record(id: String, completion: @escaping @Sendable (SessionRecord?) -> Void) {
+        queue.async { [self] in completion(sessions[id]) }
+    }
+
+    public func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64, known: SessionRecord?,
                        next: @escaping @Sendable (SessionRecord) -> SessionRecord,
                        completion: @escaping @Sendable (RotateOutcome) -> Void) {
         queue.async { [self] in
@@ -199,7 +210,8 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
         "{\"id\":\(JSONText.quoted(r.id)),\"user\":\(JSONText.quoted(r.user)),\"provider\":\(JSONText.quoted(r.provider)),"
             + "\"device\":\(JSONText.quoted(r.device)),\"created\":\(r.createdAt),\"used\":\(r.lastUsedAt),"
             + "\"expires\":\(r.expiresAt),\"counter\":\(r.counter),\"rotated\":\(r.rotatedAt),"
-            + "\"access_expires\":\(r.accessExpiresAt),\"claims\":\(JSONText.quoted(r.claims))}\n"  // never the access token
+            + "\"access_expires\":\(r.accessExpiresAt),\"claims\":\(JSONText.quoted(r.claims)),"
+            + "\"subject\":\(JSONText.quoted(r.subject))}\n"  // never the access token
     }
 
     private static func decode(_ line: Substring) -> Entry? {
@@ -212,6 +224,7 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
               let accessExpires = int("access_expires") else { return nil }
         return .record(SessionRecord(id: id, user: user, provider: provider, device: device, createdAt: created,
                                      lastUsedAt: used, expiresAt: expires, counter: UInt64(max(0, counter)), rotatedAt: rotated,
-                                     accessToken: "", accessExpiresAt: accessExpires, claims: object["claims"] as? String ?? ""))
+                                     accessToken: "", accessExpiresAt: accessExpires, claims: object["claims"] as? String ?? "",
+                                     subject: object["subject"] as? String ?? ""))
     }
 }

@@ -61,6 +61,10 @@ struct RevocationTable: Sendable {
     /// The hot path: no allocation, no lock. A subject cutoff revokes a credential
     /// without `iat`: it cannot prove it is newer.
     @inline(__always)
+    /// Whether any subject ("sign out everywhere") entry is held: only then are a user's
+    /// other names worth building.
+    var hasSubjects: Bool { storage.hasSubjects }
+
     func isRevoked(tokenID: String?, sessionID: String?, subject: String, issuedAt: Int64?, now: Int64) -> Bool {
         storage.isRevoked(tokenID: tokenID, sessionID: sessionID, subject: subject, issuedAt: issuedAt, now: now)
     }
@@ -139,6 +143,7 @@ extension RevocationTable {
         @exclusivity(unchecked) private var tokenCount = 0
         @exclusivity(unchecked) private var sessionCount = 0
         @exclusivity(unchecked) private var subjectCount = 0
+        var hasSubjects: Bool { subjectCount > 0 }
 
         init(slotCount: Int) {
             self.slotCount = slotCount

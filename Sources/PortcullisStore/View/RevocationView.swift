@@ -41,6 +41,9 @@ public final class RevocationView: @unchecked Sendable {
         return .allowed
     }
 
+    /// Whether a subject ("sign out everywhere") entry is held. On the loop's queue.
+    public var hasSubjectRevocations: Bool { table.hasSubjects }
+
     /// Number of entries held (including expired ones not yet pruned). On the loop's queue.
     public var entryCount: Int { table.count }
 }
