@@ -191,7 +191,15 @@ public final class GatewayRuntime: @unchecked Sendable {
             client.start()
             sessionStore = RedisSessionStore(client: client)
         } else {
-            sessionStore = try EmbeddedSessionStore(directory: configuration.store.stateDirectory)
+            sessionStore = try EmbeddedSessionStore(directory: configuration.store.stateDirectory, warn: { logger.warning("\($0)") },
+                                                    journalState: { failure in
+                if let failure {
+                    logger.error("sessions cannot be persisted: sign-ins and logouts are refused (503) until they can",
+                                 metadata: ["reason": "\(failure)"])
+                } else {
+                    logger.notice("sessions are persisted again")
+                }
+            })
         }
         if store == nil && !configuration.store.usesRedis && configuration.store.stateDirectory == nil {
             logger.notice("sessions are kept in memory only and end with the process (set store.state_dir to keep them)")
@@ -343,8 +351,13 @@ public final class GatewayRuntime: @unchecked Sendable {
             }
             actions.endSession = { [weak self] id, completion in
                 guard let service = self?.currentSessions else { return completion(.failure(notConfigured)) }
-                service.store.end(id: id, user: nil) { record in
-                    guard let record else { return completion(.success(false)) }
+                service.store.end(id: id, user: nil) { outcome in
+                    let record: SessionRecord
+                    switch outcome {
+                    case .ended(let ended): record = ended
+                    case .notFound: return completion(.success(false))
+                    case .failed: return completion(.failure(AdminError(status: 503, message: "the session store is unavailable")))
+                    }
                     service.endEverywhere(record, now: Int64(WallClock.nowSeconds())) { ok in
                         completion(ok ? .success(true) : .failure(AdminError(status: 503, message: "the revocation store is unavailable")))
                     }

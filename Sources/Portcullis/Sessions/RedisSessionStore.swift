@@ -154,12 +154,13 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     return h
     """
 
-    public func end(id: String, user: String?, completion: @escaping @Sendable (SessionRecord?) -> Void) {
+    public func end(id: String, user: String?, completion: @escaping @Sendable (SessionEnd) -> Void) {
         client.send(["EVAL", Self.endScript, "1", Self.prefix + id, user ?? "", id], timeout: timeout) { reply in
-            guard case .success(let value) = reply, let items = value.array, items.count == Self.fields.count else {
-                return completion(nil)
+            guard case .success(let value) = reply, let items = value.array else { return completion(.failed) }
+            guard items.count == Self.fields.count, let record = Self.record(id: id, values: items) else {
+                return completion(.notFound)
             }
-            completion(Self.record(id: id, values: items))
+            completion(.ended(record))
         }
     }
 

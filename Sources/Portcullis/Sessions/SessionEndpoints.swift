@@ -187,13 +187,22 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             guard let identity = grant?.identity as? VerifiedIdentity, let sid = identity.sessionID else {
                 return service.oauthError(400, "invalid_request", "A session access token is required")
             }
-            service.store.end(id: sid, user: identity.subject) { record in
-                service.counters.count("logged_out")
-                guard let record else {
-                    // Ended already (another device, a reuse): its tokens are refused anyway.
-                    return reply.send(LocalResponse(status: 204, headers: [("cache-control", "no-store")], body: []))
+            let tokenExpires = Int64(identity.expiresAt.rounded(.up))
+            service.store.end(id: sid, user: identity.subject) { outcome in
+                let accessExpires: Int64
+                switch outcome {
+                case .failed:
+                    // Nothing acknowledged: the session is as it was, and a retry ends it.
+                    return reply.send(service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
+                case .ended(let record):
+                    service.counters.count("logged_out")
+                    accessExpires = record.accessExpiresAt
+                case .notFound:
+                    // Ended already (another device, a reuse, or this logout's earlier try whose
+                    // revocation failed): its access tokens are revoked again all the same.
+                    accessExpires = tokenExpires
                 }
-                service.endEverywhere(record, now: now) { ok in
+                service.revokeSession(sid, accessExpiresAt: max(accessExpires, tokenExpires), now: now) { ok in
                     reply.send(ok ? LocalResponse(status: 204, headers: [("cache-control", "no-store")], body: [])
                                   : service.oauthError(503, "temporarily_unavailable", "The revocation store is unavailable"))
                 }
@@ -218,9 +227,13 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             }
             let id = String(request.path.dropFirst(base.count + 1))
             guard id.count == 32, id.allSatisfy(\.isHexDigit) else { return .error(404, "no such session") }
-            service.store.end(id: id, user: user) { record in
-                // Another user's session is as unknown as a missing one.
-                guard let record else { return reply.send(.error(404, "no such session")) }
+            service.store.end(id: id, user: user) { outcome in
+                let record: SessionRecord
+                switch outcome {
+                case .ended(let ended): record = ended
+                case .notFound: return reply.send(.error(404, "no such session"))  // another user's is as unknown
+                case .failed: return reply.send(service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
+                }
                 service.counters.count("ended_by_user")
                 service.endEverywhere(record, now: now) { ok in
                     reply.send(ok ? LocalResponse(status: 204, headers: [("cache-control", "no-store")], body: [])

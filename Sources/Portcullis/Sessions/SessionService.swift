@@ -139,8 +139,14 @@ public final class SessionService: @unchecked Sendable {
     /// Ends a session everywhere: the store, and its access tokens through the revocation
     /// path (until the last one it issued has expired).
     func endEverywhere(_ record: SessionRecord, now: Int64, completion: @escaping @Sendable (Bool) -> Void) {
-        let until = max(record.accessExpiresAt, now + Int64(settings.accessLifetime)) + 60
-        revocations.store.revoke(.session(id: record.id, until: until)) { result in
+        revokeSession(record.id, accessExpiresAt: record.accessExpiresAt, now: now, completion: completion)
+    }
+
+    /// Revokes session `id`'s access tokens (the last one expires at `accessExpiresAt` at
+    /// the latest) on every instance; true once the revocation store acknowledged it.
+    func revokeSession(_ id: String, accessExpiresAt: Int64, now: Int64, completion: @escaping @Sendable (Bool) -> Void) {
+        let until = max(accessExpiresAt, now + Int64(settings.accessLifetime)) + 60
+        revocations.store.revoke(.session(id: id, until: until)) { result in
             if case .success = result { completion(true) } else { completion(false) }
         }
     }

@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import PortcullisAuth
 import PortcullisCore
+import PortcullisStore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -30,6 +31,17 @@ public struct SessionRecord: Sendable, Equatable {
     /// The ID provider's `sub` the session began with ("" in a session from before it was
     /// kept). With `provider`, the other names its user may be signed out everywhere under.
     public var subject: String = ""
+}
+
+/// What ending a session did.
+public enum SessionEnd: Sendable, Equatable {
+    /// Ended (durably, where the store keeps sessions on disk); the record it had.
+    case ended(SessionRecord)
+    /// No such session (or another user's).
+    case notFound
+    /// The store could not record the end (a failed journal write, Redis unreachable): not
+    /// acknowledged; the session is still there.
+    case failed
 }
 
 /// What a refresh found.
@@ -61,62 +73,60 @@ public protocol SessionStore: AnyObject, Sendable {
     func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64, known: SessionRecord?,
                 next: @escaping @Sendable (SessionRecord) -> SessionRecord,
                 completion: @escaping @Sendable (RotateOutcome) -> Void)
-    /// Ends the session (if `user` is given, only one of that user's). The record, nil when none.
-    func end(id: String, user: String?, completion: @escaping @Sendable (SessionRecord?) -> Void)
+    /// Ends the session (if `user` is given, only one of that user's).
+    func end(id: String, user: String?, completion: @escaping @Sendable (SessionEnd) -> Void)
     /// The user's live sessions.
     func list(user: String, now: Int64, completion: @escaping @Sendable ([SessionRecord]) -> Void)
 }
 
 /// Sessions in this process, on a serial queue, with a journal in `store.state_dir`
-/// (`sessions.jsonl`: one line per change, the last line of an id wins). Creations and ends
-/// are written and `fsync`ed before they are acknowledged; rotations are written without
-/// waiting for the disk: a rotation lost in a crash is harmless, because a refresh token's
-/// MAC proves the gateway issued it, so a token one counter ahead of what was kept is
-/// accepted as current (and the session moves on from it).
+/// (`sessions.jsonl`, a `LineJournal` as the revocations': one line per change, the last
+/// line of an id wins). Creations and ends are written and `fsync`ed before they are
+/// acknowledged, and a failed write is cut off the file and not acknowledged (a creation
+/// answers 503, an end `.failed` with the session kept as on disk); rotations are written
+/// without waiting for the disk: a rotation lost in a crash is harmless, because a refresh
+/// token's MAC proves the gateway issued it, so a token one counter ahead of what was kept
+/// is accepted as current (and the session moves on from it). An end the store makes
+/// itself (a reuse, an expiry, the cap) leaves memory at once whatever the disk says; its
+/// session id is revoked through the revocation path too.
 public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
     // @unchecked Sendable: `sessions`, `byUser` and the journal are touched only on `queue`.
     private let queue = DispatchQueue(label: "portcullis.sessions.embedded")
     private var sessions: [String: SessionRecord] = [:]
     private var byUser: [String: Set<String>] = [:]
-    private let journalPath: String?
-    private var journal: Int32 = -1
+    private let journal: LineJournal?
+    /// Says once per change that journal writes fail (why) or work again (nil).
+    private let journalState: @Sendable (String?) -> Void
+    private var journalFailing = false
 
     public struct Failure: Error, CustomStringConvertible { public let description: String }
 
     /// `directory`: keep sessions there across restarts (nil: memory only).
-    public init(directory: String?, now: Int64 = Int64(WallClock.nowSeconds())) throws {
-        guard let directory else { journalPath = nil; return }
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
-        let path = (directory as NSString).appendingPathComponent("sessions.jsonl")
-        journalPath = path
-        if let data = FileManager.default.contents(atPath: path) {
-            for (number, line) in String(decoding: data, as: UTF8.self).split(separator: "\n").enumerated() {
-                guard let entry = Self.decode(line) else {
-                    // A line cut short by a crash is the last one; anything else is damage.
-                    if number == String(decoding: data, as: UTF8.self).split(separator: "\n").count - 1 { continue }
-                    throw Failure(description: "\(path):\(number + 1): not a session line")
-                }
-                switch entry {
-                case .record(let record): sessions[record.id] = record
-                case .ended(let id): sessions[id] = nil
-                }
+    public init(directory: String?, now: Int64 = Int64(WallClock.nowSeconds()), warn: (String) -> Void = { _ in },
+                journalState: @escaping @Sendable (String?) -> Void = { _ in }) throws {
+        self.journalState = journalState
+        guard let directory else { journal = nil; return }
+        let journal = try LineJournal(directory: directory, name: "sessions.jsonl")
+        self.journal = journal
+        for (number, line) in try journal.lines(warn: warn) {
+            var entry = Self.decode(line)
+            if entry == nil, let rest = LineJournal.afterTornPrefix(line, starts: ["{\"id\":", "{\"ended\":"]),
+               let recovered = Self.decode(rest) {
+                // An older version glued an acknowledged line onto the remains of a failed one.
+                warn("\(journal.path):\(number): a line begins with the remains of a failed write; the line after them is read")
+                entry = recovered
+            }
+            switch entry {
+            case .record(let record)?: sessions[record.id] = record
+            case .ended(let id)?: sessions[id] = nil
+            case nil: throw Failure(description: "\(journal.path):\(number): not a session line")
             }
         }
         sessions = sessions.filter { $0.value.expiresAt > now }
         for record in sessions.values { byUser[record.user, default: []].insert(record.id) }
         // Rewritten with the live sessions only, then appended to.
-        let temporary = path + ".tmp"
-        let text = sessions.values.map(Self.encode).joined()
-        guard FileManager.default.createFile(atPath: temporary, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
-            throw Failure(description: "\(temporary): cannot write")
-        }
-        guard rename(temporary, path) == 0 else { throw Failure(description: "\(path): cannot replace (\(String(cString: strerror(errno))))") }
-        journal = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
-        guard journal >= 0 else { throw Failure(description: "\(path): cannot open for writing") }
+        try journal.rewrite(sessions.values.map(Self.encode))
     }
-
-    deinit { if journal >= 0 { close(journal) } }
 
     /// Sessions kept now (tests, metrics).
     public var count: Int { queue.sync { sessions.count } }
@@ -124,7 +134,7 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
     public func create(_ record: SessionRecord, maxPerUser: Int,
                        completion: @escaping @Sendable (_ ok: Bool, _ evicted: [SessionRecord]) -> Void) {
         queue.async { [self] in
-            guard write(Self.encode(record), sync: true) else { return completion(false, []) }
+            guard write(Self.encode(record), sync: true) else { return completion(false, []) }  // cut off, not acknowledged
             sessions[record.id] = record
             byUser[record.user, default: []].insert(record.id)
             var evicted: [SessionRecord] = []
@@ -168,11 +178,13 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
         }
     }
 
-    public func end(id: String, user: String?, completion: @escaping @Sendable (SessionRecord?) -> Void) {
+    public func end(id: String, user: String?, completion: @escaping @Sendable (SessionEnd) -> Void) {
         queue.async { [self] in
-            guard let record = sessions[id], user == nil || record.user == user else { return completion(nil) }
-            remove(record)
-            completion(record)
+            guard let record = sessions[id], user == nil || record.user == user else { return completion(.notFound) }
+            // Acknowledged only once on disk; otherwise the session stays, as the disk has it.
+            guard write(Self.endLine(record.id), sync: true) else { return completion(.failed) }
+            forget(record)
+            completion(.ended(record))
         }
     }
 
@@ -183,28 +195,36 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
         }
     }
 
+    /// An end the store decides itself (reuse, expiry, the cap): out of memory at once; the
+    /// line is written, and a failure is reported through `journalState` (the session id
+    /// is revoked through the revocation path as well).
     private func remove(_ record: SessionRecord) {
+        forget(record)
+        _ = write(Self.endLine(record.id), sync: true)
+    }
+
+    private func forget(_ record: SessionRecord) {
         sessions[record.id] = nil
         byUser[record.user]?.remove(record.id)
         if byUser[record.user]?.isEmpty == true { byUser[record.user] = nil }
-        _ = write("{\"ended\":\(JSONText.quoted(record.id))}\n", sync: true)
     }
 
-    /// Appends one line (nothing without a journal); `sync`: on disk before it returns.
+    private static func endLine(_ id: String) -> String { "{\"ended\":\(JSONText.quoted(id))}\n" }
+
+    /// Appends one line (nothing without a journal); `sync`: on disk before it returns. A
+    /// failure leaves no part of the line in the file.
     private func write(_ line: String, sync: Bool) -> Bool {
-        guard journal >= 0 else { return true }
-        let bytes = Array(line.utf8)
-        var written = 0
-        while written < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(journal, $0.baseAddress! + written, $0.count - written) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return false }
-            written += n
+        guard let journal else { return true }
+        let failure: LineJournal.Failure?
+        do throws(LineJournal.Failure) { try journal.append(line, sync: sync); failure = nil } catch { failure = error }
+        if (failure != nil) != journalFailing {
+            journalFailing = failure != nil
+            journalState(failure?.description)
         }
-        return !sync || fdatasync(journal) == 0
+        return failure == nil
     }
 
-    private enum Entry { case record(SessionRecord), ended(String) }
+    enum Entry { case record(SessionRecord), ended(String) }
 
     static func encode(_ r: SessionRecord) -> String {
         "{\"id\":\(JSONText.quoted(r.id)),\"user\":\(JSONText.quoted(r.user)),\"provider\":\(JSONText.quoted(r.provider)),"
@@ -214,7 +234,7 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
             + "\"subject\":\(JSONText.quoted(r.subject))}\n"  // never the access token
     }
 
-    private static func decode(_ line: Substring) -> Entry? {
+    static func decode(_ line: Substring) -> Entry? {
         guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
         if let id = object["ended"] as? String { return .ended(id) }
         func int(_ key: String) -> Int64? { (object[key] as? NSNumber)?.int64Value }
