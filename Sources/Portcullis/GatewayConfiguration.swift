@@ -4,6 +4,7 @@ import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
 import PortcullisRedis
+import PortcullisStore
 import PortcullisTLS
 
 /// The whole gateway configuration, validated. Built by `ConfigurationLoader`
@@ -131,4 +132,20 @@ public struct StoreSettings: Sendable {
     public var stateDirectory: String?
     public init() {}
     public var usesRedis: Bool { redisURL != nil || sentinelMaster != nil }
+
+    /// `revocation:` as the stores apply it.
+    public var policy: RevocationPolicy { RevocationPolicy(maxStaleness: maxStaleness, denyWhenUnavailable: denyWhenUnavailable) }
+
+    /// What a reload would change about the store itself (its kind, place, credentials or
+    /// TLS), named for the refusal; nil when only the `revocation:` policy differs.
+    public func identityChange(from old: StoreSettings) -> String? {
+        if usesRedis != old.usesRedis { return "the store kind (embedded or Redis)" }
+        if stateDirectory != old.stateDirectory { return "store.state_dir" }
+        if redisURL != old.redisURL { return "store.redis" }
+        if sentinelMaster != old.sentinelMaster || sentinelAddresses.map(\.description) != old.sentinelAddresses.map(\.description) {
+            return "store.sentinel"
+        }
+        if String(describing: redisTLS) != String(describing: old.redisTLS) { return "store.tls" }
+        return nil
+    }
 }

@@ -140,7 +140,7 @@ public final class GatewayRuntime: @unchecked Sendable {
         actions = adminActions()
         admin.setActions(actions)
         server.setAuthenticator(built.authenticator)
-        server.published = GatewayJWKS(assertion: assertionKeys, sessions: sessions?.jwks)
+        server.published = GatewayJWKS(assertion: assertionKeys, sessions: sessions)
         for app in localApps {
             do { try server.addListener(address: app.address, mode: .local(app.handler), managed: false) } catch {
                 throw Gateway.StartupError(description: "cannot listen on \(app.address) (demo app): \(error)")
@@ -204,7 +204,6 @@ public final class GatewayRuntime: @unchecked Sendable {
         if store == nil && !configuration.store.usesRedis && configuration.store.stateDirectory == nil {
             logger.notice("sessions are kept in memory only and end with the process (set store.state_dir to keep them)")
         }
-        let keys = previous.flatMap { $0.settings.signingKeyFiles == settings.signingKeyFiles ? $0.signingKeys : nil }
         var lookup: SessionLookup?
         if let hook = settings.lookup, let upstream = configuration.proxy.upstreams.first(where: { $0.name == hook.upstream }) {
             let url = upstream.url.origin + hook.path
@@ -212,7 +211,7 @@ public final class GatewayRuntime: @unchecked Sendable {
                                    timeout: hook.timeout, loop: EventLoop(index: -6))
         }
         let service = try SessionService(settings: settings, store: sessionStore, revocations: revocations,
-                                         errorBody: configuration.identity.errorBody, logger: logger, keys: keys,
+                                         errorBody: configuration.identity.errorBody, logger: logger, previous: previous,
                                          counters: previous?.counters ?? SessionCounters(), lookup: lookup)
         for (index, kind) in configuration.sessionRoutes {
             configuration.proxy.routes[index].handler = SessionEndpoint(kind, service: service)
@@ -220,7 +219,7 @@ public final class GatewayRuntime: @unchecked Sendable {
         // `revoke_on_success` with a session access token ends its session in the store too.
         revocations.sessionEnder = { [weak service] id in service?.store.end(id: id, user: nil) { _ in } }
         if let i = configuration.providers.firstIndex(where: { $0.configuration.name == SessionSettings.providerName }) {
-            configuration.providers[i].keys = .inline(try service.keySet)
+            configuration.providers[i].keys = .inline(try service.keySet())
         }
         return service
     }
@@ -387,6 +386,21 @@ public final class GatewayRuntime: @unchecked Sendable {
         return actions
     }
 
+    /// Once a retiring session key's last token has expired, the `session` provider stops
+    /// verifying with it (the JWKS drops it by itself). On the reload queue; a reload
+    /// schedules again for its own service.
+    private func scheduleSessionKeyRetirement() {
+        let now = Int64(WallClock.nowSeconds())
+        guard let service = currentSessions, let at = service.nextRetirement(after: now) else { return }
+        queue.asyncAfter(deadline: .now() + .seconds(Int(at - now) + 1)) { [weak self] in
+            guard let self, self.currentSessions === service else { return }
+            if let keys = try? service.keySet() {
+                self.parts.verifier?.updateKeys(provider: SessionSettings.providerName, keys: keys)
+            }
+            self.scheduleSessionKeyRetirement()
+        }
+    }
+
     /// Reloads on the reload queue and hands the verdict to `completion` there.
     public func reload(trigger: String, completion: (@Sendable (ReloadVerdict) -> Void)? = nil) {
         queue.async { [self] in
@@ -417,6 +431,15 @@ public final class GatewayRuntime: @unchecked Sendable {
                           + "(\(group.loops.count) running, \(loops) in the file); restart to apply it")
         }
 
+        // The store is the gateway's state (revocations, sessions): it is opened once, at start,
+        // and never replaced while it serves. A reload may change its policy (applied in place
+        // once the reload is); anything that names another store is refused before anything
+        // is built.
+        if let change = next.store.identityChange(from: old.configuration.store) {
+            return refuse("\(next.file): store: \(change) cannot change while the gateway runs (the revocations and "
+                          + "sessions it holds stay where they are); restart to apply it")
+        }
+
         // Everything new is built first; `undo` tears it down again if a later step refuses.
         var undo: [() -> Void] = []
         func refuseAndUndo(_ reason: String) -> ReloadVerdict {
@@ -437,25 +460,19 @@ public final class GatewayRuntime: @unchecked Sendable {
             do { accessLogFD = try Self.openAccessLog(next) } catch { return refuse("\(error)") }
             if case .file = next.accessLog, let fd = accessLogFD { undo.append { close(fd) } }
         }
-        var store = old.store
-        var revocations = old.revocations
-        let storeChanged = sameSettingsText(next.store) != sameSettingsText(old.configuration.store)
-        if storeChanged {
-            do { store = try StoreRevocations.makeStore(next.store, loops: group.loops, logger: logger) } catch {
-                return refuseAndUndo("\(next.file): store: \(error)")
-            }
-            revocations = StoreRevocations(store: store, loopCount: group.loops.count)
-            store.start()
-            let started = store
-            undo.append { started.shutdown() }
-        }
+        let store = old.store
+        let revocations = old.revocations
+        let policyChanged = next.store.policy != old.configuration.store.policy
         let nextSessions: SessionService?
         do {
-            // The session store carries over unless `store:` changed (then the new one, as revocations).
-            nextSessions = try Self.prepareSessions(&next, store: storeChanged ? nil : sessions?.store, previous: sessions,
+            // The session store carries over, as the revocation store does.
+            nextSessions = try Self.prepareSessions(&next, store: sessions?.store, previous: sessions,
                                                     revocations: revocations, logger: logger)
         } catch {
             return refuseAndUndo("\(next.file): sessions: \(error)")
+        }
+        if let opened = nextSessions?.store as? RedisSessionStore, opened !== sessions?.store {
+            undo.append { opened.client.shutdown() }  // sessions turned on by this reload
         }
         let assertionKeys: AssertionKeys?
         do {
@@ -500,14 +517,19 @@ public final class GatewayRuntime: @unchecked Sendable {
         do {
             report = try server.reconfigure(ProxyGeneration(
                 configuration: next.proxy, authenticator: built.authenticator,
-                published: GatewayJWKS(assertion: assertionKeys, sessions: nextSessions?.jwks), accessLogFD: accessLogFD,
+                published: GatewayJWKS(assertion: assertionKeys, sessions: nextSessions), accessLogFD: accessLogFD,
                 listeners: listeners))
         } catch {
             return refuseAndUndo("\(next.file): \(error)")
         }
 
         // Applied. What the old generation alone used is let go.
-        lock.withLock { sessions = nextSessions }
+        let oldSessions = lock.withLock { () -> SessionService? in
+            defer { sessions = nextSessions }
+            return sessions
+        }
+        if let closed = oldSessions?.store as? RedisSessionStore, closed !== nextSessions?.store { closed.client.shutdown() }
+        if policyChanged { store.update(policy: next.store.policy) }
         let nextCounters = nextSessions?.counters
         metrics.attach(sessionEvents: nextCounters.map { counters in { @Sendable in counters.snapshot } })
         admin.update(token: next.admin?.token, metricsPublic: next.admin?.metricsPublic ?? false)
@@ -516,7 +538,6 @@ public final class GatewayRuntime: @unchecked Sendable {
         let serving = store
         metrics.replace(verifier: built.verifier, keys: built.keys?.manager, storeHealth: { serving.health })
         old.keys?.manager.shutdown()
-        if storeChanged { old.store.shutdown() }
         // An access log file the new configuration no longer names stays open: requests of the
         // old generation may still log to it, and a closed descriptor's number can be reused by
         // a socket, which must never receive log lines. One descriptor per such change.
@@ -536,7 +557,10 @@ public final class GatewayRuntime: @unchecked Sendable {
         if !report.upstreamsRemoved.isEmpty { changes.append("upstreams removed or replaced: \(report.upstreamsRemoved.joined(separator: ", "))") }
         if !report.listenersAdded.isEmpty { changes.append("listeners added: \(report.listenersAdded.joined(separator: ", "))") }
         if !report.listenersRemoved.isEmpty { changes.append("listeners removed: \(report.listenersRemoved.joined(separator: ", "))") }
-        if storeChanged { changes.append("store replaced") }
+        if policyChanged { changes.append("revocation policy applied in place") }
+        if let service = nextSessions, !service.retiringKeys.isEmpty {
+            changes.append("session signing keys rotated (the previous ones verify until their last token expires)")
+        }
         if !withoutKeys.isEmpty {
             changes.append("no keys yet for \(withoutKeys.joined(separator: ", ")): their tokens are answered 503 until a fetch succeeds")
         }
@@ -544,6 +568,7 @@ public final class GatewayRuntime: @unchecked Sendable {
             "trigger": "\(trigger)", "generation": "\(report.generation)", "config_sha256": "\(next.sha256)",
             "routes": "\(next.proxy.routes.count)", "upstreams": "\(next.proxy.upstreams.count)",
             "changes": "\(changes.isEmpty ? "settings only" : changes.joined(separator: "; "))"])
+        scheduleSessionKeyRetirement()
         return ReloadVerdict(refusal: nil, generation: report.generation, sha256: next.sha256, changes: changes)
     }
 }

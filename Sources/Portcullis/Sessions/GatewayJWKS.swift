@@ -7,17 +7,19 @@ import PortcullisProxy
 final class GatewayJWKS: PublishedDocument, @unchecked Sendable {
     // @unchecked Sendable: immutable.
     let assertion: AssertionKeys?
-    let sessions: [UInt8]?
+    /// The session access tokens' keys, read per request: a retiring key leaves the
+    /// document when its last token has expired.
+    let sessions: SessionService?
     var path: String { AssertionJWKS.wellKnownPath }
 
-    init?(assertion: AssertionKeys?, sessions: [UInt8]?) {
+    init?(assertion: AssertionKeys?, sessions: SessionService?) {
         guard assertion != nil || sessions != nil else { return nil }
         self.assertion = assertion
         self.sessions = sessions
     }
 
     func response() -> LocalResponse {
-        let documents = [assertion?.jwks, sessions].compactMap { $0 }
+        let documents = [assertion?.jwks, sessions?.jwks()].compactMap { $0 }
         // `{"keys":[A]}` and `{"keys":[B]}` make `{"keys":[A,B]}`.
         let lists = documents.compactMap { document -> ArraySlice<UInt8>? in
             guard let open = document.firstIndex(of: UInt8(ascii: "[")), let close = document.lastIndex(of: UInt8(ascii: "]")),

@@ -27,22 +27,27 @@ public final class SessionService: @unchecked Sendable {
     let macKey: [UInt8]
     let errorBody: ErrorBodyTemplate
     let logger: Logger
-    /// The public keys, as a JWKS document.
-    public let jwks: [UInt8]
     /// Counted outcomes (`portcullis_sessions_total{event}`), shared with the service a reload
     /// replaces (a counter never goes back).
     let counters: SessionCounters
 
     public struct Failure: Error, CustomStringConvertible { public let description: String }
 
-    /// Every signing key (the first signs); kept across reloads when generated.
+    /// The configured (or generated) keys, the first signs; `keyPaths` names each one's file
+    /// ("" for a generated key).
     let signingKeys: [SigningKey]
+    let keyPaths: [String]
+    /// Keys that signed before a reload replaced them: they still verify (and are published)
+    /// until the last token they signed has expired, then they are gone.
+    let retiringKeys: [RetiringKey]
     /// The lookup hook (nil: the user id is "<provider>:<sub>").
     let lookup: SessionLookup?
 
+    struct RetiringKey { let key: SigningKey; let path: String; let until: Int64 }
+
     init(settings: SessionSettings, store: any SessionStore, revocations: StoreRevocations, errorBody: ErrorBodyTemplate,
-         logger: Logger, keys given: [SigningKey]? = nil, counters: SessionCounters = SessionCounters(),
-         lookup: SessionLookup? = nil) throws {
+         logger: Logger, previous: SessionService? = nil, now: Int64 = Int64(WallClock.nowSeconds()),
+         counters: SessionCounters = SessionCounters(), lookup: SessionLookup? = nil) throws {
         self.counters = counters
         self.lookup = lookup
         self.settings = settings
@@ -50,28 +55,62 @@ public final class SessionService: @unchecked Sendable {
         self.revocations = revocations
         self.errorBody = errorBody
         self.logger = logger
-        let keys = try given ?? Self.signingKeys(settings)
-        signingKeys = keys
-        signer = keys[0]
-        keyID = keys[0].thumbprint
+        (signingKeys, keyPaths, retiringKeys) = try Self.keys(settings, previous: previous, now: now)
+        signer = signingKeys[0]
+        keyID = signingKeys[0].thumbprint
         macKey = Array(settings.refreshSecret.utf8)
-        let list = keys.compactMap { $0.publicJWK(keyID: $0.thumbprint) }
-        jwks = Array((JSONValue.object([("keys", .array(list))]).serialized + "\n").utf8)
     }
 
-    /// The configured ES256 keys, or one made now.
-    static func signingKeys(_ settings: SessionSettings) throws -> [SigningKey] {
-        if settings.signingKeyFiles.isEmpty { return [try SigningKey.generate(.es256)] }
-        return try settings.signingKeyFiles.map { path in
+    /// The keys of a (re)load. Files are read again each time. A key a file no longer holds
+    /// (the file was replaced: a rotation) keeps verifying, and stays in the JWKS, until the
+    /// last access token it signed has expired (one access lifetime, plus a minute); a key
+    /// whose file was removed from `signing_keys` stops verifying at once. A generated key
+    /// (no `signing_keys`) is kept across reloads, and retires with the same overlap when
+    /// files are configured.
+    static func keys(_ settings: SessionSettings, previous: SessionService?, now: Int64) throws
+        -> (keys: [SigningKey], paths: [String], retiring: [RetiringKey]) {
+        if settings.signingKeyFiles.isEmpty {
+            if let previous, previous.settings.signingKeyFiles.isEmpty { return (previous.signingKeys, previous.keyPaths, []) }
+            return ([try SigningKey.generate(.es256)], [""], [])
+        }
+        let keys = try settings.signingKeyFiles.map { path in
             do { return try AssertionKeys.loadKey(path, algorithm: .es256) } catch {
                 throw Failure(description: "sessions.access_token.signing_keys: \(error)")
             }
         }
+        let current = Set(keys.map(\.thumbprint))
+        let configured = Set(settings.signingKeyFiles)
+        var retiring: [RetiringKey] = []
+        if let previous {
+            let until = now + Int64(previous.settings.accessLifetime) + 60
+            let replaced = zip(previous.signingKeys, previous.keyPaths).map { RetiringKey(key: $0, path: $1, until: until) }
+            for old in previous.retiringKeys.filter({ $0.until > now }) + replaced
+            where !current.contains(old.key.thumbprint) && (old.path.isEmpty || configured.contains(old.path))
+                && !retiring.contains(where: { $0.key.thumbprint == old.key.thumbprint }) {
+                retiring.append(old)
+            }
+        }
+        return (keys, settings.signingKeyFiles, retiring)
     }
 
-    /// The `session` provider's keys: what it verifies access tokens with.
-    public var keySet: KeySet {
-        get throws { try KeyDocumentFormat.detect(jwks).load(jwks) }
+    /// Every key that verifies at `now`: the configured ones, then those still retiring.
+    func verifyingKeys(now: Int64) -> [SigningKey] {
+        signingKeys + retiringKeys.filter { $0.until > now }.map(\.key)
+    }
+
+    /// When the next retiring key stops verifying after `now` (nil: none is retiring).
+    func nextRetirement(after now: Int64) -> Int64? { retiringKeys.map(\.until).filter { $0 > now }.min() }
+
+    /// The public keys verifying at `now`, as a JWKS document.
+    func jwks(now: Int64 = Int64(WallClock.nowSeconds())) -> [UInt8] {
+        let list = verifyingKeys(now: now).compactMap { $0.publicJWK(keyID: $0.thumbprint) }
+        return Array((JSONValue.object([("keys", .array(list))]).serialized + "\n").utf8)
+    }
+
+    /// The `session` provider's keys at `now`: what it verifies access tokens with.
+    func keySet(now: Int64 = Int64(WallClock.nowSeconds())) throws -> KeySet {
+        let document = jwks(now: now)
+        return try KeyDocumentFormat.detect(document).load(document)
     }
 
     // MARK: Tokens

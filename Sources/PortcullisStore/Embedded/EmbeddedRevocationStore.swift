@@ -9,7 +9,8 @@ import PortcullisIO
 /// `RevocationJournal` (`store.state_dir`) revocations survive restarts.
 public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable {
     // @unchecked Sendable: `table`, `pruneTimer` and `started` are touched only on `queue`.
-    public let policy: RevocationPolicy
+    private let policyValue: LockedValue<RevocationPolicy>
+    public var policy: RevocationPolicy { policyValue.withLock { $0 } }
     private let replicas: ViewReplicas
     private let queue = DispatchQueue(label: "portcullis.revocations.embedded")
     private let pruneInterval: Double
@@ -23,7 +24,7 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
     private var journalFailing = false
 
     public init(loops: [EventLoop], policy: RevocationPolicy = RevocationPolicy(), pruneInterval: Double = 60) {
-        self.policy = policy
+        policyValue = LockedValue(policy)
         self.pruneInterval = pruneInterval
         self.journal = nil
         self.journalState = { _ in }
@@ -36,7 +37,7 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
     public init(loops: [EventLoop], policy: RevocationPolicy = RevocationPolicy(), pruneInterval: Double = 60,
                 journal: RevocationJournal, warn: (String) -> Void,
                 journalState: @escaping @Sendable (String?) -> Void = { _ in }) throws(RevocationJournal.Failure) {
-        self.policy = policy
+        policyValue = LockedValue(policy)
         self.pruneInterval = pruneInterval
         self.journal = journal
         self.journalState = journalState
@@ -54,6 +55,11 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
     public var restoredCount: Int { queue.sync { table.count } }
 
     public func view(loopIndex: Int) -> RevocationView { replicas.view(loopIndex: loopIndex) }
+
+    public func update(policy: RevocationPolicy) {
+        policyValue.withLock { $0 = policy }
+        replicas.setPolicy(policy)
+    }
 
     public var health: StoreHealth { .ok }
 
@@ -78,6 +84,7 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
 
     public func revoke(_ revocation: Revocation, completion: @escaping @Sendable (Result<Void, StoreError>) -> Void) {
         if let error = revocation.validate() { return completion(.failure(error)) }
+        let policy = self.policy
         let r = revocation.resolved(maxCredentialLifetime: policy.maxCredentialLifetime)
         queue.async { [self] in
             let now = Int64(WallClock.nowSeconds())

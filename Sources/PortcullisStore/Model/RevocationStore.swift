@@ -18,6 +18,9 @@ public protocol RevocationStore: AnyObject, Sendable {
     var health: StoreHealth { get }
     /// Limits the store applies (e.g. how long an id without its own expiry is kept).
     var policy: RevocationPolicy { get }
+    /// Applies a new policy in place (a reload that changed `revocation:`): the views answer
+    /// by it from their next check; what the store holds is kept.
+    func update(policy: RevocationPolicy)
     func start()
     func shutdown()
 }

@@ -23,7 +23,8 @@ import PortcullisRedis
 public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     // @unchecked Sendable: mutable state is confined to `ioLoop.queue`, except
     // `healthState`, which is guarded by `healthLock`.
-    public let policy: RevocationPolicy
+    private let policyValue: LockedValue<RevocationPolicy>
+    public var policy: RevocationPolicy { policyValue.withLock { $0 } }
     public let ioLoop: EventLoop
     let replicas: ViewReplicas
     let client: RedisClient
@@ -72,7 +73,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     public init(configuration: RedisConfiguration, loops: [EventLoop], policy: RevocationPolicy = RevocationPolicy(),
                 resyncInterval: Double = 30, pruneInterval: Double = 60, ioLoop: EventLoop? = nil,
                 onEvent: (@Sendable (StoreEvent) -> Void)? = nil) {
-        self.policy = policy
+        policyValue = LockedValue(policy)
         if case .sentinel = configuration.topology { confirmReplication = true }
         self.resyncInterval = resyncInterval
         self.pruneInterval = pruneInterval
@@ -93,6 +94,17 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     }
 
     public func view(loopIndex: Int) -> RevocationView { replicas.view(loopIndex: loopIndex) }
+
+    /// A degraded view's trust ends `maxStaleness` after the disconnection under the new
+    /// policy too.
+    public func update(policy: RevocationPolicy) {
+        policyValue.withLock { $0 = policy }
+        replicas.setPolicy(policy)
+        ioLoop.execute { [self] in
+            guard !synchronized, everSynchronizedOnLoop, let since = healthLock.withLock({ unsyncedSince }) else { return }
+            replicas.setStaleAfter(since + policy.maxStaleness)
+        }
+    }
 
     public var health: StoreHealth {
         healthLock.withLock {

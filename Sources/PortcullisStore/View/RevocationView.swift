@@ -9,7 +9,8 @@ public final class RevocationView: @unchecked Sendable {
     // the reference crosses threads, inside closures that run on that queue.
 
     public let loopIndex: Int
-    let policy: RevocationPolicy
+    /// Replaced by a reload that changes `revocation:` (on the loop's queue, as every update).
+    @exclusivity(unchecked) var policy: RevocationPolicy
     // @exclusivity(unchecked): only ever touched on the loop's queue (see type
     // comment), so the runtime access tracking (swift_beginAccess, about 70
     // instructions per check) buys nothing here.

@@ -42,6 +42,10 @@ final class ViewReplicas: Sendable {
         }
     }
 
+    func setPolicy(_ policy: RevocationPolicy) {
+        update { $0.policy = policy }
+    }
+
     func setStaleAfter(_ staleAfter: Double) {
         update { $0.staleAfter = staleAfter }
     }
