@@ -8,8 +8,14 @@ extension ConfigurationLoader {
         guard var node = tracingNode else { return nil }
         let endpointNode = try node.required("endpoint")
         let text = try endpointNode.string()
+        // The path goes into the request line to the collector as written: no space, control
+        // byte or non-ASCII byte (raw or percent-encoded) may reach it.
+        guard !text.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7F }) else {
+            throw endpointNode.error("must not contain spaces, control characters or non-ASCII bytes")
+        }
         guard let components = URLComponents(string: text), components.scheme?.lowercased() == "http",
-              let host = components.host, !host.isEmpty, components.user == nil, components.query == nil else {
+              let host = components.host, !host.isEmpty, components.user == nil, components.query == nil,
+              components.fragment == nil, !components.path.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7F }) else {
             throw endpointNode.error("expected http://host:port/path (OTLP/HTTP traces endpoint; https is not supported), got '\(text)'")
         }
         let port = components.port ?? 4318

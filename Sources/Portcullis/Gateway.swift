@@ -85,8 +85,17 @@ public enum Gateway {
         signal(SIGTERM, SIG_IGN)
         signal(SIGINT, SIG_IGN)
         signal(SIGHUP, SIG_IGN)
+        // SIGUSR1 reopens the log files (nginx's convention; logrotate's nginx recipe sends it).
+        // Ignored until the runtime exists: at start every file was just opened.
+        signal(SIGUSR1, SIG_IGN)
+        _ = LogFiles.standardStreamPaths  // read now, before any rotation renames them
         let state = SignalState()
         var sources: [DispatchSourceSignal] = []
+        let running = LockedValue<GatewayRuntime?>(nil)
+        let reopen = DispatchSource.makeSignalSource(signal: SIGUSR1, queue: .global())
+        reopen.setEventHandler { running.withLock { $0 }?.reopenLogs(trigger: "SIGUSR1") }
+        reopen.resume()
+        sources.append(reopen)
         let reload = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         reload.setEventHandler { state.reload() }
         reload.resume()
@@ -99,6 +108,7 @@ public enum Gateway {
         }
 
         let runtime = try start(configuration, localApps: localApps, logger: logger, source: source)
+        running.withLock { $0 = runtime }
         let server = runtime.server
         let admin = runtime.admin
         let shutdown = ShutdownSequence()

@@ -401,6 +401,30 @@ public final class GatewayRuntime: @unchecked Sendable {
         }
     }
 
+    /// Reopens the log files at their paths (SIGUSR1; every applied reload does too): the
+    /// access log file of the configuration serving, and standard output and error when
+    /// they are files. On the reload queue, so it never races a reload's own log changes.
+    public func reopenLogs(trigger: String) {
+        queue.async { [self] in reopenLogsNow(trigger: trigger) }
+    }
+
+    private func reopenLogsNow(trigger: String) {
+        var reopened: [String] = [], failures: [String] = []
+        let parts = self.parts
+        if case .file(let path) = parts.configuration.accessLog, let fd = parts.accessLogFD {
+            if let failure = LogFiles.reopen(path, onto: fd) { failures.append(failure) } else { reopened.append(path) }
+        }
+        let streams = LogFiles.reopenStandardStreams()
+        reopened += streams.reopened
+        failures += streams.failures
+        if failures.isEmpty {
+            logger.info("log files reopened", metadata: ["trigger": "\(trigger)", "files": "\(reopened.joined(separator: ","))"])
+        } else {
+            logger.error("log files could not all be reopened; the others write on to the old ones",
+                         metadata: ["trigger": "\(trigger)", "reasons": "\(failures.joined(separator: "; "))"])
+        }
+    }
+
     /// Reloads on the reload queue and hands the verdict to `completion` there.
     public func reload(trigger: String, completion: (@Sendable (ReloadVerdict) -> Void)? = nil) {
         queue.async { [self] in
@@ -569,6 +593,8 @@ public final class GatewayRuntime: @unchecked Sendable {
             "routes": "\(next.proxy.routes.count)", "upstreams": "\(next.proxy.upstreams.count)",
             "changes": "\(changes.isEmpty ? "settings only" : changes.joined(separator: "; "))"])
         scheduleSessionKeyRetirement()
+        // A log file moved away since (logrotate without SIGUSR1) is written at its path again.
+        if next.accessLog == old.configuration.accessLog { reopenLogsNow(trigger: trigger) }
         return ReloadVerdict(refusal: nil, generation: report.generation, sha256: next.sha256, changes: changes)
     }
 }

@@ -61,11 +61,25 @@ import PortcullisIO
     @Test func redactedURLHidesThePassword() {
         #expect(RedisConfiguration.redacted("redis://alice:pw@127.0.0.1:1/0") == "redis://alice:***@127.0.0.1:1/0")
         #expect(RedisConfiguration.redacted("redis://127.0.0.1:1") == "redis://127.0.0.1:1")
-        // Whatever the scheme (a mistyped one is reported with the URL), and never a path's '@'.
+        // Whatever the scheme (a mistyped one is reported with the URL).
         #expect(RedisConfiguration.redacted("http://alice:pw@h:1/0") == "http://alice:***@h:1/0")
         #expect(RedisConfiguration.redacted("redis:/alice:pw@h") == "***@h")
         #expect(RedisConfiguration.redacted("rediss://:pw@h") == "rediss://:***@h")
-        #expect(RedisConfiguration.redacted("redis://h:1/0?x=a@b") == "redis://h:1/0?x=a@b")
+        // The userinfo ends at the last '@', as the URL is read: what could be a password is hidden.
+        #expect(RedisConfiguration.redacted("redis://h:1/0?x=a@b") == "redis://h:***@b")
+    }
+
+    /// #33.6: a password holding '/', '%', '@', '?' or '#' (written as is, not escaped) is
+    /// hidden whole in every form and still authenticates as written.
+    @Test(arguments: ["pa/ss/word", "50%off", "p@ss@word", "p%2Fx", "a?b#c/d@e"])
+    func aPasswordWithURLCharactersIsHiddenWholeAndReadAsWritten(_ password: String) throws {
+        let url = "redis://:\(password)@127.0.0.1:6380/2"
+        #expect(RedisConfiguration.redacted(url) == "redis://:***@127.0.0.1:6380/2")
+        let withUser = "rediss://alice:\(password)@cache.internal:6380"
+        #expect(RedisConfiguration.redacted(withUser) == "rediss://alice:***@cache.internal:6380")
+        let configuration = try RedisConfiguration(url: url)
+        let expected = password == "p%2Fx" ? "p/x" : password  // a real escape is decoded
+        #expect(configuration.password == expected && configuration.database == 2)
     }
 
     @Test func backoffGrowsIsCappedAndJittered() {

@@ -18,6 +18,11 @@ extension ConfigurationLoader {
                 throw nameNode.error("provider names use lower-case letters, digits, '-' and '_'")
             }
             guard names.insert(name).inserted else { throw nameNode.error("provider \(name) is defined twice") }
+            // Reserved whether or not `sessions:` is on: a route or a revocation naming
+            // "session" must always mean the gateway's own session tokens.
+            if name == SessionSettings.providerName {
+                throw nameNode.error("'\(name)' is reserved for the gateway's own session access tokens (sessions:); choose another name")
+            }
             let typeNode = try node.required("type")
             let typeText = try typeNode.string()
             guard let kind = ProviderConfiguration.Kind(rawValue: typeText) else {

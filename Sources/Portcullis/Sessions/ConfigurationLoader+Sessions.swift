@@ -85,6 +85,7 @@ extension ConfigurationLoader {
             try paths.finish()
         }
         if let n = try node.optional("require_tls") { settings.requireTLS = try n.bool() }
+        if let n = try node.optional("require_nonce") { settings.requireNonce = try n.bool() }
         if let n = try node.optional("max_per_user") { settings.maxPerUser = try n.int(min: 1, max: 10_000) }
         try node.finish()
         return settings

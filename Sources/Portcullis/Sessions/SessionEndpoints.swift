@@ -42,7 +42,13 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                                                                                      : "The ID token's nonce does not match")
                 }
             case .success(nil), .failure:
-                break  // no nonce sent (or a body the credential was not in: the Bearer form)
+                // No nonce sent (or a body the credential was not in: the Bearer form).
+                if service.settings.requireNonce {
+                    service.counters.count("nonce_mismatch")
+                    return service.oauthError(400, "invalid_grant", identity.claim("nonce") == nil
+                        ? "The ID token carries no nonce, and this exchange requires one"
+                        : "The request has no nonce member, and this exchange requires the sign-in's nonce")
+                }
             }
             var device = ""
             request.values(of: "user-agent") { device = String(decoding: $0, as: UTF8.self) }
@@ -94,7 +100,9 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                 create(user: provider + ":" + identity.subject, claims: "")
                 return nil
             }
-            lookup.resolve(identity) { outcome in
+            let typed = SessionService.verifiedClaims(request, body: body, fields: [service.settings.idTokenField, "id_token"],
+                                                      identity: identity)
+            lookup.resolve(identity, typed: typed) { outcome in
                 switch outcome {
                 case .user(let user, let claims):
                     create(user: user, claims: claims)

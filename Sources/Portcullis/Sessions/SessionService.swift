@@ -206,6 +206,36 @@ public final class SessionService: @unchecked Sendable {
 
     enum LocalResponseReason: Error { case notJSON, notString(String) }
 
+    /// The verified ID token's claims with their JSON types: the token is found again where
+    /// the exchange route read it (a body member of `fields`, else `Authorization: Bearer`)
+    /// and used only when it is the one verified (its `jti`, else the hash of its signing
+    /// input, matches the identity). nil when it cannot be found.
+    static func verifiedClaims(_ request: RequestView, body: UnsafeRawBufferPointer, fields: [String],
+                               identity: VerifiedIdentity) -> [String: JSONValue]? {
+        var candidates: [String] = []
+        if case .success(let token?) = member(body, fields) { candidates.append(token) }
+        request.values(of: "authorization") { value in
+            let text = String(decoding: value, as: UTF8.self)
+            if text.count > 7, text.prefix(7).lowercased() == "bearer " { candidates.append(String(text.dropFirst(7))) }
+        }
+        for token in candidates {
+            let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+            guard parts.count == 3, let payload = JWTText.bytes(base64URL: parts[1]),
+                  let object = try? JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any],
+                  object["sub"] as? String == identity.subject else { continue }
+            if let jti = identity.tokenID {
+                guard object["jti"] as? String == jti else { continue }
+            } else {
+                let signingInput = Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
+                guard let hash = identity.credentialHash, SHA256Hex.of(signingInput).hasPrefix(hash) else { continue }
+            }
+            var typed: [String: JSONValue] = [:]
+            for (name, value) in object { if let json = JSONValue(foundation: value) { typed[name] = json } }
+            return typed
+        }
+        return nil
+    }
+
 }
 
 /// `user: {lookup: {upstream, path}}`: at the exchange the gateway POSTs the verified
@@ -230,12 +260,24 @@ final class SessionLookup: @unchecked Sendable {
         self.loop = loop
     }
 
-    func resolve(_ identity: VerifiedIdentity, completion: @escaping @Sendable (Outcome) -> Void) {
-        var claims: [(String, JSONValue)] = identity.claims.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) }
+    /// `typed`: the verified ID token's claims with their JSON types (`verifiedClaims`); the
+    /// identity's forwarded claims are sent with those types (`email_verified: false` stays a
+    /// JSON false), and `email` is sent only when the token says it is verified (else null,
+    /// with `email_verified: false`): the app's find-or-create never links an account by an
+    /// address nobody proved.
+    func resolve(_ identity: VerifiedIdentity, typed: [String: JSONValue]?, completion: @escaping @Sendable (Outcome) -> Void) {
+        var claims: [(String, JSONValue)] = identity.claims.sorted { $0.key < $1.key }.map { ($0.key, typed?[$0.key] ?? .string($0.value)) }
         claims.removeAll { $0.0 == "nonce" }
+        let verified: Bool
+        switch typed?["email_verified"] {
+        case .bool(let value)?: verified = value
+        case .string(let text)?: verified = text == "true"  // Apple sends "true"/"false"
+        default: verified = identity.claim("email_verified") == "true"
+        }
         let body = JSONValue.object([
             ("provider", .string(identity.provider)), ("subject", .string(identity.subject)),
-            ("email", identity.claim("email").map(JSONValue.string) ?? .null),
+            ("email", verified ? identity.claim("email").map(JSONValue.string) ?? .null : .null),
+            ("email_verified", .bool(verified && identity.claim("email") != nil)),
             ("name", identity.claim("name").map(JSONValue.string) ?? .null),
             ("claims", .object(claims)),
         ]).serialized

@@ -45,6 +45,10 @@ public struct SessionSettings: Sendable {
     public var sessionsPath = "/auth/sessions"
     /// The session endpoints answer on TLS listeners only (a plain request: 403).
     public var requireTLS = true
+    /// The exchange demands the client's `nonce` and an ID token carrying it (OIDC's replay
+    /// protection: a token captured without its sign-in's nonce is refused); off by default,
+    /// so clients that send none keep working.
+    public var requireNonce = false
     /// The most sessions one user keeps; a new sign-in past it ends the least recently used
     /// (a replayed ID token cannot grow the store without bound).
     public var maxPerUser = 50

@@ -70,6 +70,9 @@ extension SigningKey {
 public enum JWTText {
     public static func base64URL(_ bytes: [UInt8]) -> String { Base64URL.encode(bytes) }
 
+    /// The bytes of base64url text (nil when it is not base64url).
+    public static func bytes(base64URL text: Substring) -> [UInt8]? { Base64URL.decode(Array(text.utf8)) }
+
     /// `count` random bytes from OpenSSL's CSPRNG, base64url (a `jti`).
     public static func randomID(bytes count: Int = 16) -> String {
         var out = [UInt8](repeating: 0, count: count)

@@ -839,6 +839,17 @@ extension Exchange {
     /// Starts this request's trace: the client's `traceparent` continued when `accept_parent`
     /// allows it (its trace id, its span as the parent, its sampled flag, its `tracestate`),
     /// else a new trace sampled at `sample_ratio`. A malformed `traceparent` starts a new one.
+    /// The client's `tracestate` fields as one value, or nil when there are none or they pass
+    /// W3C Trace Context's limits (32 list members, 512 bytes): such a state is dropped whole,
+    /// not forwarded (the spec lets a vendor drop what it cannot pass on intact).
+    static func acceptableTraceState(_ fields: [String]) -> String? {
+        guard !fields.isEmpty else { return nil }
+        let joined = fields.joined(separator: ",")
+        guard joined.utf8.count <= 512 else { return nil }
+        let members = joined.split(separator: ",").filter { $0.contains { $0 != " " && $0 != "\t" } }.count
+        return members <= 32 ? joined : nil
+    }
+
     fileprivate func beginTrace(_ view: RequestView, _ tracer: Tracer) {
         let accepts: Bool
         switch serving.traceAccept {
@@ -858,7 +869,7 @@ extension Exchange {
                 var state: [String] = []
                 view.values(of: "tracestate") { state.append(String(decoding: $0, as: UTF8.self)) }
                 parent = try? TraceContext(traceParentHeaderValue: parentText,
-                                           traceStateHeaderValue: state.isEmpty ? nil : state.joined(separator: ","))
+                                           traceStateHeaderValue: Self.acceptableTraceState(state))
             }
         }
         let index = loop.index

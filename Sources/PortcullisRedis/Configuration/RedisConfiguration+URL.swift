@@ -67,33 +67,32 @@ extension RedisConfiguration {
         if secure { tls = TLS() }
     }
 
-    /// The URL with any password replaced by `***`, for logs and errors.
     /// `url` fit for a log line or an error message: any userinfo's password is `***`,
     /// whatever the scheme (a mistyped `http://user:secret@…` must not print the secret).
+    /// The userinfo ends at the last `@`, as `init(url:)` reads it, so a password holding
+    /// `/`, `%`, `@`, `?` or `#` is hidden whole.
     public static func redacted(_ url: String) -> String {
         guard let colon = url.firstIndex(of: ":"), url[colon...].hasPrefix("://") else {
             // Not a URL at all: everything before an '@' may be a credential.
-            let end = url.firstIndex(where: { $0 == "?" || $0 == "#" }) ?? url.endIndex
-            guard let at = url[..<end].lastIndex(of: "@") else { return url }
+            guard let at = url.lastIndex(of: "@") else { return url }
             return "***" + url[at...]
         }
         let start = url.index(colon, offsetBy: 3)
-        let authorityEnd = url[start...].firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? url.endIndex
-        guard let at = url[start..<authorityEnd].lastIndex(of: "@") else { return url }
+        guard let at = url[start...].lastIndex(of: "@") else { return url }
         let userinfo = url[start..<at]
         guard let colon = userinfo.firstIndex(of: ":") else { return url[..<start] + "***" + url[at...] }
         return url[..<start] + userinfo[..<colon] + ":***" + url[at...]
     }
 
+    /// Percent-decodes user info; a `%` not followed by two hex digits is itself (a password
+    /// such as `50%off` written without escaping still authenticates).
     private static func percentDecoded(_ text: Substring) throws(RedisError) -> String {
         guard text.contains("%") else { return String(text) }
         var bytes: [UInt8] = []
         var utf8 = Array(text.utf8)[...]
         while let b = utf8.popFirst() {
-            if b == UInt8(ascii: "%") {
-                guard utf8.count >= 2, let v = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) else {
-                    throw .invalidConfiguration("bad percent-escape in the user info of a redis:// URL")
-                }
+            if b == UInt8(ascii: "%"), utf8.count >= 2, utf8.prefix(2).allSatisfy({ $0.isHexDigit }),
+               let v = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) {
                 bytes.append(v)
                 utf8 = utf8.dropFirst(2)
             } else {
@@ -102,4 +101,8 @@ extension RedisConfiguration {
         }
         return String(decoding: bytes, as: UTF8.self)
     }
+}
+
+private extension UInt8 {
+    var isHexDigit: Bool { (0x30...0x39).contains(self) || (0x41...0x46).contains(self) || (0x61...0x66).contains(self) }
 }
