@@ -288,4 +288,64 @@ struct KeysAndRevocationEndToEndTests {
             }
         }
     }
+
+    /// #33.5: once Sentinel announces the new master, a revocation accepted by instance A
+    /// there is enforced by instance B at once: both follow `+switch-master` (the data
+    /// connection and the subscription), resubscribe and catch up, instead of waiting for
+    /// the old master's connection to drop and rediscovery's backoff (about 8 s before).
+    @Test func aRevocationAfterAFailoverIsEnforcedEverywhereAtOnce() throws {
+        let master = try RedisProcess()
+        let replica = try RedisProcess(extra: ["--replicaof", "127.0.0.1", "\(master.port)"])
+        #expect(waitUntil(10) { replica.cli(["INFO", "replication"]).contains("master_link_status:up") })
+        let sentinels = try (0..<3).map { _ in try RedisProcess(sentinelFor: "mymaster", masterPort: master.port) }
+        #expect(waitUntil(20) { sentinels.allSatisfy { $0.cli(["SENTINEL", "replicas", "mymaster"]).contains("\(replica.port)") } })
+        let upstream = try EchoUpstream()
+        let addresses = sentinels.map { "\"127.0.0.1:\($0.port)\"" }.joined(separator: ", ")
+        let config = """
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
+        store: {sentinel: {master: mymaster, addresses: [\(addresses)]}}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """
+        let token = "admin-token-0123456789abcdef"
+        let a = try GatewayProcess(config, adminToken: token)
+        let b = try GatewayProcess(config, adminToken: token)
+        for g in [a, b] { #expect(waitUntil(10) { E2E.curl(["http://127.0.0.1:\(g.adminPort)/readyz"]).status == 200 }) }
+        let credentials = try a.mint(["--provider", "app", "--sub", "after", "--count", "3", "--age", "60s"])
+            .split(separator: "\n").map(String.init)
+        #expect(sentinels[0].cli(["SENTINEL", "FAILOVER", "mymaster"]) == "OK")
+        #expect(waitUntil(30) { sentinels.allSatisfy { $0.cli(["SENTINEL", "get-master-addr-by-name", "mymaster"]).contains("\(replica.port)") } })
+        let announced = Date()
+        var delays: [Double] = []
+        var acknowledged: [Double] = []
+        for i in 1...3 {
+            // A is asked at once (retried until it acknowledges: its first tries may still be
+            // moving to the new master, and the new master's replica may still be syncing);
+            // B is watched meanwhile: it enforces what A wrote as soon as it is written.
+            let start = Date()
+            let done = Locked<Double?>(nil)
+            let adminPort = a.adminPort
+            DispatchQueue.global().async {
+                _ = waitUntil(10) {
+                    E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(token)", "--data", "{\"subject\": \"after\(i)\"}",
+                              "http://127.0.0.1:\(adminPort)/revocations"]).status == 201
+                }
+                done.update { $0 = Date().timeIntervalSince(announced) }
+            }
+            #expect(waitUntil(10) { E2E.curl(["-H", credentials[i - 1], "\(b.url)/x"]).status == 401 })
+            delays.append(Date().timeIntervalSince(i == 1 ? announced : start))
+            #expect(waitUntil(10) { done.get() != nil })
+            acknowledged.append(done.get() ?? -1)
+            #expect(replica.cli(["EXISTS", "portcullis:revoked:subject:after\(i)"]) == "1", "written on the new master")
+        }
+        print("after the new master was announced: revocation 1 enforced on B after \(Int(delays[0] * 1000)) ms; "
+              + "the next ones \(delays.dropFirst().map { Int($0 * 1000) }) ms after being posted on A; "
+              + "A acknowledged them at \(acknowledged.map { Int($0 * 1000) }) ms")
+        // Far inside the 8-10 s the old behaviour took (the goal, 1 s, is measured by the
+        // faults suite and quoted in the closing note; the bound leaves room for a busy CI machine).
+        #expect(delays[0] < 4, "\(delays)")
+    }
 }

@@ -23,6 +23,10 @@ public final class RedisSubscriber: @unchecked Sendable {
     private var onSubscribed: (@Sendable () -> Void)?
     private var onStateChange: (@Sendable (RedisConnectionState) -> Void)?
     private var isShutdown = false
+    /// With Sentinel: `+switch-master` moves the subscription to the new master at once (as
+    /// the data client does), instead of waiting for the old master's connection to drop and
+    /// for rediscovery's backoff: the owner's `onSubscribed` then catches up.
+    private var switchWatcher: RedisSubscriber?
 
     // Keepalive: a subscribed connection only ever receives, so a silent partition (the
     // server frozen, a middlebox dropping the flow) would go unnoticed until the next
@@ -47,6 +51,16 @@ public final class RedisSubscriber: @unchecked Sendable {
                   commandTimeout: configuration.commandTimeout,
                   channels: channels, patterns: patterns,
                   onMessage: onMessage, onSubscribed: onSubscribed, onStateChange: onStateChange)
+        if case .sentinel(let name, let sentinels) = configuration.topology {
+            switchWatcher = RedisSubscriber.sentinelWatcher(
+                sentinels: sentinels, password: configuration.sentinelPassword, configuration: configuration, loop: loop
+            ) { [weak self] event in
+                guard let self, event.masterName == name, !self.isShutdown else { return }
+                if self.supervisor.connection?.address != event.newAddress {
+                    self.supervisor.reconnectNow(reason: "sentinel: +switch-master to \(event.newAddress)")
+                }
+            }
+        }
     }
 
     init(loop: EventLoop, resolver: AddressResolver, options: ConnectionSupervisor.Options, commandTimeout: Double,
@@ -88,11 +102,14 @@ public final class RedisSubscriber: @unchecked Sendable {
     func startOnLoop() {
         guard !isShutdown else { return }
         supervisor.start()
+        switchWatcher?.startOnLoop()
     }
 
     func shutdownOnLoop() {
         guard !isShutdown else { return }
         isShutdown = true
+        switchWatcher?.shutdownOnLoop()
+        switchWatcher = nil
         keepaliveTimer?.cancel()
         keepaliveTimer = nil
         supervisor.shutdown()
