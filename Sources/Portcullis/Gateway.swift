@@ -265,9 +265,22 @@ extension Gateway {
     /// apps and key host as their own process (the Compose file runs them in a container).
     /// Runs until SIGTERM or SIGINT, then exits 0.
     public static func serveLocalApps(_ apps: [LocalApp], logger: Logger) throws -> Never {
+        // As `runForever`: the signal sources exist before any loop thread does, so every
+        // thread starts with libdispatch's signal handling in place (a SIGTERM that found a
+        // thread without it ended `demo-apps` under AddressSanitizer).
         signal(SIGTERM, SIG_IGN)
         signal(SIGINT, SIG_IGN)
         System.ignoreWriteSignals()
+        let stop = LockedValue<ProxyServer?>(nil)
+        let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .main)
+            source.setEventHandler {
+                guard let server = stop.withLock({ $0 }) else { exit(0) }
+                server.shutdown(gracePeriod: 2) { exit(0) }
+            }
+            source.resume()
+            return source
+        }
         let group = EventLoopGroup(count: 1)
         let server = try ProxyServer(group: group, configuration: ProxyConfiguration(routes: [], upstreams: []),
                                      authenticator: NoProvidersAuthenticator(realm: "demo"), accessLogFD: nil, logger: logger)
@@ -277,15 +290,8 @@ extension Gateway {
             }
         }
         server.start()
+        stop.withLock { $0 = server }
         logger.info("demo apps started", metadata: ["listen": "\(apps.map(\.address.description).joined(separator: ","))"])
-        let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .main)
-            source.setEventHandler {
-                server.shutdown(gracePeriod: 2) { exit(0) }
-            }
-            source.resume()
-            return source
-        }
         withExtendedLifetime(sources) { dispatchMain() }
     }
 }

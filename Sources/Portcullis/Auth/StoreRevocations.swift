@@ -200,6 +200,9 @@ public final class StoreRevocations: RevocationChecking {
                 logger.error("revocation store unreachable", metadata: ["redis": "\(target)", "reason": "\(reason)"])
             case .stale:
                 logger.error("revocation view is stale beyond revocation.max_staleness; on_unavailable applies", metadata: ["redis": "\(target)"])
+            case .restoredAfterSwitch(let count):
+                logger.warning("the new Redis master lacked revocations this instance enforced: written to it again",
+                               metadata: ["redis": "\(target)", "revocations": "\(count)"])
             }
         }
     }

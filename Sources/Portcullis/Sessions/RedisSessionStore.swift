@@ -21,9 +21,25 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     static let userPrefix = "portcullis:user-sessions:"
     static let fields = ["user", "provider", "device", "created", "used", "expires", "counter", "rotated", "access", "access_expires", "claims", "subject"]
 
-    public init(client: RedisClient, timeout: Double = 2) {
+    /// With Sentinel: a creation or an end is acknowledged only on a server that is still the
+    /// master, once a replica took it (`WAIT 1`) or when the master has none, as revocations
+    /// are (see `RedisRevocationStore`): a failover must not bring back a logged-out session.
+    let confirmReplication: Bool
+    static let replicationWait = ["WAIT", "1", "1000"]
+
+    public init(client: RedisClient, timeout: Double = 2, confirmReplication: Bool = false) {
         self.client = client
         self.timeout = timeout
+        self.confirmReplication = confirmReplication
+    }
+
+    /// Whether the replies of `WAIT` and `ROLE` (the last two) confirm a replicated write.
+    static func replicated(_ replies: [Result<RedisReply, RedisError>]) -> Bool {
+        guard replies.count >= 2, case .success(let waited) = replies[replies.count - 2],
+              case .success(let role) = replies[replies.count - 1] else { return false }
+        guard let fields = role.array, fields.first?.string == "master" else { return false }
+        let replicas = fields.count > 2 ? fields[2].array?.count ?? 0 : 0
+        return (waited.integer ?? 0) >= 1 || replicas == 0
     }
 
     /// KEYS[1] the user's set; ARGV[1] the new session's id, ARGV[2] the most sessions kept.
@@ -66,10 +82,11 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
             ["EXPIREAT", userKey, "\(record.expiresAt)", "GT"],
             ["EXPIREAT", userKey, "\(record.expiresAt)", "NX"],
             ["EVAL", Self.capScript, "1", userKey, record.id, "\(maxPerUser)"],
-        ], timeout: timeout) { replies in
+        ] + (confirmReplication ? [Self.replicationWait, ["ROLE"]] : []), timeout: timeout) { [confirmReplication] replies in
             let ok = replies.prefix(3).allSatisfy { if case .success = $0 { return true } else { return false } }
+                && (!confirmReplication || Self.replicated(replies))
             var evicted: [SessionRecord] = []
-            if replies.count == 6, case .success(let value) = replies[5], let items = value.array {
+            if replies.count >= 6, case .success(let value) = replies[5], let items = value.array {
                 for item in items {
                     guard let fields = item.array, fields.count == Self.fields.count + 1, let id = fields[0].string else { continue }
                     if let old = Self.record(id: id, values: Array(fields.dropFirst())) { evicted.append(old) }
@@ -155,11 +172,15 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     """
 
     public func end(id: String, user: String?, completion: @escaping @Sendable (SessionEnd) -> Void) {
-        client.send(["EVAL", Self.endScript, "1", Self.prefix + id, user ?? "", id], timeout: timeout) { reply in
-            guard case .success(let value) = reply, let items = value.array else { return completion(.failed) }
+        let commands = [["EVAL", Self.endScript, "1", Self.prefix + id, user ?? "", id]]
+            + (confirmReplication ? [Self.replicationWait, ["ROLE"]] : [])
+        client.pipeline(commands, timeout: timeout) { [confirmReplication] replies in
+            guard case .success(let value)? = replies.first, let items = value.array else { return completion(.failed) }
             guard items.count == Self.fields.count, let record = Self.record(id: id, values: items) else {
                 return completion(.notFound)
             }
+            // Ended here but not yet where the next master would have it: not acknowledged.
+            if confirmReplication && !Self.replicated(replies) { return completion(.failed) }
             completion(.ended(record))
         }
     }

@@ -183,8 +183,13 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                         service.counters.count("refresh_expired")
                         reply.send(service.oauthError(400, "invalid_grant", "The refresh token expired"))
                     case .unknown:
+                        // A refresh token the gateway issued whose session is gone: refused for good.
+                        // The session id is revoked too, so a record that reappears (a failover
+                        // promoting a replica that still had it) is not accepted again.
                         service.counters.count("refresh_unknown")
-                        reply.send(service.oauthError(400, "invalid_grant", "The session has ended"))
+                        service.revokeSession(id, accessExpiresAt: now + Int64(settings.refreshLifetime), now: now) { _ in
+                            reply.send(service.oauthError(400, "invalid_grant", "The session has ended"))
+                        }
                     }
                 }
             }

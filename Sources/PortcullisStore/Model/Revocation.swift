@@ -109,4 +109,7 @@ public enum StoreEvent: Sendable, Equatable {
     /// The backend could not be reached before it was ever synchronized (start-up
     /// with Redis down, a refused TLS certificate); once until it synchronizes.
     case unreachable(reason: String)
+    /// After a switch to another master, revocations the new master lacked were written to it
+    /// again (a failover had lost them).
+    case restoredAfterSwitch(count: Int)
 }

@@ -119,7 +119,11 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         // Every (re)connection of the data client — after a failover, to the new master —
         // writes what was not acknowledged and re-reads the view from where it now lives.
         client.observeState { [weak self] state in
-            guard let self, case .connected = state, !self.isShutdown else { return }
+            guard let self, case .connected(let address) = state, !self.isShutdown else { return }
+            // Another master than before (a failover): the next resync must not forget what this
+            // instance knew (see `mergeAfterSwitch`).
+            if let last = self.lastMaster, last != address { self.mergeAfterSwitch = true }
+            self.lastMaster = address
             if !self.pendingWrites.isEmpty && !self.subscribed { self.flushPendingWrites() }
             self.resync()
         }
@@ -164,10 +168,14 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
 
     /// With Sentinel (where a failover can promote a replica), a write is acknowledged
     /// only once it is where the next master will have it: `WAIT 1` saw a replica take
-    /// it, or `ROLE` says the master has no replica (nothing to fail over to). A write
-    /// that reached only a master in the middle of a failover (its replica already
-    /// promoted) gets neither, so it is not acknowledged: it stays enforced here, queued,
-    /// and written again to the new master when the client follows the switch.
+    /// it, or `ROLE` says the master has no replica (nothing to fail over to: right after
+    /// a failover, until Sentinel turns the old master into the new one's replica, about
+    /// ten seconds). A write that reached only a master in the middle of a failover (its
+    /// replica already promoted) gets neither, so it is not acknowledged: it stays enforced
+    /// here, queued, and written again to the new master when the client follows the
+    /// switch. A second failover inside that window can promote the old master without
+    /// the writes acknowledged meanwhile: every instance that knew them writes them to the
+    /// new master again (`mergeAfterSwitch`).
     private var confirmReplication = false
     /// How long a write waits for a replica's acknowledgement (milliseconds).
     static let replicationWaitMilliseconds = 1000
@@ -196,7 +204,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
             let role = (try? results[count - 1].get())?.array
             let isMaster = role?.first?.string == "master"
             let replicas = role.flatMap { $0.count > 2 ? $0[2].array?.count : nil } ?? 0
-            if replicated >= 1 || (isMaster && replicas == 0) { return done(first, nil) }
+            if isMaster && (replicated >= 1 || replicas == 0) { return done(first, nil) }
             done(first, .disconnected(reason: isMaster ? "no replica confirmed the write within \(Self.replicationWaitMilliseconds) ms (a failover may be under way)"
                                                        : "the server is no longer the master"))
         }
@@ -317,6 +325,16 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         }
     }
 
+    /// The master the data client last reached. Only on `ioLoop`.
+    private var lastMaster: SocketAddress?
+    /// After a switch to another master, the next resync keeps every live revocation the
+    /// snapshot lacks and writes it to the new master again, announced: a failover that
+    /// promoted a replica without some acknowledged writes (Sentinel promoting a demoted
+    /// master that never synced, or a replica that lagged) loses nothing while any instance
+    /// that knew them lives. The cost: an undo whose announcement this instance missed
+    /// during the switch is undone again (fail closed; undo it once more).
+    private var mergeAfterSwitch = false
+
     /// `.unreachable` was reported (before the first synchronization). Only on `ioLoop`.
     private var reportedUnreachable = false
 
@@ -380,6 +398,13 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         }
         // Not in Redis yet, but already enforced here: keep enforcing them.
         for r in pendingWrites { snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) }
+        var restored: [Revocation] = []
+        if mergeAfterSwitch && subscribed {
+            mergeAfterSwitch = false
+            restored = table.revocations(missingFrom: snapshot, now: Int64(WallClock.nowSeconds()))
+            for r in restored { snapshot.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) }
+            if !restored.isEmpty { onEvent?(.restoredAfterSwitch(count: restored.count)) }
+        }
         deltasDuringResync = []
         resyncInProgress = false
         let now = Int64(WallClock.nowSeconds())
@@ -395,6 +420,8 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
             }
             if !wasSynchronized { onEvent?(.synchronized(entries: snapshot.count)) }
         }
+        // Written (and announced) again on the new master: every instance enforces them again.
+        for r in restored { write(r) { [self] error in if error != nil { pendingWrites.append(r) } } }
         if resyncRequested { resync() }
     }
 

@@ -110,6 +110,23 @@ struct RevocationTable: Sendable {
         }
     }
 
+    /// The live entries of this table that `other` lacks (or holds weaker), as revocations:
+    /// what a snapshot read from a new master lost. Off the request path (a failover).
+    func revocations(missingFrom other: RevocationTable, now: Int64) -> [Revocation] {
+        var missing: [Revocation] = []
+        for i in 0..<storage.count {
+            let e = storage.entries[i]
+            guard e.until > now else { continue }
+            if let o = other.storage.find(e.id, kind: e.kind), o.pointee.until >= e.until, o.pointee.before >= e.before { continue }
+            switch e.kind {
+            case .token: missing.append(.token(id: e.id, until: e.until))
+            case .session: missing.append(.session(id: e.id, until: e.until))
+            case .subject: missing.append(.subject(e.id, before: e.before, until: e.until))
+            }
+        }
+        return missing
+    }
+
     /// Drops entries whose `until` has passed.
     mutating func prune(now: Int64) {
         guard storage.containsEntry(where: { $0.until <= now }) else { return }
