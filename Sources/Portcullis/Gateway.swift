@@ -264,23 +264,30 @@ extension Gateway {
     /// Serves local apps only (no gateway listener, no admin): `portcullis demo-apps`, the demo
     /// apps and key host as their own process (the Compose file runs them in a container).
     /// Runs until SIGTERM or SIGINT, then exits 0.
+    /// Blocks SIGTERM and SIGINT on the calling thread (and so on every thread it starts): call
+    /// first thing in a command that ends with `serveLocalApps`.
+    public static func blockStopSignals() {
+        var set = stopSignals
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+    }
+
+    private static var stopSignals: sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGTERM)
+        sigaddset(&set, SIGINT)
+        return set
+    }
+
     public static func serveLocalApps(_ apps: [LocalApp], logger: Logger) throws -> Never {
-        // As `runForever`: the signal sources exist before any loop thread does, so every
-        // thread starts with libdispatch's signal handling in place (a SIGTERM that found a
-        // thread without it ended `demo-apps` under AddressSanitizer).
-        signal(SIGTERM, SIG_IGN)
-        signal(SIGINT, SIG_IGN)
+        // SIGTERM and SIGINT are taken with `sigwait` on this thread, not through libdispatch's
+        // signal sources: a source's handler, run on a main thread parked in `dispatchMain`'s
+        // `sigsuspend`, trips AddressSanitizer's `sigfillset` interceptor (a false positive
+        // that ended `demo-apps` with status 1 under ASan). Blocked first, so every loop thread
+        // started below inherits the mask and the signals wait for `sigwait`.
+        blockStopSignals()
+        var stopSignals = Self.stopSignals
         System.ignoreWriteSignals()
-        let stop = LockedValue<ProxyServer?>(nil)
-        let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .main)
-            source.setEventHandler {
-                guard let server = stop.withLock({ $0 }) else { exit(0) }
-                server.shutdown(gracePeriod: 2) { exit(0) }
-            }
-            source.resume()
-            return source
-        }
         let group = EventLoopGroup(count: 1)
         let server = try ProxyServer(group: group, configuration: ProxyConfiguration(routes: [], upstreams: []),
                                      authenticator: NoProvidersAuthenticator(realm: "demo"), accessLogFD: nil, logger: logger)
@@ -290,8 +297,14 @@ extension Gateway {
             }
         }
         server.start()
-        stop.withLock { $0 = server }
         logger.info("demo apps started", metadata: ["listen": "\(apps.map(\.address.description).joined(separator: ","))"])
-        withExtendedLifetime(sources) { dispatchMain() }
+        var stopping = false
+        while true {
+            var received: Int32 = 0
+            guard sigwait(&stopSignals, &received) == 0 else { continue }
+            if stopping { exit(0) }  // a second signal: at once
+            stopping = true
+            server.shutdown(gracePeriod: 2) { exit(0) }
+        }
     }
 }

@@ -17,6 +17,8 @@ struct DemoApps: ParsableCommand {
     var host = "127.0.0.1"
 
     func run() throws {
+        // Before any thread exists: SIGTERM/SIGINT wait for `serveLocalApps`' sigwait on every thread.
+        Gateway.blockStopSignals()
         let logger = bootstrapLogging(.info)
         let key = try SigningKey.generate(.rs256)
         let jwks = "{\"keys\":[\(key.publicJWK(keyID: "demo-g1")?.serialized ?? "")]}"
