@@ -54,6 +54,63 @@ import Glibc
         #expect(Self.exchange(strict, "{\"idToken\":\"\(withNonce)\",\"nonce\":\"n-0123456789\"}").status == 200)
     }
 
+    /// Replaying one ID token grows nothing: it finds the session it began (the same pair),
+    /// so neither the sessions nor the revocations grow; under `require_nonce` the replay is
+    /// refused. Embedded and Redis.
+    @Test(arguments: ["embedded", "redis"])
+    func replayingOneIDTokenGrowsNeitherSessionsNorRevocations(_ store: String) throws {
+        let upstream = try EchoUpstream()
+        var redis: RedisProcess?
+        var extra = ""
+        if store == "redis" {
+            let process = try RedisProcess()
+            redis = process
+            let key = NSTemporaryDirectory() + "replay-es256-\(UUID().uuidString).pem"
+            E2E.run("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key])
+            extra = "access_token: {signing_keys: [\"\(key)\"]}"
+            _ = process
+        }
+        let g = try GatewayProcess("""
+        \(AuthFixtures.providers)
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google]
+          refresh_token: {secret: "\(SessionsEndToEndTests.secret)"}
+          require_tls: false
+          max_per_user: 3
+          \(extra)
+        \(redis.map { "store: {redis: \"redis://127.0.0.1:\($0.port)/0\"}" } ?? "")
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        """, metricsPublic: true)
+        let token = try Self.idToken(g, sub: "900")
+        let first = try #require(SessionsEndToEndTests.pair(Self.exchange(g, "{\"idToken\":\"\(token)\"}").body))
+        for _ in 0..<20 {
+            let again = try #require(SessionsEndToEndTests.pair(Self.exchange(g, "{\"idToken\":\"\(token)\"}").body))
+            #expect(again.session == first.session && again.refresh == first.refresh)
+        }
+        let list = E2E.curl(["-H", "Authorization: Bearer \(first.access)", "\(g.url)/auth/sessions"]).body
+        #expect(list.components(separatedBy: "\"id\":").count - 1 == 1, "one session: \(list)")
+        let metrics = E2E.curl(["http://127.0.0.1:\(g.adminPort)/metrics"]).body
+        #expect(!metrics.contains("event=\"evicted\""), "no eviction, so no revocation: \(metrics.split(separator: "\n").filter { $0.contains("sessions_total") })")
+        #expect(SessionsEndToEndTests.api(g, first.access).status == 200)
+        // Another ID token of the same user is another sign-in.
+        let other = try #require(SessionsEndToEndTests.pair(Self.exchange(g, "{\"idToken\":\"\(try Self.idToken(g, sub: "900"))\"}").body))
+        #expect(other.session != first.session)
+    }
+
+    @Test func underRequireNonceAReplayedIDTokenIsRefused() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.sessionsGateway(upstream, sessionsExtra: "require_nonce: true")
+        let token = try Self.idToken(g, sub: "901", claims: ["nonce=n-abcdef012345"])
+        let body = "{\"idToken\":\"\(token)\",\"nonce\":\"n-abcdef012345\"}"
+        #expect(Self.exchange(g, body).status == 200)
+        let replayed = Self.exchange(g, body)
+        #expect(replayed.status == 400 && replayed.body.contains("already exchanged"), "\(replayed)")
+    }
+
     @Test func theLookupHookKeepsClaimTypesAndNeverVouchesForAnUnverifiedEmail() throws {
         let upstream = try EchoUpstream()
         let port = Loopback.freePort()

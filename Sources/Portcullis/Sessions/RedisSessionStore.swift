@@ -19,7 +19,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
 
     static let prefix = "portcullis:session:"
     static let userPrefix = "portcullis:user-sessions:"
-    static let fields = ["user", "provider", "device", "created", "used", "expires", "counter", "rotated", "access", "access_expires", "claims", "subject"]
+    static let fields = ["user", "provider", "device", "created", "used", "expires", "counter", "rotated", "access", "access_expires", "claims", "subject", "id_token"]
 
     /// With Sentinel: a creation or an end is acknowledged only on a server that is still the
     /// master, once a replica took it (`WAIT 1`) or when the master has none, as revocations
@@ -60,7 +60,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         if excess <= 0 then break end
         if entry[1] ~= ARGV[1] then
           local key = 'portcullis:session:' .. entry[1]
-          local h = redis.call('HMGET', key, 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject')
+          local h = redis.call('HMGET', key, 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject','id_token')
           redis.call('DEL', key); redis.call('SREM', KEYS[1], entry[1])
           table.insert(evicted, {entry[1], unpack(h)})
           excess = excess - 1
@@ -99,7 +99,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     /// KEYS[1] the session; ARGV: presented counter, now, grace, idle timeout, the new access
     /// token and its expiry. Returns {outcome, fields…}.
     static let rotateScript = """
-    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject')
+    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject','id_token')
     if not h[1] then return {'unknown'} end
     local presented, now = tonumber(ARGV[1]), tonumber(ARGV[2])
     local counter = tonumber(h[7])
@@ -165,7 +165,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
 
     /// KEYS[1] the session; ARGV[1] the user it must belong to ("" for any). Returns its fields.
     static let endScript = """
-    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject')
+    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject','id_token')
     if not h[1] or (ARGV[1] ~= '' and h[1] ~= ARGV[1]) then return {} end
     redis.call('DEL', KEYS[1]); redis.call('SREM', 'portcullis:user-sessions:' .. h[1], ARGV[2])
     return h
@@ -212,7 +212,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     static func values(_ r: SessionRecord) -> [String] {
         ["user", r.user, "provider", r.provider, "device", r.device, "created", "\(r.createdAt)", "used", "\(r.lastUsedAt)",
          "expires", "\(r.expiresAt)", "counter", "\(r.counter)", "rotated", "\(r.rotatedAt)", "access", r.accessToken,
-         "access_expires", "\(r.accessExpiresAt)", "claims", r.claims, "subject", r.subject]
+         "access_expires", "\(r.accessExpiresAt)", "claims", r.claims, "subject", r.subject, "id_token", r.idToken]
     }
 
     /// From HGETALL's flat [name, value, …] reply.
@@ -232,6 +232,6 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         return SessionRecord(id: id, user: user, provider: provider, device: device, createdAt: created, lastUsedAt: used,
                              expiresAt: expires, counter: UInt64(max(0, counter)), rotatedAt: rotated,
                              accessToken: text[8] ?? "", accessExpiresAt: accessExpires, claims: text[10] ?? "",
-                             subject: text[11] ?? "")
+                             subject: text[11] ?? "", idToken: text[12] ?? "")
     }
 }

@@ -65,7 +65,7 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                     switch service.revocations.check(loopIndex: loop.index, sessionID: nil, user: user, provider: provider,
                                                      subject: subject, issuedAt: idTokenIssuedAt, now: now) {
                     case .allowed:
-                        store(user: user, claims: claims)
+                        replayOrStore(user: user, claims: claims)
                     case .revoked:
                         service.counters.count("exchange_revoked")
                         reply.send(service.oauthError(400, "invalid_grant", "The user signed out everywhere after this ID token was issued"))
@@ -74,11 +74,32 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                     }
                 }
             }
+            // One ID token begins at most one session: exchanged again (a retry, or a replay) it
+            // gets that session's current pair, so replaying it grows neither the sessions nor the
+            // revocations (an eviction past the cap revokes). Under `require_nonce` a replay is
+            // refused instead. A replayer then shares the chain with the client, and the first
+            // refresh of the two makes the other's a reuse that ends the session.
+            let idTokenKey = provider + ":" + (identity.tokenID ?? identity.credentialHash ?? "")
+            @Sendable func replayOrStore(user: String, claims: String) {
+                guard identity.tokenID != nil || identity.credentialHash != nil else { return store(user: user, claims: claims) }
+                service.store.list(user: user, now: now) { records in
+                    guard let existing = records.first(where: { $0.idToken == idTokenKey }) else {
+                        return store(user: user, claims: claims)
+                    }
+                    if service.settings.requireNonce {
+                        service.counters.count("exchange_replayed")
+                        return reply.send(service.oauthError(400, "invalid_grant", "This ID token was already exchanged; sign in again"))
+                    }
+                    service.counters.count("exchange_repeated")
+                    reply.send(service.pair(existing, now: now))
+                }
+            }
             @Sendable func store(user: String, claims: String) {
                 let expires = now + Int64(service.settings.refreshLifetime)
                 var record = SessionRecord(id: Self.sessionID(), user: user, provider: provider, device: deviceName,
                                            createdAt: now, lastUsedAt: now, expiresAt: expires, counter: 1, rotatedAt: now,
-                                           accessToken: "", accessExpiresAt: 0, claims: claims, subject: subject)
+                                           accessToken: "", accessExpiresAt: 0, claims: claims, subject: subject,
+                                           idToken: idTokenKey)
                 guard let (token, tokenExpires) = service.accessToken(record, now: now) else {
                     return reply.send(service.oauthError(500, "server_error", "The access token could not be signed"))
                 }

@@ -31,6 +31,9 @@ public struct SessionRecord: Sendable, Equatable {
     /// The ID provider's `sub` the session began with ("" in a session from before it was
     /// kept). With `provider`, the other names its user may be signed out everywhere under.
     public var subject: String = ""
+    /// Which ID token began it (`<provider>:<jti>`, or its signing input's hash): the same ID
+    /// token exchanged again finds this session instead of making another.
+    public var idToken: String = ""
 }
 
 /// What ending a session did.
@@ -231,7 +234,7 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
             + "\"device\":\(JSONText.quoted(r.device)),\"created\":\(r.createdAt),\"used\":\(r.lastUsedAt),"
             + "\"expires\":\(r.expiresAt),\"counter\":\(r.counter),\"rotated\":\(r.rotatedAt),"
             + "\"access_expires\":\(r.accessExpiresAt),\"claims\":\(JSONText.quoted(r.claims)),"
-            + "\"subject\":\(JSONText.quoted(r.subject))}\n"  // never the access token
+            + "\"subject\":\(JSONText.quoted(r.subject)),\"id_token\":\(JSONText.quoted(r.idToken))}\n"  // never a token
     }
 
     static func decode(_ line: Substring) -> Entry? {
@@ -245,6 +248,6 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
         return .record(SessionRecord(id: id, user: user, provider: provider, device: device, createdAt: created,
                                      lastUsedAt: used, expiresAt: expires, counter: UInt64(max(0, counter)), rotatedAt: rotated,
                                      accessToken: "", accessExpiresAt: accessExpires, claims: object["claims"] as? String ?? "",
-                                     subject: object["subject"] as? String ?? ""))
+                                     subject: object["subject"] as? String ?? "", idToken: object["id_token"] as? String ?? ""))
     }
 }
