@@ -81,6 +81,7 @@ def claims_of(token):
 
 class Upstream(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # its header and body writes must not wait for a delayed ACK
 
     def log_message(self, *args):
         pass
