@@ -57,7 +57,8 @@ public final class GatewayRuntime: @unchecked Sendable {
     let admin: AdminHandler
     let metrics: GatewayMetrics
     let startup: StartupReadiness
-    let keyCaches = KeyCacheHolder()
+    /// Builds every generation, the first one included.
+    let builder: GenerationBuilder
     /// Where a reload reads the configuration from (the file, or the demo's embedded text).
     let source: @Sendable () throws -> GatewayConfiguration
     let queue = DispatchQueue(label: "portcullis.reload")
@@ -65,13 +66,10 @@ public final class GatewayRuntime: @unchecked Sendable {
     private var current: Parts
     private var reloadsApplied = 0
     private var reloadsRefused = 0
-    /// One Redis client for the secrets instances share (ticket keys, generated assertion key).
-    private var secretsClient: RedisClient?
     /// The session endpoints' service (nil without `sessions:`); its store outlives reloads.
     /// Written on the reload queue, read by the admin API: behind `lock`.
     private var sessions: SessionService?
     var currentSessions: SessionService? { lock.withLock { sessions } }
-    private var ticketKeysStarted = false
     /// `identity.assertion`'s JWKS on the admin listener (it follows reloads).
     let adminJWKS = ReloadableJWKS()
 
@@ -94,7 +92,6 @@ public final class GatewayRuntime: @unchecked Sendable {
         self.group = group
         metrics = GatewayMetrics(loops: group.loops, providers: configuration.providers.map(\.configuration.name))
         startup = StartupReadiness(prefetch: configuration.keyRefresh.prefetch)
-        let accessLogFD = try Self.openAccessLog(configuration)
         let store: any RevocationStore
         do {
             store = try StoreRevocations.makeStore(configuration.store, loops: group.loops, logger: logger)
@@ -103,27 +100,30 @@ public final class GatewayRuntime: @unchecked Sendable {
         }
         let revocations = StoreRevocations(store: store, loopCount: group.loops.count)
         store.start()
-        var configuration = configuration
-        let sessions: SessionService?
-        do {
-            sessions = try Self.prepareSessions(&configuration, store: nil, previous: nil, revocations: revocations, logger: logger)
-        } catch {
-            throw Gateway.StartupError(description: "\(configuration.file): sessions: \(error)")
-        }
-        self.sessions = sessions  // (init: no other thread yet)
-        var actions = AdminActions()
         admin = AdminHandler(token: configuration.admin?.token, actions: AdminActions(),
                              metricsPublic: configuration.admin?.metricsPublic ?? false)
-        current = Parts(configuration: configuration, store: store, revocations: revocations, tlsEndpoints: [],
-                        accessLogFD: accessLogFD)
+        let builder = GenerationBuilder(logger: logger, metrics: metrics)
+        self.builder = builder
         let startup = self.startup
-        // Built with `self` available: the admin actions reach the current generation's parts.
-        server = try Self.makeServer(configuration, group: group, accessLogFD: accessLogFD, logger: logger, metrics: metrics)
-        metrics.attach(proxy: server)
-        let assertionKeys = try makeAssertionKeys(configuration, previous: nil)
-        let built = try makeAuthenticator(configuration, revocations: revocations, assertionKeys: assertionKeys) { event in
-            if case .keysInstalled(let provider, _, _, _) = event { startup.keysInstalled(provider: provider) }
+        // The first generation, built as every reload builds one.
+        let generation: GenerationBuilder.Generation
+        do {
+            generation = try builder.build(configuration, previous: nil, previousSessions: nil, accessLog: nil,
+                                           revocations: revocations) { event in
+                if case .keysInstalled(let provider, _, _, _) = event { startup.keysInstalled(provider: provider) }
+            }
+        } catch {
+            throw Gateway.StartupError(description: "\(error)")
         }
+        let serving = generation.configuration
+        current = Parts(configuration: serving, store: store, revocations: revocations, keys: generation.built.keys,
+                        verifier: generation.built.verifier, assertionKeys: generation.assertionKeys,
+                        tlsEndpoints: generation.tlsEndpoints, accessLogFD: generation.accessLogFD)
+        server = try Self.makeServer(serving, group: group, accessLogFD: generation.accessLogFD, logger: logger, metrics: metrics)
+        metrics.attach(proxy: server)
+        let built = generation.built
+        let sessions = generation.sessions
+        self.sessions = sessions  // (init: no other thread yet)
         metrics.attach(verifier: built.verifier, keys: built.keys?.manager, storeHealth: { store.health })
         let sessionCounters = sessions?.counters
         metrics.attach(sessionEvents: sessionCounters.map { counters in { @Sendable in counters.snapshot } })
@@ -131,40 +131,25 @@ public final class GatewayRuntime: @unchecked Sendable {
             startup.expectKeys(for: keys.managed)
             keys.manager.start { startup.firstAttemptsFinished() }
         }
-        lock.withLock {
-            current.assertionKeys = assertionKeys
-            current.keys = built.keys
-            current.verifier = built.verifier
-        }
-        adminJWKS.keys = assertionKeys
-        actions = adminActions()
-        admin.setActions(actions)
+        adminJWKS.keys = generation.assertionKeys
+        admin.setActions(adminActions())
         server.setAuthenticator(built.authenticator)
-        server.published = GatewayJWKS(assertion: assertionKeys, sessions: sessions)
+        server.published = GatewayJWKS(assertion: generation.assertionKeys, sessions: sessions)
         for app in localApps {
             do { try server.addListener(address: app.address, mode: .local(app.handler), managed: false) } catch {
                 throw Gateway.StartupError(description: "cannot listen on \(app.address) (demo app): \(error)")
             }
         }
-        try startTicketKeysIfNeeded(configuration)
-        var endpoints: [TLSServerEndpoint?] = []
-        for (index, listen) in configuration.listen.enumerated() {
-            var endpoint: TLSServerEndpoint?
-            if let settings = listen.tls {
-                do { endpoint = try TLSServerEndpoint(settings: settings) } catch {
-                    throw Gateway.StartupError(description: "\(configuration.file): listen[\(index)].tls: \(error)")
-                }
-            }
-            endpoints.append(endpoint)
+        for (index, listen) in serving.listen.enumerated() {
             do {
-                try server.addListener(address: listen.address, mode: .gateway, tls: endpoint, redirectsToHTTPS: listen.redirectHTTPS,
+                try server.addListener(address: listen.address, mode: .gateway, tls: generation.tlsEndpoints[index],
+                                       redirectsToHTTPS: listen.redirectHTTPS,
                                        http2: listen.offersHTTP2 ? listen.http2 : nil, h2c: listen.h2c)
             } catch {
                 throw Gateway.StartupError(description: "cannot listen on \(listen.address) (listen): \(error)")
             }
         }
-        lock.withLock { current.tlsEndpoints = endpoints }
-        if let settings = configuration.admin {
+        if let settings = serving.admin {
             do { try server.addListener(address: settings.address, mode: .local(admin)) } catch {
                 throw Gateway.StartupError(description: "cannot listen on \(settings.address) (admin): \(error)")
             }
@@ -224,7 +209,7 @@ public final class GatewayRuntime: @unchecked Sendable {
         return service
     }
 
-    private static func openAccessLog(_ configuration: GatewayConfiguration) throws -> Int32? {
+    static func openAccessLog(_ configuration: GatewayConfiguration) throws -> Int32? {
         switch configuration.accessLog {
         case .off: return nil
         case .stdout: return 1
@@ -248,76 +233,6 @@ public final class GatewayRuntime: @unchecked Sendable {
         } catch {
             throw Gateway.StartupError(description: "\(configuration.file): upstreams: \(error)")
         }
-    }
-
-    private func sharedSecretsClient(_ configuration: GatewayConfiguration) throws -> RedisClient {
-        if let secretsClient { return secretsClient }
-        let client = RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
-                                 loop: EventLoop(index: -3))
-        client.start()
-        secretsClient = client
-        return client
-    }
-
-    /// TLS session ticket keys rotate once any listener terminates TLS (shared through
-    /// Redis when the store is Redis).
-    private func startTicketKeysIfNeeded(_ configuration: GatewayConfiguration) throws {
-        guard !ticketKeysStarted, configuration.listen.contains(where: { $0.tls != nil }) else { return }
-        ticketKeysStarted = true
-        if configuration.store.usesRedis {
-            SharedTicketKeys.install(client: try sharedSecretsClient(configuration), rotation: TicketKeys.shared.rotationInterval)
-        } else {
-            TicketKeys.shared.startRotation()
-        }
-    }
-
-    /// `identity.assertion`'s keys: the previous ones when the settings did not change (their
-    /// files read again), so a generated key survives reloads.
-    private func makeAssertionKeys(_ configuration: GatewayConfiguration, previous: AssertionKeys?) throws -> AssertionKeys? {
-        guard let settings = configuration.identity.assertion else { return nil }
-        if let previous, sameSettingsText(previous.settings) == sameSettingsText(settings) {
-            do {
-                if try previous.reload() {
-                    logger.info("identity assertion keys reloaded", metadata: ["kids": "\(previous.keyIDs.joined(separator: ","))"])
-                }
-            } catch {
-                throw Gateway.StartupError(description: "\(configuration.file): identity.assertion.signing_keys: \(error)")
-            }
-            return previous
-        }
-        let keys: AssertionKeys
-        do { keys = try AssertionKeys(settings: settings) } catch {
-            throw Gateway.StartupError(description: "\(configuration.file): identity.assertion: \(error)")
-        }
-        if settings.algorithm != .hs256, settings.signingKeys.isEmpty, configuration.store.usesRedis {
-            SharedAssertionKey.install(keys: keys, client: try sharedSecretsClient(configuration), logger: logger)
-        }
-        return keys
-    }
-
-    struct BuiltAuthenticator {
-        var authenticator: any RequestAuthenticator
-        var verifier: CredentialVerifier?
-        var keys: SigningKeys?
-    }
-
-    private func makeAuthenticator(_ configuration: GatewayConfiguration, revocations: StoreRevocations,
-                                   assertionKeys: AssertionKeys?,
-                                   onEvent: (@Sendable (KeyManagerEvent) -> Void)? = nil) throws -> BuiltAuthenticator {
-        guard !configuration.providers.isEmpty else {
-            return BuiltAuthenticator(authenticator: NoProvidersAuthenticator(realm: configuration.proxy.realm))
-        }
-        let verifier = try Gateway.makeVerifier(configuration)
-        let keys: SigningKeys?
-        do {
-            keys = try SigningKeys.make(configuration, verifier: verifier, logger: logger, shared: keyCaches, onEvent: onEvent)
-        } catch {
-            throw Gateway.StartupError(description: "\(configuration.file): providers: \(error)")
-        }
-        let counters = metrics.auth.sharing(providers: configuration.providers.map(\.configuration.name))
-        let authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration.edgeAuth, revocations: revocations,
-                                              keys: keys, counters: counters, logger: logger, assertionKeys: assertionKeys)
-        return BuiltAuthenticator(authenticator: authenticator, verifier: verifier, keys: keys)
     }
 
     private func adminActions() -> AdminActions {
@@ -464,61 +379,29 @@ public final class GatewayRuntime: @unchecked Sendable {
                           + "sessions it holds stay where they are); restart to apply it")
         }
 
-        // Everything new is built first; `undo` tears it down again if a later step refuses.
-        var undo: [() -> Void] = []
+        // Everything new is built first (as at start: `GenerationBuilder.build`); `undo` tears it down
+        // again if a later step refuses.
+        let store = old.store
+        let revocations = old.revocations
+        let policyChanged = next.store.policy != old.configuration.store.policy
+        let generation: GenerationBuilder.Generation
+        do {
+            generation = try builder.build(next, previous: old, previousSessions: sessions,
+                                           accessLog: (old.configuration.accessLog, old.accessLogFD), revocations: revocations)
+        } catch {
+            return refuse(error.description)
+        }
+        var undo = generation.undo
         func refuseAndUndo(_ reason: String) -> ReloadVerdict {
             for step in undo.reversed() { step() }
             return refuse(reason)
         }
-        // Ticket keys run before the first TLS context of the new file loads them.
-        do { try startTicketKeysIfNeeded(next) } catch { return refuse("\(next.file): store: \(error)") }
-        var endpoints: [TLSServerEndpoint?] = []
-        for (index, listen) in next.listen.enumerated() {
-            guard let settings = listen.tls else { endpoints.append(nil); continue }
-            do { endpoints.append(try TLSServerEndpoint(settings: settings)) } catch {
-                return refuse("\(next.file): listen[\(index)].tls: \(error)")
-            }
-        }
-        var accessLogFD = old.accessLogFD
-        if next.accessLog != old.configuration.accessLog {
-            do { accessLogFD = try Self.openAccessLog(next) } catch { return refuse("\(error)") }
-            if case .file = next.accessLog, let fd = accessLogFD { undo.append { close(fd) } }
-        }
-        let store = old.store
-        let revocations = old.revocations
-        let policyChanged = next.store.policy != old.configuration.store.policy
-        let nextSessions: SessionService?
-        do {
-            // The session store carries over, as the revocation store does.
-            nextSessions = try Self.prepareSessions(&next, store: sessions?.store, previous: sessions,
-                                                    revocations: revocations, logger: logger)
-        } catch {
-            return refuseAndUndo("\(next.file): sessions: \(error)")
-        }
-        if let opened = nextSessions?.store as? RedisSessionStore, opened !== sessions?.store {
-            undo.append { opened.client.shutdown() }  // sessions turned on by this reload
-        }
-        let assertionKeys: AssertionKeys?
-        do {
-            if next.identity.assertion != nil, next.store.usesRedis { _ = try sharedSecretsClient(next) }
-            assertionKeys = try makeAssertionKeys(next, previous: old.assertionKeys)
-        } catch {
-            return refuseAndUndo("\(error)")
-        }
-        // A provider whose key source changed must not install what the cache holds for its name.
-        let oldSources = Dictionary(old.configuration.providers.map { ($0.configuration.name, sameSettingsText($0.keys)) },
-                                    uniquingKeysWith: { a, _ in a })
-        let built: BuiltAuthenticator
-        do {
-            if let cache = keyCaches.inUse {
-                for provider in next.providers where oldSources[provider.configuration.name] != sameSettingsText(provider.keys) {
-                    cache.forget(provider: provider.configuration.name)
-                }
-            }
-            built = try makeAuthenticator(next, revocations: revocations, assertionKeys: assertionKeys)
-        } catch {
-            return refuseAndUndo("\(error)")
-        }
+        next = generation.configuration
+        let endpoints = generation.tlsEndpoints
+        let accessLogFD = generation.accessLogFD
+        let nextSessions = generation.sessions
+        let assertionKeys = generation.assertionKeys
+        let built = generation.built
         if let keys = built.keys {
             // Unchanged providers install from the cache at once; new ones are fetched. The
             // new generation starts with keys (or after one attempt, as at start).
