@@ -235,7 +235,20 @@ struct KeysAndRevocationEndToEndTests {
 /// master afterwards and enforced by every instance: real redis-server master and
 /// replica, three sentinels, `SENTINEL FAILOVER` while revocations are posted.
 @Suite(.serialized) struct SentinelFailoverRevocationTests {
-    @Test func everyAcknowledgedRevocationSurvivesAFailover() throws {
+    static let token = "admin-token-0123456789abcdef"
+
+    /// A master, its replica, three sentinels watching them, and two gateways A and B on them
+    /// (ready): what both tests fail over. The processes live as long as the returned value.
+    struct Fleet {
+        let master: RedisProcess
+        let replica: RedisProcess
+        let sentinels: [RedisProcess]
+        let upstream: EchoUpstream
+        let a: GatewayProcess
+        let b: GatewayProcess
+    }
+
+    static func fleet() throws -> Fleet {
         let master = try RedisProcess()
         let replica = try RedisProcess(extra: ["--replicaof", "127.0.0.1", "\(master.port)"])
         #expect(waitUntil(10) { replica.cli(["INFO", "replication"]).contains("master_link_status:up") })
@@ -252,10 +265,15 @@ struct KeysAndRevocationEndToEndTests {
         routes:
           - {path: /, upstream: app, auth: required}
         """
-        let token = "admin-token-0123456789abcdef"
         let a = try GatewayProcess(config, adminToken: token)
         let b = try GatewayProcess(config, adminToken: token)
         for g in [a, b] { #expect(waitUntil(10) { E2E.curl(["http://127.0.0.1:\(g.adminPort)/readyz"]).status == 200 }) }
+        return Fleet(master: master, replica: replica, sentinels: sentinels, upstream: upstream, a: a, b: b)
+    }
+
+    @Test func everyAcknowledgedRevocationSurvivesAFailover() throws {
+        let fleet = try Self.fleet()
+        let (replica, sentinels, a, b, token) = (fleet.replica, fleet.sentinels, fleet.a, fleet.b, Self.token)
         // Credentials issued before the revocations (iat in the past).
         let count = 24
         let credentials = try a.mint(["--provider", "app", "--sub", "user", "--count", "\(count)", "--age", "60s"])
@@ -294,26 +312,8 @@ struct KeysAndRevocationEndToEndTests {
     /// connection and the subscription), resubscribe and catch up, instead of waiting for
     /// the old master's connection to drop and rediscovery's backoff (about 8 s before).
     @Test func aRevocationAfterAFailoverIsEnforcedEverywhereAtOnce() throws {
-        let master = try RedisProcess()
-        let replica = try RedisProcess(extra: ["--replicaof", "127.0.0.1", "\(master.port)"])
-        #expect(waitUntil(10) { replica.cli(["INFO", "replication"]).contains("master_link_status:up") })
-        let sentinels = try (0..<3).map { _ in try RedisProcess(sentinelFor: "mymaster", masterPort: master.port) }
-        #expect(waitUntil(20) { sentinels.allSatisfy { $0.cli(["SENTINEL", "replicas", "mymaster"]).contains("\(replica.port)") } })
-        let upstream = try EchoUpstream()
-        let addresses = sentinels.map { "\"127.0.0.1:\($0.port)\"" }.joined(separator: ", ")
-        let config = """
-        providers:
-          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
-        store: {sentinel: {master: mymaster, addresses: [\(addresses)]}}
-        upstreams:
-          app: {url: "http://127.0.0.1:\(upstream.port)"}
-        routes:
-          - {path: /, upstream: app, auth: required}
-        """
-        let token = "admin-token-0123456789abcdef"
-        let a = try GatewayProcess(config, adminToken: token)
-        let b = try GatewayProcess(config, adminToken: token)
-        for g in [a, b] { #expect(waitUntil(10) { E2E.curl(["http://127.0.0.1:\(g.adminPort)/readyz"]).status == 200 }) }
+        let fleet = try Self.fleet()
+        let (replica, sentinels, a, b, token) = (fleet.replica, fleet.sentinels, fleet.a, fleet.b, Self.token)
         let credentials = try a.mint(["--provider", "app", "--sub", "after", "--count", "3", "--age", "60s"])
             .split(separator: "\n").map(String.init)
         #expect(sentinels[0].cli(["SENTINEL", "FAILOVER", "mymaster"]) == "OK")
