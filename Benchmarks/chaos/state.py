@@ -3,7 +3,7 @@
 record a history of what the gateway acknowledged, then check every instance keeps it).
 
 Usage: state.py --binary PATH [--seconds N] [--seed S] [--bound SECONDS] [--topology redis|sentinel]
-                [--keep-dir] [--verbose]
+                [--load] [--keep-dir] [--verbose]
 
 What one run does (everything on 127.0.0.1, every process it starts is stopped at the end):
   - a redis-server with an fsync'd append-only file (--topology redis), or a master, a replica
@@ -14,7 +14,8 @@ What one run does (everything on 127.0.0.1, every process it starts is stopped a
   - seeded random steps, for --seconds: revoke a token (admin API), exchange an ID token for a
     session, refresh it, log out, sign a user out everywhere, a good reload, a bad reload
     (invalid file, or another store), an instance restart, a Redis restart (or, with sentinel,
-    a failover);
+    a failover); with --load, wrk (HTTP/1.1) on A and h2load (h2c) on B keep authenticated
+    traffic flowing throughout;
   - after every step the history is checked: every acknowledged revocation, logout and sign-out
     is enforced on every instance of its group within --bound seconds (an access token refused,
     a refresh token refused), and nothing the checker saw refused is ever accepted again.
@@ -114,7 +115,7 @@ class Gateway:
     def config(self, broken=None):
         r = self.run
         text = f"""listen:
-  - {{address: "127.0.0.1:{self.port}"}}
+  - {{address: "127.0.0.1:{self.port}", h2c: true}}
 admin: {{address: "127.0.0.1:{self.admin}", token: "{r.admin_token}"}}
 workers: 2
 access_log: off
@@ -279,6 +280,24 @@ class Run:
         end = time.time() + 15
         while time.time() < end and "master_link_status:up" not in self.cli(replica["port"], "INFO", "replication"):
             time.sleep(0.05)
+
+    def start_load(self):
+        """--load: wrk (HTTP/1.1) on A and h2load (h2c) on B with a valid token, for the whole
+        run (bounded by their own durations), so every step happens under traffic."""
+        token = jwt.encode({"sub": "load", "iat": int(time.time()) - 5, "exp": int(time.time()) + 7200}, self.app_secret,
+                           algorithm="HS256")
+        script = os.path.join(self.dir, "load.lua")
+        with open(script, "w") as f:
+            f.write(f'wrk.headers["Authorization"] = "Bearer {token}"\n')
+        seconds = int(self.args.seconds) + 30
+        a, b = self.gateways[0], self.gateways[1]
+        self.load = [
+            subprocess.Popen(["wrk", "-t1", "-c8", f"-d{seconds}s", "-s", script, f"http://127.0.0.1:{a.port}/api/load"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+            subprocess.Popen(["h2load", "-c2", "-m8", f"-D{seconds}", "-H", f"authorization: Bearer {token}",
+                              f"http://127.0.0.1:{b.port}/api/load"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        ]
+        self.processes.extend(self.load)
 
     def teardown(self):
         for g in getattr(self, "gateways", []):
@@ -523,6 +542,7 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--bound", type=float, default=2.0, help="seconds an acknowledged promise may take to be enforced")
     parser.add_argument("--topology", choices=["redis", "sentinel"], default="redis")
+    parser.add_argument("--load", action="store_true", help="wrk on A and h2load on B throughout (authenticated)")
     parser.add_argument("--keep-dir", action="store_true")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
@@ -533,11 +553,14 @@ def main():
         except Exception as error:  # noqa: BLE001 - a setup failure is exit 2 with its reason
             print(f"state: setup failed: {error}", file=sys.stderr)
             return 2
+        if args.load:
+            run.start_load()
         started = time.time()
         steps = run.storm()
         delays = sorted(run.delays) or [0.0]
         p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
-        print(f"## Portcullis state checker: seed {args.seed}, {args.topology}, {time.time() - started:.0f} s, {steps} steps")
+        print(f"## Portcullis state checker: seed {args.seed}, {args.topology}{', under wrk and h2load' if args.load else ''}, "
+              f"{time.time() - started:.0f} s, {steps} steps")
         print("| step | count |")
         print("|---|---:|")
         for name, _ in Run.STEPS:
