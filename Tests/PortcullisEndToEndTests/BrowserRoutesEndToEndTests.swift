@@ -136,7 +136,7 @@ import Testing
         let upstream = try EchoUpstream()
         let gateway = try GatewayProcess("""
         providers:
-          - {name: session, type: firebase_session, project_id: "vc-notebook", jwks_url: "http://127.0.0.1:\(host.port)/keys"}
+          - {name: fb-session, type: firebase_session, project_id: "vc-notebook", jwks_url: "http://127.0.0.1:\(host.port)/keys"}
         upstreams:
           app: {url: "http://127.0.0.1:\(upstream.port)"}
         routes:
@@ -152,7 +152,7 @@ import Testing
         let ok = E2E.curl(["-H", valid, "\(gateway.url)/notes"])
         #expect(ok.status == 200, "\(ok)")
         #expect(try Echo(ok.body).values("x-user-id") == ["fb-uid-1"])
-        #expect(try Echo(ok.body).values("x-auth-provider") == ["session"])
+        #expect(try Echo(ok.body).values("x-auth-provider") == ["fb-session"])
         // An ID token's issuer is not a session cookie's; another project's neither; expired is expired.
         for claims in [
             #"{"iss": "https://securetoken.google.com/vc-notebook", "aud": "vc-notebook", "sub": "u", "auth_time": "-60", "iat": "-60", "exp": "+600"}"#,
