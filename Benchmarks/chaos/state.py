@@ -3,7 +3,7 @@
 record a history of what the gateway acknowledged, then check every instance keeps it).
 
 Usage: state.py --binary PATH [--seconds N] [--seed S] [--bound SECONDS] [--topology redis|sentinel]
-                [--load] [--keep-dir] [--verbose]
+                [--load] [--no-persistence] [--keep-dir] [--verbose]
 
 What one run does (everything on 127.0.0.1, every process it starts is stopped at the end):
   - a redis-server with an fsync'd append-only file (--topology redis), or a master, a replica
@@ -247,8 +247,9 @@ class Run:
     def start_redis(self, extra=()):
         port = free_port()
         directory = tempfile.mkdtemp(dir=self.dir, prefix="redis-")
+        persistence = ["--appendonly", "no"] if self.args.no_persistence else ["--appendonly", "yes", "--appendfsync", "always"]
         args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "",
-                "--appendonly", "yes", "--appendfsync", "always", "--protected-mode", "no", *extra]
+                *persistence, "--protected-mode", "no", *extra]
         node = {"port": port, "args": args, "log": open(os.path.join(directory, "out.log"), "ab")}
         node["process"] = subprocess.Popen(args, stdout=node["log"], stderr=node["log"])
         if not wait_port(port):
@@ -542,6 +543,8 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--bound", type=float, default=2.0, help="seconds an acknowledged promise may take to be enforced")
     parser.add_argument("--topology", choices=["redis", "sentinel"], default="redis")
+    parser.add_argument("--no-persistence", action="store_true",
+                        help="Redis without an append-only file: a Redis restart loses its data, the gateways must restore it")
     parser.add_argument("--load", action="store_true", help="wrk on A and h2load on B throughout (authenticated)")
     parser.add_argument("--keep-dir", action="store_true")
     parser.add_argument("--verbose", action="store_true")

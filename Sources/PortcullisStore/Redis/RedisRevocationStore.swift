@@ -120,9 +120,10 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         // writes what was not acknowledged and re-reads the view from where it now lives.
         client.observeState { [weak self] state in
             guard let self, case .connected(let address) = state, !self.isShutdown else { return }
-            // Another master than before (a failover): the next resync must not forget what this
+            // A reconnection (another master after a failover, or the same address after a
+            // restart that may have lost its data): the next resync must not forget what this
             // instance knew (see `mergeAfterSwitch`).
-            if let last = self.lastMaster, last != address { self.mergeAfterSwitch = true }
+            if self.lastMaster != nil { self.mergeAfterSwitch = true }
             self.lastMaster = address
             if !self.pendingWrites.isEmpty && !self.subscribed { self.flushPendingWrites() }
             self.resync()
@@ -327,12 +328,13 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
 
     /// The master the data client last reached. Only on `ioLoop`.
     private var lastMaster: SocketAddress?
-    /// After a switch to another master, the next resync keeps every live revocation the
-    /// snapshot lacks and writes it to the new master again, announced: a failover that
-    /// promoted a replica without some acknowledged writes (Sentinel promoting a demoted
-    /// master that never synced, or a replica that lagged) loses nothing while any instance
-    /// that knew them lives. The cost: an undo whose announcement this instance missed
-    /// during the switch is undone again (fail closed; undo it once more).
+    /// After a reconnection (to another master, or to a restarted one), the next resync keeps
+    /// every live revocation the snapshot lacks and writes it to Redis again, announced: a
+    /// failover that promoted a replica without some acknowledged writes (Sentinel promoting a
+    /// demoted master that never synced, or a replica that lagged), or a restart of a Redis
+    /// without persistence, loses nothing while any instance that knew them lives. The cost:
+    /// an undo whose announcement this instance missed while disconnected is undone again
+    /// (fail closed; undo it once more).
     private var mergeAfterSwitch = false
 
     /// `.unreachable` was reported (before the first synchronization). Only on `ioLoop`.
