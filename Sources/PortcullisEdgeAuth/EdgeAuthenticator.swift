@@ -325,11 +325,15 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     /// provider and that provider's subject in `idp` and `idp_sub`; any other credential is
     /// its own provider's.
     public static func forEachUserName(_ identity: VerifiedIdentity, userID: String, _ body: (String) -> Bool) {
-        if identity.provider == sessionProviderName {
-            forEachUserName(user: userID, provider: identity.claim("idp"), subject: identity.claim("idp_sub"), body)
-        } else {
-            forEachUserName(user: userID, provider: identity.provider, subject: identity.subject, body)
-        }
+        let (provider, subject) = identityProvider(of: identity)
+        forEachUserName(user: userID, provider: provider, subject: subject, body)
+    }
+
+    /// The ID provider behind a credential and its subject there: a session access token's
+    /// `idp`/`idp_sub`, any other credential's own provider and `sub`.
+    public static func identityProvider(of identity: VerifiedIdentity) -> (provider: String?, subject: String?) {
+        identity.provider == sessionProviderName ? (identity.claim("idp"), identity.claim("idp_sub"))
+                                                 : (identity.provider, identity.subject)
     }
 
     private func unauthenticated(_ policy: RoutePolicy, request: RequestView) -> AuthOutcome {

@@ -38,10 +38,8 @@ public final class StoreRevocations: RevocationChecking {
         }
         if case .allowed = verdict, view.hasSubjectRevocations {
             // The user's other names (provider sub, `provider:sub`, a session's ID provider's).
-            EdgeAuthenticator.forEachUserName(identity, userID: userID) { name in
-                if name != userID { verdict = view.check(tokenID: nil, sessionID: nil, subject: name, issuedAt: issuedAt, now: now) }
-                if case .allowed = verdict { return true } else { return false }
-            }
+            let (provider, subject) = EdgeAuthenticator.identityProvider(of: identity)
+            verdict = Self.checkOtherNames(view, user: userID, provider: provider, subject: subject, issuedAt: issuedAt, now: now)
         }
         switch verdict {
         case .allowed: return .allowed
@@ -59,10 +57,19 @@ public final class StoreRevocations: RevocationChecking {
         let view = views[loopIndex]
         var verdict = view.check(tokenID: nil, sessionID: sessionID, subject: user, issuedAt: issuedAt, now: now)
         if case .allowed = verdict, view.hasSubjectRevocations {
-            EdgeAuthenticator.forEachUserName(user: user, provider: provider, subject: subject) { name in
-                if name != user { verdict = view.check(tokenID: nil, sessionID: nil, subject: name, issuedAt: issuedAt, now: now) }
-                if case .allowed = verdict { return true } else { return false }
-            }
+            verdict = Self.checkOtherNames(view, user: user, provider: provider, subject: subject, issuedAt: issuedAt, now: now)
+        }
+        return verdict
+    }
+
+    /// The verdict for the user's names other than `user` (already checked): the first that
+    /// is not `.allowed`, else `.allowed`.
+    private static func checkOtherNames(_ view: RevocationView, user: String, provider: String?, subject: String?,
+                                        issuedAt: Int64?, now: Int64) -> RevocationVerdict {
+        var verdict = RevocationVerdict.allowed
+        EdgeAuthenticator.forEachUserName(user: user, provider: provider, subject: subject) { name in
+            if name != user { verdict = view.check(tokenID: nil, sessionID: nil, subject: name, issuedAt: issuedAt, now: now) }
+            if case .allowed = verdict { return true } else { return false }
         }
         return verdict
     }

@@ -3,9 +3,6 @@ import Foundation
 import PortcullisAuth
 import PortcullisCore
 import PortcullisStore
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// One signed-in device: what the session endpoints keep per session (nothing per token).
 public struct SessionRecord: Sendable, Equatable {
