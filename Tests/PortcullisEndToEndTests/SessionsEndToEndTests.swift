@@ -191,6 +191,34 @@ import Glibc
         #expect(Self.pair(Self.refresh(g, pair.refresh).body) != nil, "the converged pair moves on")
     }
 
+    /// A refresh the store cannot answer (Redis paused past the command timeout) is a 503
+    /// that rotated nothing and revoked nothing: the client's retry with the same refresh
+    /// token, once Redis answers, rotates as if the outage never happened (no "reuse", no
+    /// "session has ended"). The same for the first read and for the rotation script.
+    @Test func aRefreshTheStoreCannotAnswerRotatesNothing() throws {
+        let upstream = try EchoUpstream()
+        let redis = try RedisProcess()
+        let key = NSTemporaryDirectory() + "session-es256-\(UUID().uuidString).pem"
+        E2E.run("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key])
+        let g = try Self.gateway(upstream, grace: "1s", extra: "store: {redis: \"redis://127.0.0.1:\(redis.port)/0\"}",
+                                 signingKey: key)
+        let first = try #require(Self.pair(try Self.exchange(g).1))
+        _ = redis.cli(["CLIENT", "PAUSE", "4000", "ALL"])
+        let during = Self.refresh(g, first.refresh)
+        #expect(during.status == 503 && during.body.contains("temporarily_unavailable"), "\(during)")
+        // Past the pause and past the reuse grace: a rotation that had happened would make
+        // this a reuse that ends the session.
+        #expect(waitUntil(10) { redis.cli(["PING"]).contains("PONG") })
+        sleep(2)
+        let retry = Self.refresh(g, first.refresh)
+        let second = try #require(Self.pair(retry.body), "the retry rotates: \(retry)")
+        #expect(second.session == first.session)
+        #expect(waitUntil(5) { Self.api(g, second.access).status == 200 }, "the session lives on")
+        let metrics = E2E.curl(["http://127.0.0.1:\(g.adminPort)/metrics"]).body
+        #expect(metrics.contains("portcullis_sessions_total{event=\"refresh_unavailable\"}"), "counted")
+        #expect(!metrics.contains("event=\"refresh_unknown\"} 1") && !metrics.contains("event=\"reuse_detected\"} 1"))
+    }
+
     /// `max_per_user`: a sign-in past the cap ends the user's least recently used session
     /// (its access and refresh tokens too), so replaying one ID token cannot grow the store
     /// without bound; other users are untouched.

@@ -119,10 +119,10 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     return {'reused', unpack(h)}
     """
 
-    public func record(id: String, completion: @escaping @Sendable (SessionRecord?) -> Void) {
+    public func record(id: String, completion: @escaping @Sendable (SessionFound) -> Void) {
         client.send(["HGETALL", Self.prefix + id], timeout: timeout) { reply in
-            guard case .success(let value) = reply else { return completion(nil) }
-            completion(Self.record(id: id, hash: value))
+            guard case .success(let value) = reply else { return completion(.failed) }
+            completion(Self.record(id: id, hash: value).map { .found($0) } ?? .missing)
         }
     }
 
@@ -132,9 +132,13 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         let key = Self.prefix + id
         if let known { return rotate(known, key: key, counter: counter, now: now, grace: grace, idleTimeout: idleTimeout,
                                      next: next, completion: completion) }
-        record(id: id) { [self] found in
-            guard let found else { return completion(.unknown) }
-            rotate(found, key: key, counter: counter, now: now, grace: grace, idleTimeout: idleTimeout, next: next, completion: completion)
+        record(id: id) { [self] lookup in
+            switch lookup {
+            case .missing: return completion(.unknown)
+            case .failed: return completion(.failed)
+            case .found(let found):
+                rotate(found, key: key, counter: counter, now: now, grace: grace, idleTimeout: idleTimeout, next: next, completion: completion)
+            }
         }
     }
 
@@ -148,8 +152,9 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         let arguments = ["EVAL", Self.rotateScript, "2", key, Self.userPrefix + record.user, "\(counter)", "\(now)", "\(grace)",
                          "\(idleTimeout)", rotated.accessToken, "\(rotated.accessExpiresAt)", id]
         client.send(arguments, timeout: timeout) { reply in
+            // No answer (unreachable, too slow, an error): the script may or may not have run.
             guard case .success(let value) = reply, let items = value.array, let outcome = items.first?.string else {
-                return completion(.unknown)
+                return completion(.failed)
             }
             let fields = Array(items.dropFirst())
             let record = fields.count == Self.fields.count ? Self.record(id: id, values: fields) : nil

@@ -156,8 +156,15 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             // revocation store has rotated nothing, so the client's retry with the same token
             // is no reuse. Revoked meanwhile (the session by the admin API or a logout, or its
             // user signed out everywhere under any of their names after it began): ended.
-            service.store.record(id: id) { found in
-                guard let found else { return rotate(known: nil) }
+            service.store.record(id: id) { lookup in
+                let found: SessionRecord
+                switch lookup {
+                case .found(let record): found = record
+                case .missing: return rotate(known: nil)
+                case .failed:
+                    service.counters.count("refresh_unavailable")
+                    return reply.send(service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
+                }
                 loop.execute {
                     switch service.revocations.check(loopIndex: loop.index, sessionID: found.id, user: found.user, provider: found.provider,
                                                      subject: found.subject, issuedAt: found.createdAt, now: now) {
@@ -200,6 +207,9 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                         service.endEverywhere(record, now: now) { _ in
                             reply.send(service.oauthError(400, "invalid_grant", "The refresh token was already used; the session is ended"))
                         }
+                    case .failed:
+                        service.counters.count("refresh_unavailable")
+                        reply.send(service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
                     case .expired:
                         service.counters.count("refresh_expired")
                         reply.send(service.oauthError(400, "invalid_grant", "The refresh token expired"))

@@ -56,6 +56,19 @@ public enum RotateOutcome: Sendable, Equatable {
     case unknown
     /// Past its lifetime or idle timeout: ended.
     case expired
+    /// The store could not be asked (Redis unreachable or too slow): nothing is known to have
+    /// changed, so the client may retry with the same token (a rotation that did happen
+    /// unseen answers that retry with its pair, within the reuse grace).
+    case failed
+}
+
+/// What the store holds under a session id.
+public enum SessionFound: Sendable, Equatable {
+    case found(SessionRecord)
+    /// No such session (ended, expired, never existed).
+    case missing
+    /// The store could not be asked: unknown.
+    case failed
 }
 
 /// Where sessions live: the embedded store (this process, `store.state_dir` to survive a
@@ -64,8 +77,8 @@ public protocol SessionStore: AnyObject, Sendable {
     /// Keeps at most `maxPerUser` sessions for the record's user: past it the least recently
     /// used are ended (`evicted`, for their access tokens to be revoked).
     func create(_ record: SessionRecord, maxPerUser: Int, completion: @escaping @Sendable (_ ok: Bool, _ evicted: [SessionRecord]) -> Void)
-    /// The session `id` as kept now (nil: none).
-    func record(id: String, completion: @escaping @Sendable (SessionRecord?) -> Void)
+    /// The session `id` as kept now.
+    func record(id: String, completion: @escaping @Sendable (SessionFound) -> Void)
     /// The refresh of `id` with the token of `counter`, at `now`. `next` is the record to
     /// store when the token is current (the counter one more, the new access token); `known`
     /// is the record just read by `record(id:)`, which a store may use instead of reading it
@@ -149,8 +162,8 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
         }
     }
 
-    public func record(id: String, completion: @escaping @Sendable (SessionRecord?) -> Void) {
-        queue.async { [self] in completion(sessions[id]) }
+    public func record(id: String, completion: @escaping @Sendable (SessionFound) -> Void) {
+        queue.async { [self] in completion(sessions[id].map { .found($0) } ?? .missing) }
     }
 
     public func rotate(id: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64, known: SessionRecord?,
