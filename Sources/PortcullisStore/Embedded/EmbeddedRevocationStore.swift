@@ -89,8 +89,9 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
         queue.async { [self] in
             let now = Int64(WallClock.nowSeconds())
             if r.expiry(maxCredentialLifetime: policy.maxCredentialLifetime) > now {
-                table.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
-                replicas.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
+                if table.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) {
+                    replicas.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
+                }
                 if let journal {
                     // Enforced either way; acknowledged only once it is on disk.
                     do throws(RevocationJournal.Failure) { try journal.append(r) } catch {

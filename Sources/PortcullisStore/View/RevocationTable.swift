@@ -82,14 +82,17 @@ struct RevocationTable: Sendable {
 
     /// Adds or widens an entry (later `until`, later `before` win: a revocation
     /// never gets weaker by being applied twice or out of order).
-    mutating func apply(_ revocation: Revocation, maxCredentialLifetime: Int64) {
+    /// False when the table already held it (as long and as wide): nothing changed.
+    @discardableResult
+    mutating func apply(_ revocation: Revocation, maxCredentialLifetime: Int64) -> Bool {
         let until = revocation.expiry(maxCredentialLifetime: maxCredentialLifetime)
         let (id, kind, before) = Self.key(revocation)
-        if let e = storage.find(id, kind: kind), e.pointee.until >= until, e.pointee.before >= before { return }
+        if let e = storage.find(id, kind: kind), e.pointee.until >= until, e.pointee.before >= before { return false }
         if !isKnownUniquelyReferenced(&storage) || storage.isFull {
             storage = storage.copy(minimumCapacity: storage.count + 1, keeping: { _ in true })
         }
         storage.upsert(id, kind: kind, until: until, before: before)
+        return true
     }
 
     /// Removes the entry `target` names (an undo); false when there was none. Rebuilds

@@ -1,7 +1,7 @@
 import PortcullisIO
 
-/// The views of all loops, and the one way to change them: a closure dispatched
-/// onto each view's own loop queue.
+/// The views of all loops, and the one way to change them: a closure each view's loop
+/// applies on its own queue (posted, see `RevocationView`).
 final class ViewReplicas: Sendable {
     let loops: [EventLoop]
     let views: [RevocationView]
@@ -20,10 +20,11 @@ final class ViewReplicas: Sendable {
         return v
     }
 
-    /// Runs `update` on every view, each on its own loop's queue.
+    /// Runs `update` on every view, each on its own loop's queue: when the loop next reads
+    /// its view (see `RevocationView.post`), not in a block of its own.
     func update(_ update: @escaping @Sendable (RevocationView) -> Void) {
-        for (loop, view) in zip(loops, views) {
-            loop.execute { update(view) }
+        for (loop, view) in zip(loops, views) where view.post(update) {
+            loop.execute { view.catchUp() }
         }
     }
 
