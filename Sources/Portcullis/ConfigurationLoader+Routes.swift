@@ -42,7 +42,22 @@ extension ConfigurationLoader {
             let strip = try node.optional("strip_prefix")?.bool() ?? false
             let credentialNode = try node.optional("credential")
             let onInvalidNode = try node.optional("on_invalid")
-            let (routeProviders, authSettings) = try Self.routeAuth(&node, providerNames: providerNames)
+            var (routeProviders, authSettings) = try Self.routeAuth(&node, providerNames: providerNames)
+            var acceptsSessions = true
+            let acceptNode = try node.optional("accept_sessions")
+            if let n = acceptNode {
+                acceptsSessions = try n.bool()
+                guard providerNames.contains(SessionSettings.providerName) else {
+                    throw n.error("needs sessions: (there are no session tokens to accept or refuse)")
+                }
+                if auth == .none { throw n.error("has no effect on an auth: none route") }
+            }
+            routeProviders = acceptsSessions
+                ? Self.acceptingSessions(routeProviders, providerNames: providerNames)
+                : (routeProviders ?? providerNames.sorted()).filter { $0 != SessionSettings.providerName }
+            if let acceptNode, routeProviders?.isEmpty == true {
+                throw acceptNode.error("refuses the only provider the route lists: nothing could pass")
+            }
             if let credentialNode, auth == .none {
                 throw credentialNode.error("has no effect on an auth: none route (use required or optional)")
             }
@@ -64,5 +79,17 @@ extension ConfigurationLoader {
             }
         }
         return (routes, routeAuth)
+    }
+
+    /// With `sessions:` on, a route that lists `providers` accepts the gateway's session
+    /// tokens too (`session`), as every route without a list does: turning sessions on moves
+    /// an app's sign-in to the edge without rewriting every route, and the access tokens the
+    /// exchange issues pass wherever the app's own did. `accept_sessions: false` on a route
+    /// refuses them there (the route keeps its list, or every other provider).
+    static func acceptingSessions(_ providers: [String]?, providerNames: Set<String>) -> [String]? {
+        guard var list = providers, providerNames.contains(SessionSettings.providerName) else { return providers }
+        if list.contains(SessionSettings.providerName) { return list }
+        list.append(SessionSettings.providerName)
+        return list
     }
 }

@@ -80,7 +80,7 @@ public enum ConfigurationLoader {
         var (routes, routeAuth) = try Self.routes(try top.required("routes"), file: file, upstreams: upstreams,
                                                   providerNames: Set(providers.map(\.configuration.name)))
         let sessionRoutes = try sessions.map { settings throws(ConfigurationError) in
-            try Self.addSessionRoutes(settings, routes: &routes, routeAuth: &routeAuth, file: file)
+            try Self.addSessionRoutes(settings, routes: &routes, routeAuth: &routeAuth, errorBody: identity.settings.errorBody, file: file)
         } ?? []
 
         try top.finish()

@@ -196,7 +196,7 @@ public final class GatewayRuntime: @unchecked Sendable {
                                    timeout: hook.timeout, loop: EventLoop(index: -6))
         }
         let service = try SessionService(settings: settings, store: sessionStore, revocations: revocations,
-                                         errorBody: configuration.identity.errorBody, logger: logger, previous: previous,
+                                         errorBody: (settings.errorBody ?? configuration.identity.errorBody).carryingCode, logger: logger, previous: previous,
                                          counters: previous?.counters ?? SessionCounters(), lookup: lookup)
         for (index, kind) in configuration.sessionRoutes {
             configuration.proxy.routes[index].handler = SessionEndpoint(kind, service: service)

@@ -45,6 +45,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         /// Without the member, the `Authorization: Bearer` token is the credential (with the
         /// route's providers), as on a head-credential route.
         let bodyBearerFallback: Bool
+        /// See `RouteAuthSettings.refusesAsGrant`.
+        let refusesAsGrant: Bool
     }
 
     public let verifier: CredentialVerifier
@@ -91,6 +93,11 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             let cookieNames = cookieProviders
                 .filter { allowed?.contains($0.provider) ?? true }
                 .flatMap(\.names)
+            let challenge = settings.refusesAsGrant
+                ? Self.errorResponse(400, code: "invalid_request", description: "The request has no ID token", challenge: nil,
+                                     body: settings.errorBody ?? globalBody)
+                : Self.errorResponse(401, code: "unauthorized", description: "No credentials",
+                                     challenge: noCredential, body: settings.errorBody ?? globalBody)
             return RoutePolicy(mode: route.auth, allowed: allowed, cookieNames: cookieNames, rules: settings.requiredClaims,
                                bypassMethods: settings.bypassMethods.sorted().map { Array($0.utf8) },
                                onUnauthenticated: settings.onUnauthenticated,
@@ -98,14 +105,14 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                                forwardSessionCookie: settings.forwardSessionCookie,
                                revokeOnStatuses: settings.revokeOnStatuses, onInvalid: settings.onInvalid,
                                errorBody: settings.errorBody ?? globalBody,
-                               challenge: Self.errorResponse(401, code: "unauthorized", description: "No credentials",
-                                                             challenge: noCredential, body: settings.errorBody ?? globalBody),
+                               challenge: challenge,
                                bodyField: settings.bodyCredential.map { Array($0.field.utf8) },
                                bodyFieldName: settings.bodyCredential?.field,
                                bodyProviders: settings.bodyCredential.flatMap { $0.providers.map(Set.init) } ?? allowed,
                                bodyLimit: settings.bodyCredential?.maxBodyBytes,
                                bodyAlternateField: settings.bodyCredential?.alternateField.map { Array($0.utf8) },
-                               bodyBearerFallback: settings.bodyCredential?.bearerFallback ?? false)
+                               bodyBearerFallback: settings.bodyCredential?.bearerFallback ?? false,
+                               refusesAsGrant: settings.refusesAsGrant)
         }
     }
 
@@ -134,7 +141,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         let outcome: AuthOutcome
         switch found.credential {
         case .malformed(let reason):
-            return rejectFailure(AuthFailure(reason), loopIndex: request.loop.index, body: policy.errorBody)
+            return rejectFailure(AuthFailure(reason), loopIndex: request.loop.index, policy: policy)
         case .none:
             outcome = unauthenticated(policy, request: request)
         case .bearer(let range):
@@ -191,12 +198,12 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             // an optional route goes on without identity.
             if policy.mode == .required {
                 counters?.decided(loopIndex: request.loop.index, provider: nil, .noCredential)
-                return rejectFailure(AuthFailure(.missingBodyCredential), loopIndex: request.loop.index, body: policy.errorBody,
+                return rejectFailure(AuthFailure(.missingBodyCredential), loopIndex: request.loop.index, policy: policy,
                                      presentedAs: member)
             }
             return Self.stripping(foreign, from: unauthenticated(policy, request: request))
         case .malformed:
-            return rejectFailure(AuthFailure(.malformedBody), loopIndex: request.loop.index, body: policy.errorBody,
+            return rejectFailure(AuthFailure(.malformedBody), loopIndex: request.loop.index, policy: policy,
                                  presentedAs: member)
         case .token(let token):
             let outcome = token.withUnsafeBytes { bytes in
@@ -241,13 +248,13 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             if let cookies, let request, let outcome = staleCookie(failure, policy: policy, cookies: cookies, request: request) {
                 return outcome
             }
-            return rejectFailure(failure, loopIndex: loopIndex, body: policy.errorBody, presentedAs: presentedAs)
+            return rejectFailure(failure, loopIndex: loopIndex, policy: policy, presentedAs: presentedAs)
         case .verified(let verified):
             identity = verified
         }
         for rule in policy.rules where !Self.satisfies(identity, rule) {
             return rejectFailure(AuthFailure(.requiredClaimMismatch, provider: identity.provider), loopIndex: loopIndex,
-                                 body: policy.errorBody, presentedAs: presentedAs)
+                                 policy: policy, presentedAs: presentedAs)
         }
         let userID = Self.userID(identity, prefixProvider: prefixProvider)
         if let revocations {
@@ -260,7 +267,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                 if let cookies, let request, let outcome = staleCookie(failure, policy: policy, cookies: cookies, request: request) {
                     return outcome
                 }
-                return rejectFailure(failure, loopIndex: loopIndex, body: policy.errorBody, presentedAs: presentedAs)
+                return rejectFailure(failure, loopIndex: loopIndex, policy: policy, presentedAs: presentedAs)
             case .unavailable:
                 counters?.decided(loopIndex: loopIndex, provider: identity.provider, .storeUnavailable)
                 return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
@@ -385,8 +392,9 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     }
 
     /// `presentedAs` names the credential in the description ("The refresh token expired").
-    private func rejectFailure(_ failure: AuthFailure, loopIndex: Int, body: ErrorBodyTemplate,
+    private func rejectFailure(_ failure: AuthFailure, loopIndex: Int, policy: RoutePolicy,
                                presentedAs: AuthFailure.PresentedAs = .accessToken) -> AuthOutcome {
+        let body = policy.errorBody
         counters?.decided(loopIndex: loopIndex, provider: failure.provider, .refused(failure.reason))
         logger.debug("credential refused", metadata: ["reason": "\(failure.reason.rawValue)",
                                                       "provider": "\(failure.provider ?? "-")"])
@@ -394,6 +402,13 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
                                               description: "Signing keys are not available yet",
                                               challenge: nil, extra: [("retry-after", "5")], body: body))
+        }
+        if policy.refusesAsGrant {
+            // The token endpoint's own codes: the grant (the ID token) is refused, or the
+            // request itself is malformed.
+            let code = failure.errorCode == .invalidRequest ? "invalid_request" : "invalid_grant"
+            return .reject(Self.errorResponse(400, code: code, description: failure.description(presentedAs: presentedAs),
+                                              challenge: nil, body: body))
         }
         let code = failure.errorCode?.rawValue ?? "invalid_token"
         return .reject(Self.errorResponse(failure.httpStatus, code: code, description: failure.description(presentedAs: presentedAs),

@@ -63,6 +63,22 @@ public struct ErrorBodyTemplate: Sendable, Equatable {
         return .success(template)
     }
 
+    /// This shape with the refusal's code as an `"error"` member when the shape has no
+    /// `{error}` of its own (`detail`, `message`, a template of prose only): what a token
+    /// endpoint answers, so a client can branch on RFC 6749 §5.2's code (`invalid_grant`)
+    /// whatever shape the app's clients read. `{"detail": "…"}` becomes
+    /// `{"detail": "…", "error": "invalid_grant"}`.
+    public var carryingCode: ErrorBodyTemplate {
+        guard !parts.contains(.error),
+              let last = parts.lastIndex(where: { if case .text(let t) = $0 { return t.contains("}") }; return false }),
+              case .text(let text) = parts[last], let brace = text.lastIndex(of: "}") else { return self }
+        var copy = parts
+        copy.replaceSubrange(last...last, with: [.text(String(text[..<brace]) + ", \"error\": "), .error, .text(String(text[brace...]))])
+        return ErrorBodyTemplate(parts: copy)
+    }
+
+    private init(parts: [Part]) { self.parts = parts }
+
     /// The body for one refusal (ends with a newline, as every gateway answer does).
     public func render(status: Int, code: String, description: String) -> String {
         var body = ""

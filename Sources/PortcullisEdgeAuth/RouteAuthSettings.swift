@@ -60,6 +60,10 @@ public struct RouteAuthSettings: Sendable {
     /// `credential: {json_field, providers, max_body}`: the route's credential is a member
     /// of its JSON request body, not the `Authorization` header or a cookie (nil: the head).
     public var bodyCredential: BodyCredentialSettings?
+    /// A token endpoint (the sessions exchange): a refused or missing credential is an
+    /// RFC 6749 §5.2 error, `400 invalid_grant` / `400 invalid_request` without a
+    /// `WWW-Authenticate` challenge, not a resource route's 401 (RFC 6750).
+    public var refusesAsGrant = false
     public init() {}
 }
 

@@ -79,6 +79,7 @@ struct CheckConfig: ParsableCommand {
         for upstream in configuration.openUpstreams {
             print("warning: upstreams.\(upstream.name) (\(upstream.url.origin)) is reachable without the gateway: a caller can send it any X-User-Id directly. Lock it with request_headers, client_certificate or identity.assertion; see \(GatewayConfiguration.lockingDoc)")
         }
+        if let warning = configuration.sessionsWarning { print("warning: \(warning)") }
     }
 }
 

@@ -130,7 +130,12 @@ import Glibc
         let appToken = try AuthFixtures.mint(g, "app")
         let notAccepted = E2E.curl(["-X", "POST", "-d", "{\"idToken\":\"\(appToken.dropFirst("Authorization: Bearer ".count))\"}",
                                     "\(g.url)/auth/session"])
-        #expect(notAccepted.status == 401, "only the accepted ID-token providers: \(notAccepted)")
+        #expect(notAccepted.status == 400 && notAccepted.body.contains("\"error\":\"invalid_grant\""),
+                "only the accepted ID-token providers, refused as a grant: \(notAccepted)")
+        // A token endpoint's refusal carries no Bearer challenge (RFC 6749 §5.2, not RFC 6750).
+        let head = E2E.run("/usr/bin/curl", ["-s", "-i", "--max-time", "10", "-X", "POST", "-d",
+                                             "{\"idToken\":\"\(appToken.dropFirst("Authorization: Bearer ".count))\"}", "\(g.url)/auth/session"]).1
+        #expect(head.hasPrefix("HTTP/1.1 400") && !head.lowercased().contains("www-authenticate"), "\(head.prefix(400))")
         #expect(try Self.exchange(g, "apple", sub: "001.abc").0 == 200)
         // A nonce sent with the exchange must be the ID token's (raw, or its SHA-256 hex).
         let raw = "n-0123456789"
@@ -189,6 +194,113 @@ import Glibc
         let pair = try #require(bodies.first.flatMap(Self.pair))
         #expect(Self.api(g, pair.access).status == 200)
         #expect(Self.pair(Self.refresh(g, pair.refresh).body) != nil, "the converged pair moves on")
+    }
+
+    /// With `sessions:` on, a route that lists `providers` accepts the gateway's session
+    /// tokens beside them (as a route without a list does), on HTTP/1.1 and HTTP/2; a route
+    /// with `accept_sessions: false` refuses them and keeps its list; the key without
+    /// `sessions:`, or leaving a route no provider, is refused at start; `check-config` warns
+    /// when no route accepts session tokens.
+    @Test func routesListingProvidersAcceptSessionTokensUnlessTheyOptOut() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        \(AuthFixtures.providers)
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google]
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /listed, upstream: app, auth: required, providers: [apple]}
+          - {path: /optional, upstream: app, auth: optional, providers: [apple]}
+          - {path: /own-only, upstream: app, auth: required, providers: [apple], accept_sessions: false}
+          - {path: /all-but-sessions, upstream: app, auth: required, accept_sessions: false}
+          - {path: /api, upstream: app, auth: required}
+        """, listen: "  - {address: \"127.0.0.1:PORT\", h2c: true}")
+        let pair = try #require(Self.pair(try Self.exchange(g).1))
+        for http2 in [false, true] {
+            let flags = http2 ? ["--http2-prior-knowledge"] : []
+            func get(_ path: String, _ token: String) -> (status: Int, body: String) {
+                E2E.curl(flags + ["-H", "Authorization: Bearer \(token)", "\(g.url)\(path)"])
+            }
+            for path in ["/listed/x", "/optional/x", "/api/x"] {
+                let r = get(path, pair.access)
+                #expect(r.status == 200, "\(path) over \(http2 ? "h2c" : "HTTP/1.1"): \(r)")
+                #expect(try Echo(r.body).values("x-auth-provider") == ["session"], "\(path)")
+            }
+            let refused = get("/own-only/x", pair.access)
+            #expect(refused.status == 401 && refused.body.contains("provider"), "\(refused)")
+            #expect(get("/all-but-sessions/x", pair.access).status == 401)
+            let google = String(try AuthFixtures.mint(g, "google", ["--sub", "118"]).dropFirst("Authorization: Bearer ".count))
+            #expect(get("/all-but-sessions/x", google).status == 200, "every other provider still passes")
+            #expect(get("/listed/x", google).status == 401, "the list itself is unchanged")
+            let apple = String(try AuthFixtures.mint(g, "apple", ["--sub", "119"]).dropFirst("Authorization: Bearer ".count))
+            #expect(get("/own-only/x", apple).status == 200)
+        }
+        // Refused at start, with the key.
+        func check(_ sessions: String, _ routes: String) -> (Int32, String) {
+            let file = NSTemporaryDirectory() + "accept-sessions-\(UUID().uuidString).yaml"
+            try? """
+            \(AuthFixtures.providers)
+            \(sessions)
+            upstreams:
+              app: {url: "http://127.0.0.1:\(upstream.port)"}
+            routes:
+            \(routes)
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+            let (code, out, err) = E2E.run(E2E.binary, ["check-config", file])
+            return (code, out + err)
+        }
+        let on = "sessions: {issuer: \"https://x.test\", accept: [google], refresh_token: {secret: \"\(Self.secret)\"}, require_tls: false}"
+        let without = check("", "  - {path: /, upstream: app, auth: required, accept_sessions: false}")
+        #expect(without.0 == 2 && without.1.contains("accept_sessions") && without.1.contains("needs sessions:"), "\(without)")
+        let nothing = check(on, "  - {path: /, upstream: app, auth: required, providers: [session], accept_sessions: false}")
+        #expect(nothing.0 == 2 && nothing.1.contains("accept_sessions") && nothing.1.contains("nothing could pass"), "\(nothing)")
+        let warned = check(on, "  - {path: /, upstream: app, auth: required, accept_sessions: false}\n  - {path: /p, upstream: app, auth: none}")
+        #expect(warned.0 == 0 && warned.1.contains("warning: sessions: is on but no route accepts session tokens"), "\(warned)")
+        let quiet = check(on, "  - {path: /, upstream: app, auth: required, providers: [apple]}")
+        #expect(quiet.0 == 0 && !quiet.1.contains("warning: sessions"), "\(quiet)")
+    }
+
+    /// RFC 6749 §5.2 codes survive the app's refusal shape: with `identity.error_body: detail`
+    /// the session endpoints answer `{"detail": …, "error": "invalid_grant"}` (404 and 405
+    /// too), routes keep `{"detail": …}`; `sessions.error_body` gives the endpoints a shape
+    /// of their own.
+    @Test(arguments: [false, true])
+    func sessionErrorsKeepTheirCodeInTheAppsShape(_ ownShape: Bool) throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        \(AuthFixtures.providers)
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google]
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false\(ownShape ? "\n  error_body: oauth" : "")
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        """.replacingOccurrences(of: "identity: {user_id_header: X-User-Id, claims: {email: X-User-Email}}",
+                                 with: "identity: {user_id_header: X-User-Id, claims: {email: X-User-Email}, error_body: detail}"))
+        func json(_ body: String) -> [String: String] {
+            (try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: String]) ?? [:]
+        }
+        let bad = Self.refresh(g, "rt1.0123.1.nope")
+        #expect(bad.status == 400 && json(bad.body)["error"] == "invalid_grant", "\(bad)")
+        #expect((json(bad.body)["detail"] != nil) == !ownShape, "\(bad)")
+        #expect((json(bad.body)["error_description"] != nil) == ownShape, "\(bad)")
+        let refusedExchange = E2E.curl(["-X", "POST", "-d", "{\"idToken\":\"not.a.token\"}", "\(g.url)/auth/session"])
+        #expect(refusedExchange.status == 400 && json(refusedExchange.body)["error"] == "invalid_grant", "\(refusedExchange)")
+        let wrongMethod = E2E.curl(["\(g.url)/auth/refresh"])
+        #expect(wrongMethod.status == 405 && json(wrongMethod.body)["error"] == "invalid_request", "\(wrongMethod)")
+        let pair = try #require(Self.pair(try Self.exchange(g).1))
+        let unknown = E2E.curl(["-X", "DELETE", "-H", "Authorization: Bearer \(pair.access)", "\(g.url)/auth/sessions/nothex"])
+        #expect(unknown.status == 404 && json(unknown.body)["error"] == "invalid_request", "\(unknown)")
+        // Routes keep the app's own shape.
+        let route = E2E.curl(["\(g.url)/api/x"])
+        #expect(route.status == 401 && json(route.body) == ["detail": "No credentials"], "\(route)")
     }
 
     /// A refresh the store cannot answer (Redis paused past the command timeout) is a 503
@@ -442,11 +554,14 @@ import Glibc
             if let pair = Self.pair(r.body) { #expect(try Echo(Self.api(g, pair.access).body).values("X-User-Id") == [user]) }
         }
         let wrongAudience = exchange(token(google, "g1", #"{"iss":"https://accounts.google.com","aud":"other.apps.googleusercontent.com","sub":"1","iat":"-0","exp":"+3600"}"#))
-        #expect(wrongAudience.status == 401 && wrongAudience.body.contains("The ID token audience is not accepted"), "\(wrongAudience)")
+        // Refused as a token endpoint refuses a grant (RFC 6749 §5.2), with the reason.
+        #expect(wrongAudience.status == 400 && wrongAudience.body.contains("\"error\":\"invalid_grant\"")
+                && wrongAudience.body.contains("The ID token audience is not accepted"),
+                "\(wrongAudience)")
         let expired = exchange(token(apple, "a1", #"{"iss":"https://appleid.apple.com","aud":"com.example.app","sub":"x","iat":"-7200","exp":"-3600"}"#))
-        #expect(expired.status == 401 && expired.body.contains("The ID token expired"), "\(expired)")
+        #expect(expired.status == 400 && expired.body.contains("invalid_grant") && expired.body.contains("The ID token expired"), "\(expired)")
         let otherProject = exchange(token(firebase, "f1", #"{"iss":"https://securetoken.google.com/other","aud":"other","sub":"u","auth_time":"-60","iat":"-0","exp":"+3600"}"#))
-        #expect(otherProject.status == 401, "\(otherProject)")
+        #expect(otherProject.status == 400 && otherProject.body.contains("invalid_grant"), "\(otherProject)")
         #expect(!g.log.contains(cases[0].1), "no ID token in the log")
     }
 

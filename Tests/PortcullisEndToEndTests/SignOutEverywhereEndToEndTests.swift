@@ -18,10 +18,10 @@ import Glibc
 
     static var now: Int { Int(Date().timeIntervalSince1970) }
 
-    /// A refusal of an ID token at the exchange: `400 invalid_grant`, or the route's `401`
-    /// when the route's own check already refused it (under the provider's names).
+    /// A refusal of an ID token at the exchange: `400 invalid_grant` (RFC 6749 §5.2), whether
+    /// the route's own check refused it (under the provider's names) or the exchange did.
     static func refusedExchange(_ r: (status: Int, body: String)) -> Bool {
-        (r.status == 400 && r.body.contains("invalid_grant")) || (r.status == 401 && r.body.contains("revoked"))
+        r.status == 400 && r.body.contains("\"error\":\"invalid_grant\"") && (r.body.contains("revoked") || r.body.contains("signed out"))
     }
 
     static func exchange(_ g: GatewayProcess, _ idToken: String) -> (status: Int, body: String) {

@@ -39,7 +39,7 @@ $PY -c 'import jwt, cryptography' 2> /dev/null \
   || { echo "python3-jwt and python3-cryptography are needed (apt-get install python3-jwt python3-cryptography)" >&2; exit 2; }
 
 APPS=("$@")
-[ ${#APPS[@]} -eq 0 ] && APPS=(rvu-tracker paperboxd golfai foliomind vcnotebook)
+[ ${#APPS[@]} -eq 0 ] && APPS=(rvu-tracker paperboxd golfai foliomind vcnotebook foliomind-sessions)
 W=$(mktemp -d /tmp/portcullis-five-apps.XXXXXX)
 # Every process started, by pid (apps run in subshells: a file, not a variable).
 PIDS=$W/pids
@@ -331,6 +331,45 @@ foliomind() {
   stop_gateway
 }
 
+# with_sessions FILE OUT: FILE changed as its sessions comment says: the commented `sessions:`
+# block uncommented, the lines marked "sign-in route" deleted. Nothing else.
+with_sessions() {
+  awk '/^# sessions:/ { block = 1 } block && /^#( |$)/ { sub(/^# ?/, ""); print; next } { block = 0; print }' "$1" \
+    | grep -v '# sign-in route' > "$2"
+}
+
+# FolioMind with its sign-in moved to the edge (the file's sessions comment, followed literally).
+foliomind-sessions() {
+  start_app foliomind
+  export FOLIOMIND_JWT_SECRET=foliomind-local-jwt-secret-0123456789abcdef FOLIOMIND_UPSTREAM_URL=http://127.0.0.1:$UPSTREAM_PORT
+  export SESSION_SECRET=foliomind-local-session-secret-0123456789abcdef SESSION_SIGNING_KEY=$W/foliomind-session-es256.pem
+  unset APPLE_BUNDLE_ID
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$SESSION_SIGNING_KEY" 2> /dev/null
+  with_sessions Config/examples/foliomind.yaml "$W/foliomind-sessions.yaml"
+  start_gateway "$W/foliomind-sessions.yaml"
+  local B=http://$LISTEN A pair access refresh next acc U=001122.0f1e2d3c4b5a69788796a5b4c3d2e1f0.1234
+  A=$(apple_token com.lz.studio.FolioMind $U)
+  pair=$(curl -s -m 15 -X POST -H 'Content-Type: application/json' \
+    -d "{\"identity_token\":\"$A\",\"device_id\":\"6F1A0C9E\",\"app_version\":\"1.0\"}" "$B/api/v1/auth/apple")
+  access=$($PY -c 'import json,sys; print(json.load(sys.stdin).get("access_token", ""))' <<< "$pair" 2> /dev/null)
+  refresh=$($PY -c 'import json,sys; print(json.load(sys.stdin).get("refresh_token", ""))' <<< "$pair" 2> /dev/null)
+  if [ -n "$access" ] && [ -n "$refresh" ]; then passed "Sign in with Apple at the edge: a session pair"
+  else failed "Sign in with Apple at the edge: wanted a session pair; got: $pair"; fi
+  check "API with the gateway's access token" 200 "\"X-User-Id\", \"apple:$U\"" '"X-Auth-Provider", "session"' -- -X POST \
+    -H "Authorization: Bearer $access" -H 'Content-Type: application/json' -d '{"ocr_text":"Receipt"}' "$B/api/v1/analyze"
+  acc=$(mint "$FOLIOMIND_JWT_SECRET" '{"sub":"user_8f14e45f","type":"access","iat":"-0","exp":"+3600"}')
+  check "API with the app's own access JWT, until it expires" 200 '"X-User-Id", "user_8f14e45f"' '"X-Auth-Provider", "app"' -- -X POST \
+    -H "Authorization: Bearer $acc" -H 'Content-Type: application/json' -d '{}' "$B/api/v1/analyze"
+  next=$(curl -s -m 15 -X POST -H 'Content-Type: application/json' -d "{\"refresh_token\":\"$refresh\"}" "$B/api/v1/auth/refresh")
+  access=$($PY -c 'import json,sys; print(json.load(sys.stdin).get("access_token", ""))' <<< "$next" 2> /dev/null)
+  if [ -n "$access" ]; then passed "refresh at the edge: a new pair"; else failed "refresh at the edge: got: $next"; fi
+  check "the device list" 200 '"current":true' -- -H "Authorization: Bearer $access" "$B/api/v1/auth/sessions"
+  check "logout at the edge" 204 -- -X POST -H "Authorization: Bearer $access" "$B/api/v1/auth/logout"
+  check "the logged-out access token" 401 -- -X POST -H "Authorization: Bearer $access" -d '{}' "$B/api/v1/analyze"
+  check "its refresh token" 400 'invalid_grant' -- -X POST -H 'Content-Type: application/json' -d "{\"refresh_token\":\"$refresh\"}" "$B/api/v1/auth/refresh"
+  stop_gateway
+}
+
 # --- VCNotebook -------------------------------------------------------------------------------
 vcnotebook() {
   start_app vcnotebook
@@ -354,7 +393,8 @@ vcnotebook() {
 for app in "${APPS[@]}"; do
   case $app in
     rvu-tracker|paperboxd|golfai|foliomind|vcnotebook) echo "== $app (Config/examples/$app.yaml)"; ( "$app" ) ;;
-    *) echo "unknown app '$app' (rvu-tracker, paperboxd, golfai, foliomind, vcnotebook)" >&2; exit 2 ;;
+    *-sessions) echo "== $app (Config/examples/${app%-sessions}.yaml, its sessions block on as its comment says)"; ( "$app" ) ;;
+    *) echo "unknown app '$app' (rvu-tracker, paperboxd, golfai, foliomind, vcnotebook, foliomind-sessions)" >&2; exit 2 ;;
   esac
 done
 CHECKS=$(wc -l < "$RESULTS")

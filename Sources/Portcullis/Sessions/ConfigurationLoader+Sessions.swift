@@ -87,6 +87,7 @@ extension ConfigurationLoader {
         if let n = try node.optional("require_tls") { settings.requireTLS = try n.bool() }
         if let n = try node.optional("require_nonce") { settings.requireNonce = try n.bool() }
         if let n = try node.optional("max_per_user") { settings.maxPerUser = try n.int(min: 1, max: 10_000) }
+        if let n = try node.optional("error_body") { settings.errorBody = try errorBody(n) }
         try node.finish()
         return settings
     }
@@ -107,7 +108,8 @@ extension ConfigurationLoader {
     /// The session endpoints as routes the gateway answers; a configured route on the same
     /// path is refused (it would shadow one or the other).
     static func addSessionRoutes(_ settings: SessionSettings, routes: inout [RouteConfiguration],
-                                 routeAuth: inout [RouteAuthSettings], file: String) throws(ConfigurationError) -> [(index: Int, kind: SessionRouteKind)] {
+                                 routeAuth: inout [RouteAuthSettings], errorBody: ErrorBodyTemplate,
+                                 file: String) throws(ConfigurationError) -> [(index: Int, kind: SessionRouteKind)] {
         let endpoints: [(String, String, SessionRouteKind, AuthMode, [String]?)] = [
             ("exchange", settings.exchangePath, .exchange, .required, settings.accept),
             ("refresh", settings.refreshPath, .refresh, .none, nil),
@@ -127,12 +129,14 @@ extension ConfigurationLoader {
             routes.append(RouteConfiguration(pathPrefix: path, upstream: "portcullis-sessions", auth: auth, providers: providers))
             var auth = RouteAuthSettings()
             auth.forwardAuthorization = false
+            auth.errorBody = (settings.errorBody ?? errorBody).carryingCode
             if kind == .exchange {
                 var credential = BodyCredentialSettings(field: settings.idTokenField, providers: settings.accept,
                                                         maxBodyBytes: 64 * 1024)
                 credential.alternateField = settings.idTokenField == "id_token" ? nil : "id_token"
                 credential.bearerFallback = true
                 auth.bodyCredential = credential
+                auth.refusesAsGrant = true
             }
             routeAuth.append(auth)
             added.append((routes.count - 1, kind))

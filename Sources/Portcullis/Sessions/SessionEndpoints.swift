@@ -270,12 +270,12 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                 return methodNotAllowed(request.path == base ? "GET" : "DELETE")
             }
             let id = String(request.path.dropFirst(base.count + 1))
-            guard id.count == 32, id.allSatisfy(\.isHexDigit) else { return .error(404, "no such session") }
+            guard id.count == 32, id.allSatisfy(\.isHexDigit) else { return service.oauthError(404, "invalid_request", "No such session") }
             service.store.end(id: id, user: user) { outcome in
                 let record: SessionRecord
                 switch outcome {
                 case .ended(let ended): record = ended
-                case .notFound: return reply.send(.error(404, "no such session"))  // another user's is as unknown
+                case .notFound: return reply.send(service.oauthError(404, "invalid_request", "No such session"))  // another user's is as unknown
                 case .failed: return reply.send(service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
                 }
                 service.counters.count("ended_by_user")
@@ -299,8 +299,11 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
         return "{\"sessions\":[\(items.joined(separator: ","))]}"
     }
 
+    /// In the endpoints' refusal shape, as every other answer of theirs.
     private func methodNotAllowed(_ allowed: String) -> LocalResponse {
-        LocalResponse.error(405, "method not allowed", headers: [("allow", allowed)])
+        var response = service.oauthError(405, "invalid_request", "Method not allowed (allowed: \(allowed))")
+        response.headers.append(("allow", allowed))
+        return response
     }
 
     /// 128 random bits, hex.

@@ -52,6 +52,9 @@ public struct SessionSettings: Sendable {
     /// The most sessions one user keeps; a new sign-in past it ends the least recently used
     /// (a replayed ID token cannot grow the store without bound).
     public var maxPerUser = 50
+    /// `error_body`: the session endpoints' refusal shape (default: `identity.error_body`);
+    /// whichever it is, the RFC 6749 code is in it (`ErrorBodyTemplate.carryingCode`).
+    public var errorBody: ErrorBodyTemplate?
     /// `user: {lookup: {upstream, path}}`: the app maps a verified identity to its own user
     /// id (and claims) at the exchange; nil: the user id is "<provider>:<sub>".
     public var lookup: Lookup?
