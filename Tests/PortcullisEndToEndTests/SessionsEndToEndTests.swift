@@ -51,10 +51,10 @@ import Glibc
     }
 
     static func exchange(_ g: GatewayProcess, _ provider: String = "google", sub: String = "117", device: String? = nil,
-                         field: String = "idToken") throws -> (Int, String) {
+                         field: String = "idToken", deviceMember: String = "device_name") throws -> (Int, String) {
         let header = try AuthFixtures.mint(g, provider, ["--sub", sub])
         let token = String(header.dropFirst("Authorization: Bearer ".count))
-        let body = device.map { "{\"\(field)\":\"\(token)\",\"device_name\":\"\($0)\"}" } ?? "{\"\(field)\":\"\(token)\"}"
+        let body = device.map { "{\"\(field)\":\"\(token)\",\"\(deviceMember)\":\"\($0)\"}" } ?? "{\"\(field)\":\"\(token)\"}"
         let r = E2E.curl(["-X", "POST", "-H", "content-type: application/json", "-H", "user-agent: TestPhone/1", "-d", body,
                           "\(g.url)/auth/session"])
         return (r.status, r.body)
@@ -301,6 +301,57 @@ import Glibc
         // Routes keep the app's own shape.
         let route = E2E.curl(["\(g.url)/api/x"])
         #expect(route.status == 401 && json(route.body) == ["detail": "No credentials"], "\(route)")
+    }
+
+    /// The clients the apps shipped: refresh with RFC 6749's form body (`grant_type=
+    /// refresh_token&refresh_token=…`; another grant type is `unsupported_grant_type`, a
+    /// repeated parameter `invalid_request`), the device from `device_field` (FolioMind sends
+    /// `device_id`), logout answering `200` with `logout_status: 200`.
+    @Test func formRefreshDeviceFieldAndLogoutStatus() throws {
+        let upstream = try EchoUpstream()
+        let h = try GatewayProcess("""
+        \(AuthFixtures.providers)
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google]
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false
+          device_field: device_id
+          logout_status: 200
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        """)
+        let first = try #require(Self.pair(try Self.exchange(h, device: "6F1A0C9E", field: "idToken", deviceMember: "device_id").1))
+        func form(_ body: String) -> (status: Int, body: String) {
+            E2E.curl(["-X", "POST", "-H", "content-type: application/x-www-form-urlencoded", "--data-raw", body, "\(h.url)/auth/refresh"])
+        }
+        let encoded = first.refresh.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? first.refresh
+        let second = try #require(Self.pair(form("grant_type=refresh_token&refresh_token=\(encoded)").body), "the form body refreshes")
+        let other = form("grant_type=password&refresh_token=\(second.refresh)")
+        #expect(other.status == 400 && other.body.contains("unsupported_grant_type"), "\(other)")
+        let twice = form("refresh_token=\(second.refresh)&refresh_token=\(second.refresh)")
+        #expect(twice.status == 400 && twice.body.contains("invalid_request"), "\(twice)")
+        let list = E2E.curl(["-H", "Authorization: Bearer \(second.access)", "\(h.url)/auth/sessions"]).body
+        #expect(list.contains("\"device\":\"6F1A0C9E\""), "the device from device_id: \(list)")
+        let out = E2E.curl(["-X", "POST", "-H", "Authorization: Bearer \(second.access)", "\(h.url)/auth/logout"])
+        #expect(out.status == 200 && out.body.contains("logged_out"), "\(out)")
+        #expect(waitUntil(3) { Self.api(h, second.access).status == 401 })
+        // Refused at start: another status, or the ID token's own member.
+        for (line, reason) in [("logout_status: 201", "expected 200 or 204"), ("device_field: idToken", "other than id_token_field")] {
+            let file = NSTemporaryDirectory() + "sessions-fields-\(UUID().uuidString).yaml"
+            try """
+            \(AuthFixtures.providers)
+            sessions: {issuer: "https://x.test", accept: [google], refresh_token: {secret: "\(Self.secret)"}, \(line)}
+            upstreams:
+              app: {url: "http://127.0.0.1:\(upstream.port)"}
+            routes:
+              - {path: /api, upstream: app, auth: required}
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+            let (code, stdout, stderr) = E2E.run(E2E.binary, ["check-config", file])
+            #expect(code == 2 && (stdout + stderr).contains(reason), "\(line): \(stdout)\(stderr)")
+        }
     }
 
     /// A refresh the store cannot answer (Redis paused past the command timeout) is a 503

@@ -363,8 +363,9 @@ foliomind-sessions() {
   next=$(curl -s -m 15 -X POST -H 'Content-Type: application/json' -d "{\"refresh_token\":\"$refresh\"}" "$B/api/v1/auth/refresh")
   access=$($PY -c 'import json,sys; print(json.load(sys.stdin).get("access_token", ""))' <<< "$next" 2> /dev/null)
   if [ -n "$access" ]; then passed "refresh at the edge: a new pair"; else failed "refresh at the edge: got: $next"; fi
-  check "the device list" 200 '"current":true' -- -H "Authorization: Bearer $access" "$B/api/v1/auth/sessions"
-  check "logout at the edge" 204 -- -X POST -H "Authorization: Bearer $access" "$B/api/v1/auth/logout"
+  check "the device list names the device_id the client sent" 200 '"current":true' '"device":"6F1A0C9E"' -- \
+    -H "Authorization: Bearer $access" "$B/api/v1/auth/sessions"
+  check "logout at the edge (200, as the app answered)" 200 'logged_out' -- -X POST -H "Authorization: Bearer $access" "$B/api/v1/auth/logout"
   check "the logged-out access token" 401 -- -X POST -H "Authorization: Bearer $access" -d '{}' "$B/api/v1/analyze"
   check "its refresh token" 400 'invalid_grant' -- -X POST -H 'Content-Type: application/json' -d "{\"refresh_token\":\"$refresh\"}" "$B/api/v1/auth/refresh"
   stop_gateway

@@ -88,6 +88,18 @@ extension ConfigurationLoader {
         if let n = try node.optional("require_nonce") { settings.requireNonce = try n.bool() }
         if let n = try node.optional("max_per_user") { settings.maxPerUser = try n.int(min: 1, max: 10_000) }
         if let n = try node.optional("error_body") { settings.errorBody = try errorBody(n) }
+        if let n = try node.optional("device_field") {
+            let field = try n.string()
+            guard !field.isEmpty, field.utf8.count <= 64, field != settings.idTokenField else {
+                throw n.error("expected a JSON member name (1 to 64 bytes) other than id_token_field")
+            }
+            settings.deviceField = field
+        }
+        if let n = try node.optional("logout_status") {
+            let status = try n.int(min: 200, max: 204)
+            guard status == 200 || status == 204 else { throw n.error("expected 200 or 204, got \(status)") }
+            settings.logoutStatus = status
+        }
         try node.finish()
         return settings
     }

@@ -52,7 +52,7 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             }
             var device = ""
             request.values(of: "user-agent") { device = String(decoding: $0, as: UTF8.self) }
-            if case .success(let name?) = SessionService.member(body, ["device_name"]) { device = name }
+            if case .success(let name?) = SessionService.member(body, [service.settings.deviceField]) { device = name }
             let provider = identity.provider
             let deviceName = String(device.prefix(Self.maxDeviceNameLength))  // per-user state stays bounded
             let subject = identity.subject
@@ -141,10 +141,13 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
         case .refresh:
             guard request.method == .post else { return methodNotAllowed("POST") }
             let presented: String
-            switch SessionService.member(body, ["refresh_token", "refreshToken"]) {
+            switch SessionService.refreshToken(request, body: body) {
             case .success(let token?): presented = token
             case .success(nil): return service.oauthError(400, "invalid_request", "The request body has no refresh_token member")
-            case .failure: return service.oauthError(400, "invalid_request", "The request body is not a JSON object with a string refresh_token member")
+            case .failure(.unsupportedGrant):
+                return service.oauthError(400, "unsupported_grant_type", "This endpoint takes grant_type=refresh_token only")
+            case .failure: return service.oauthError(400, "invalid_request", "The request body is neither a JSON object with a string "
+                                                     + "refresh_token member nor a form with one refresh_token parameter")
             }
             guard let (id, counter) = service.parseRefreshToken(presented) else {
                 service.counters.count("refresh_invalid")
@@ -247,7 +250,7 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                     accessExpires = tokenExpires
                 }
                 service.revokeSession(sid, accessExpiresAt: max(accessExpires, tokenExpires), now: now) { ok in
-                    reply.send(ok ? LocalResponse(status: 204, headers: [("cache-control", "no-store")], body: [])
+                    reply.send(ok ? service.loggedOut()
                                   : service.oauthError(503, "temporarily_unavailable", "The revocation store is unavailable"))
                 }
             }
@@ -280,7 +283,7 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                 }
                 service.counters.count("ended_by_user")
                 service.endEverywhere(record, now: now) { ok in
-                    reply.send(ok ? LocalResponse(status: 204, headers: [("cache-control", "no-store")], body: [])
+                    reply.send(ok ? service.loggedOut()
                                   : service.oauthError(503, "temporarily_unavailable", "The revocation store is unavailable"))
                 }
             }

@@ -170,6 +170,15 @@ public final class SessionService: @unchecked Sendable {
     }
 
     /// RFC 6749 §5.2, in the configured body shape.
+    /// A logout's answer: `204` (the default), or `200 {"status":"logged_out"}` with
+    /// `logout_status: 200` for a client that decodes a body (FolioMind's answered 200).
+    func loggedOut() -> LocalResponse {
+        settings.logoutStatus == 200
+            ? LocalResponse(status: 200, headers: [("content-type", "application/json"), ("cache-control", "no-store")],
+                            body: Array("{\"status\":\"logged_out\"}\n".utf8))
+            : LocalResponse(status: 204, headers: [("cache-control", "no-store")], body: [])
+    }
+
     func oauthError(_ status: Int, _ code: String, _ description: String) -> LocalResponse {
         LocalResponse(status: status, headers: [("cache-control", "no-store")],
                       body: Array(errorBody.render(status: status, code: code, description: description).utf8))
@@ -204,7 +213,28 @@ public final class SessionService: @unchecked Sendable {
         return .success(nil)
     }
 
-    enum LocalResponseReason: Error { case notJSON, notString(String) }
+    enum LocalResponseReason: Error { case notJSON, notString(String), unsupportedGrant(String) }
+
+    /// The refresh token of a refresh request: a JSON body's `refresh_token` (or
+    /// `refreshToken`), or RFC 6749 §6's form body (`grant_type=refresh_token&refresh_token=…`,
+    /// `application/x-www-form-urlencoded`), whose `grant_type` must be `refresh_token`.
+    static func refreshToken(_ request: RequestView, body: UnsafeRawBufferPointer) -> Result<String?, LocalResponseReason> {
+        var form = false
+        request.values(of: "content-type") { value in
+            form = form || String(decoding: value, as: UTF8.self).lowercased().hasPrefix("application/x-www-form-urlencoded")
+        }
+        guard form else { return member(body, ["refresh_token", "refreshToken"]) }
+        var fields: [String: String] = [:]
+        for pair in String(decoding: body, as: UTF8.self).split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            func decoded(_ text: Substring) -> String? { text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding }
+            guard let name = decoded(parts[0]), let value = parts.count == 2 ? decoded(parts[1]) : "" else { return .failure(.notJSON) }
+            if fields[name] != nil { return .failure(.notString(name)) }  // a repeated parameter (RFC 6749 §3.2)
+            fields[name] = value
+        }
+        if let grant = fields["grant_type"], grant != "refresh_token" { return .failure(.unsupportedGrant(grant)) }
+        return .success(fields["refresh_token"])
+    }
 
     /// The verified ID token's claims with their JSON types: the token is found again where
     /// the exchange route read it (a body member of `fields`, else `Authorization: Bearer`)

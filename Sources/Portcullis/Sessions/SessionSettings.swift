@@ -55,6 +55,11 @@ public struct SessionSettings: Sendable {
     /// `error_body`: the session endpoints' refusal shape (default: `identity.error_body`);
     /// whichever it is, the RFC 6749 code is in it (`ErrorBodyTemplate.carryingCode`).
     public var errorBody: ErrorBodyTemplate?
+    /// `device_field`: the exchange body's member naming the device (default `device_name`;
+    /// FolioMind's client sends `device_id`), else the User-Agent.
+    public var deviceField = "device_name"
+    /// `logout_status`: 204 (no body, the default) or 200 (`{"status":"logged_out"}`).
+    public var logoutStatus = 204
     /// `user: {lookup: {upstream, path}}`: the app maps a verified identity to its own user
     /// id (and claims) at the exchange; nil: the user id is "<provider>:<sub>".
     public var lookup: Lookup?
