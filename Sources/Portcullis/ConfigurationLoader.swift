@@ -77,10 +77,13 @@ public enum ConfigurationLoader {
             }
             providers.append(Self.sessionProvider(sessions))
         }
-        var (routes, routeAuth) = try Self.routes(try top.required("routes"), file: file, upstreams: upstreams,
+        let routesNode = try top.required("routes")
+        var (routes, routeAuth) = try Self.routes(routesNode, file: file, upstreams: upstreams,
                                                   providerNames: Set(providers.map(\.configuration.name)))
+        let routeLines = (try? routesNode.sequence().map(\.line)) ?? []
         let sessionRoutes = try sessions.map { settings throws(ConfigurationError) in
-            try Self.addSessionRoutes(settings, routes: &routes, routeAuth: &routeAuth, errorBody: identity.settings.errorBody, file: file)
+            try Self.addSessionRoutes(settings, routes: &routes, routeAuth: &routeAuth, errorBody: identity.settings.errorBody,
+                                      file: file, routeLines: routeLines, pathsLine: sessionsNode?.line)
         } ?? []
 
         try top.finish()

@@ -123,7 +123,8 @@ public final class AssertionKeys: @unchecked Sendable {
 
     /// A PEM private key of the type `algorithm` needs (RS256: RSA ≥ 2048 bits, ES256:
     /// P-256, EdDSA: Ed25519).
-    public static func loadKey(_ path: String, algorithm: JWSAlgorithm) throws(LoadError) -> SigningKey {
+    /// `purpose`: what the key signs, for the reason ("… cannot sign ES256 assertions").
+    public static func loadKey(_ path: String, algorithm: JWSAlgorithm, purpose: String = "assertions") throws(LoadError) -> SigningKey {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw LoadError(file: path, reason: FileManager.default.fileExists(atPath: path) ? "cannot read the file (permission denied)" : "no such file")
         }
@@ -132,7 +133,8 @@ public final class AssertionKeys: @unchecked Sendable {
             throw LoadError(file: path, reason: "\(error)")
         }
         guard key.algorithm == algorithm else {
-            throw LoadError(file: path, reason: "a \(key.algorithm.rawValue) key cannot sign \(algorithm.rawValue) assertions")
+            throw LoadError(file: path, reason: "a \(key.algorithm.rawValue) key cannot sign \(algorithm.rawValue) \(purpose)"
+                            + (algorithm == .es256 ? " (a P-256 key is needed: portcullis keys generate FILE)" : ""))
         }
         if algorithm == .rs256, let bits = key.rsaBits, bits < 2048 {
             throw LoadError(file: path, reason: "RSA keys need at least 2048 bits (this one has \(bits))")

@@ -26,8 +26,8 @@ struct Mint: ParsableCommand {
     var key: String?
     @Option(name: .long, help: "kid header value.")
     var kid: String?
-    @Option(name: .long, help: "Lifetime, e.g. 15m, 1h.")
-    var ttl: String = "1h"
+    @Option(name: .long, help: "Lifetime, e.g. 15m, 1h (default 1h; for the session provider, sessions.access_token.lifetime).")
+    var ttl: String?
     @Option(name: .long, help: "Subtract this from iat/exp (e.g. 2h: an already expired credential).")
     var age: String = "0s"
     @Option(name: .long, help: "token (default), header (ready for curl -H) or json.")
@@ -43,15 +43,34 @@ struct Mint: ParsableCommand {
             throw ValidationError("no provider '\(provider)' in \(config) (known: \(configuration.providers.map(\.configuration.name).joined(separator: ", ")))")
         }
         guard count >= 1, count <= 10_000_000 else { throw ValidationError("--count must be between 1 and 10000000") }
-        guard let lifetime = parseDurationSeconds(ttl), lifetime > 0 else { throw ValidationError("--ttl: expected a duration such as 1h") }
+        let sessionLifetime = provider == SessionSettings.providerName ? configuration.sessions?.accessLifetime : nil
+        let lifetime: Double
+        if let ttl {
+            guard let parsed = parseDurationSeconds(ttl), parsed > 0 else { throw ValidationError("--ttl: expected a duration such as 1h") }
+            lifetime = parsed
+        } else {
+            lifetime = sessionLifetime ?? 3600
+        }
         guard let ageSeconds = parseDurationSeconds(age) else { throw ValidationError("--age: expected a duration such as 2h") }
         guard ["token", "header", "json"].contains(format) else { throw ValidationError("--format: token, header or json") }
         var pem: String?
+        var keyID = kid
         if let key {
             guard let data = FileManager.default.contents(atPath: key) else { throw ValidationError("cannot read --key \(key)") }
             pem = String(decoding: data, as: UTF8.self)
+        } else if provider == SessionSettings.providerName, configuration.sessions != nil {
+            // The gateway's own session access tokens: its first signing key, its thumbprint as kid.
+            do {
+                let signer = try SessionKeyFiles.signer(configuration)
+                pem = signer.pem
+                keyID = keyID ?? signer.keyID
+            } catch { throw ValidationError("\(error)") }
         }
         var extra: [(String, JSONValue)] = []
+        if provider == SessionSettings.providerName {
+            // A session access token names its session (the logout and revocation key).
+            if !claim.contains(where: { $0.hasPrefix("sid=") }) { extra.append(("sid", .string(randomTokenID()))) }
+        }
         for item in claim {
             guard let equals = item.firstIndex(of: "="), equals != item.startIndex else {
                 throw ValidationError("--claim: expected NAME=VALUE, got '\(item)'")
@@ -59,7 +78,7 @@ struct Mint: ParsableCommand {
             extra.append((String(item[..<equals]), Self.claimValue(String(item[item.index(after: equals)...]))))
         }
         let minter: CredentialMinter
-        do { minter = try CredentialMinter(provider: settings, privateKeyPEM: pem, keyID: kid) } catch {
+        do { minter = try CredentialMinter(provider: settings, privateKeyPEM: pem, keyID: keyID) } catch {
             throw ValidationError("\(error)")
         }
         let now = Int64(Date().timeIntervalSince1970) - Int64(ageSeconds)

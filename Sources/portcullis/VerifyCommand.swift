@@ -36,6 +36,12 @@ struct Verify: ParsableCommand {
             throw ValidationError("unknown provider '\(provider)' (the configuration has: \(names.joined(separator: ", ")))")
         }
         var keys = configuration.providers.inlineKeys
+        // The gateway's own session access tokens: the configured signing key files.
+        if configuration.sessions != nil, provider == nil || provider == SessionSettings.providerName {
+            do { keys[SessionSettings.providerName] = try SessionKeyFiles.keySet(configuration) } catch {
+                if provider == SessionSettings.providerName { throw ValidationError("\(error)") }
+            }
+        }
         if let jwks {
             guard let provider else { throw ValidationError("--jwks needs --provider") }
             guard let data = FileManager.default.contents(atPath: jwks) else { throw ValidationError("cannot read \(jwks)") }

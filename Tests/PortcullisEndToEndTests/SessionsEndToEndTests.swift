@@ -354,6 +354,64 @@ import Glibc
         }
     }
 
+    /// Keys and tools: `portcullis keys generate` writes a P-256 key (0600, never over a
+    /// file); `check-config` names a missing or non-P-256 signing key; `mint --provider
+    /// session` signs with the first key and its defaults, the running gateway and `verify`
+    /// accept the result; a session path that is also a route's names that route's line.
+    @Test func keysGenerateCheckConfigMintAndVerify() throws {
+        let dir = NSTemporaryDirectory() + "session-tools-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let key = dir + "/session.pem"
+        let generated = E2E.run(E2E.binary, ["keys", "generate", key])
+        #expect(generated.0 == 0 && generated.1.contains("ES256 private key, mode 0600"), "\(generated)")
+        let mode = (try FileManager.default.attributesOfItem(atPath: key)[.posixPermissions] as? NSNumber)?.intValue
+        #expect(mode == 0o600)
+        let text = E2E.run("/usr/bin/openssl", ["pkey", "-in", key, "-noout", "-text"]).1
+        #expect(text.contains("prime256v1") || text.contains("P-256"), "\(text.prefix(300))")
+        let again = E2E.run(E2E.binary, ["keys", "generate", key])
+        #expect(again.0 != 0 && again.2.contains("the file exists"), "never over an existing key: \(again)")
+        let p384 = dir + "/p384.pem"
+        E2E.run("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-384", "-out", p384])
+        let upstream = try EchoUpstream()
+        func file(_ keyPath: String, extraRoute: String = "") throws -> String {
+            let path = dir + "/gateway-\(UUID().uuidString).yaml"
+            try """
+            \(AuthFixtures.providers)
+            sessions:
+              issuer: "https://api.example.test"
+              accept: [google]
+              access_token: {signing_keys: ["\(keyPath)"]}
+              refresh_token: {secret: "\(Self.secret)"}
+              require_tls: false
+            upstreams:
+              app: {url: "http://127.0.0.1:\(upstream.port)"}
+            routes:
+              - {path: /api, upstream: app, auth: required, providers: [google]}\(extraRoute)
+            """.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
+        for (keyPath, reason) in [(dir + "/missing.pem", "no such file"), (p384, "a P-256 key is needed")] {
+            let (code, out, err) = E2E.run(E2E.binary, ["check-config", try file(keyPath)])
+            #expect(code == 2 && (out + err).contains("sessions.access_token.signing_keys") && (out + err).contains(reason),
+                    "\(out)\(err)")
+        }
+        let clashing = try file(key, extraRoute: "\n  - {path: /auth/refresh, upstream: app, auth: none}")
+        let line = try #require(try String(contentsOfFile: clashing, encoding: .utf8).components(separatedBy: "\n")
+            .firstIndex { $0.contains("path: /auth/refresh") }) + 1
+        let clash = E2E.run(E2E.binary, ["check-config", clashing])
+        #expect(clash.0 == 2 && (clash.1 + clash.2).contains("is also the path of the route at line \(line) "), "\(clash)")
+        let config = try file(key)
+        let minted = E2E.run(E2E.binary, ["mint", "--config", config, "--provider", "session", "--sub", "alice"])
+        #expect(minted.0 == 0, "\(minted)")
+        let token = minted.1.trimmingCharacters(in: .whitespacesAndNewlines)
+        let verified = E2E.run(E2E.binary, ["verify", "--config", config, token])
+        #expect(verified.0 == 0 && verified.1.contains("verified: provider=session user=alice"), "\(verified)")
+        let g = try GatewayProcess(try String(contentsOfFile: config, encoding: .utf8))
+        let r = E2E.curl(["-H", "Authorization: Bearer \(token)", "\(g.url)/api/x"])
+        #expect(r.status == 200 && (try? Echo(r.body).values("x-user-id")) == ["alice"], "\(r)")
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
     /// A refresh the store cannot answer (Redis paused past the command timeout) is a 503
     /// that rotated nothing and revoked nothing: the client's retry with the same refresh
     /// token, once Redis answers, rotates as if the outage never happened (no "reuse", no

@@ -71,7 +71,17 @@ extension ConfigurationLoader {
             if let n = try access.optional("algorithm") {
                 guard try n.string() == "ES256" else { throw n.error("only ES256 is supported") }
             }
-            if let n = try access.optional("signing_keys") { settings.signingKeyFiles = try n.stringList() }
+            if let n = try access.optional("signing_keys") {
+                settings.signingKeyFiles = try n.stringList()
+                // Read now, so check-config (and start) names a missing or wrong key file here.
+                for path in settings.signingKeyFiles {
+                    do throws(AssertionKeys.LoadError) {
+                        _ = try AssertionKeys.loadKey(path, algorithm: .es256, purpose: "session access tokens")
+                    } catch {
+                        throw n.error("\(error)")
+                    }
+                }
+            }
             try access.finish()
         }
         if var paths = try node.optional("paths") {
@@ -121,7 +131,8 @@ extension ConfigurationLoader {
     /// path is refused (it would shadow one or the other).
     static func addSessionRoutes(_ settings: SessionSettings, routes: inout [RouteConfiguration],
                                  routeAuth: inout [RouteAuthSettings], errorBody: ErrorBodyTemplate,
-                                 file: String) throws(ConfigurationError) -> [(index: Int, kind: SessionRouteKind)] {
+                                 file: String, routeLines: [Int?] = [], pathsLine: Int? = nil)
+        throws(ConfigurationError) -> [(index: Int, kind: SessionRouteKind)] {
         let endpoints: [(String, String, SessionRouteKind, AuthMode, [String]?)] = [
             ("exchange", settings.exchangePath, .exchange, .required, settings.accept),
             ("refresh", settings.refreshPath, .refresh, .none, nil),
@@ -131,11 +142,13 @@ extension ConfigurationLoader {
         var added: [(index: Int, kind: SessionRouteKind)] = []
         for (key, path, kind, auth, providers) in endpoints {
             if let clash = routes.firstIndex(where: { $0.host == nil && $0.pathPrefix == path }) {
-                throw ConfigurationError(file: file, key: "sessions.paths.\(key)", line: nil,
-                                         reason: "\(path) is also routes[\(clash)]'s path; one would shadow the other")
+                let at = clash < routeLines.count ? routeLines[clash].map { "the route at line \($0)" } : nil
+                throw ConfigurationError(file: file, key: "sessions.paths.\(key)", line: pathsLine,
+                                         reason: "\(path) is also the path of \(at ?? "routes[\(clash)]") (a session endpoint "
+                                            + "and a route on one path would shadow each other: delete the route, or move the endpoint)")
             }
             if let other = added.first(where: { routes[$0.index].pathPrefix == path }) {
-                throw ConfigurationError(file: file, key: "sessions.paths.\(key)", line: nil,
+                throw ConfigurationError(file: file, key: "sessions.paths.\(key)", line: pathsLine,
                                          reason: "\(path) is already the \(other.kind) endpoint's path")
             }
             routes.append(RouteConfiguration(pathPrefix: path, upstream: "portcullis-sessions", auth: auth, providers: providers))

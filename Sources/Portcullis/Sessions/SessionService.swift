@@ -74,7 +74,7 @@ public final class SessionService: @unchecked Sendable {
             return ([try SigningKey.generate(.es256)], [""], [])
         }
         let keys = try settings.signingKeyFiles.map { path in
-            do { return try AssertionKeys.loadKey(path, algorithm: .es256) } catch {
+            do { return try AssertionKeys.loadKey(path, algorithm: .es256, purpose: "session access tokens") } catch {
                 throw Failure(description: "sessions.access_token.signing_keys: \(error)")
             }
         }
