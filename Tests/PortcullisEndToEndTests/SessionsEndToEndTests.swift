@@ -412,6 +412,52 @@ import Glibc
         try? FileManager.default.removeItem(atPath: dir)
     }
 
+    /// Moving without signing everyone out: with the app's own `auth: none` refresh route
+    /// kept on the refresh path, a refresh token the gateway did not issue goes to the app
+    /// as before (body whole, JSON or form, HTTP/1.1 and HTTP/2), the gateway's own are
+    /// answered by the gateway; `old_refresh_tokens: refuse` refuses the clash at start.
+    @Test func oldRefreshTokensGoToTheAppsRouteAsBefore() throws {
+        let upstream = try EchoUpstream()
+        let config = """
+        \(AuthFixtures.providers)
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google]
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /auth/refresh, upstream: app, auth: none}
+          - {path: /api, upstream: app, auth: required}
+        """
+        let g = try GatewayProcess(config, listen: "  - {address: \"127.0.0.1:PORT\", h2c: true}")
+        let pair = try #require(Self.pair(try Self.exchange(g).1))
+        for flags in [[], ["--http2-prior-knowledge"]] {
+            let old = E2E.curl(flags + ["-X", "POST", "-H", "content-type: application/json", "-d", #"{"refresh_token":"refresh_abc123"}"#,
+                                        "\(g.url)/auth/refresh"])
+            #expect(old.status == 200, "\(flags): \(old)")
+            let echo = try Echo(old.body)
+            #expect(echo.path == "/auth/refresh" && echo.body.contains("refresh_abc123"), "the app got it whole: \(old.body.prefix(400))")
+            #expect(echo.values("x-user-id").isEmpty)
+            let form = E2E.curl(flags + ["-X", "POST", "-H", "content-type: application/x-www-form-urlencoded",
+                                         "--data-raw", "grant_type=refresh_token&refresh_token=opaque-old", "\(g.url)/auth/refresh"])
+            let formEcho = try Echo(form.body)
+            #expect(form.status == 200 && formEcho.body.contains("opaque-old"), "\(form)")
+        }
+        _ = try upstream.seen()
+        let mine = Self.refresh(g, pair.refresh)
+        #expect(Self.pair(mine.body) != nil, "the gateway's own token is the gateway's: \(mine)")
+        let seen = try upstream.seen()
+        #expect(!seen.contains("/auth/refresh"), "no gateway token reached the app: \(seen)")
+        // Refused at start when asked to.
+        let file = NSTemporaryDirectory() + "old-refresh-\(UUID().uuidString).yaml"
+        try config.replacingOccurrences(of: "  require_tls: false", with: "  require_tls: false\n  old_refresh_tokens: refuse")
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        let (code, out, err) = E2E.run(E2E.binary, ["check-config", file])
+        #expect(code == 2 && (out + err).contains("is also the path of the route at line"), "\(out)\(err)")
+    }
+
     /// A refresh the store cannot answer (Redis paused past the command timeout) is a 503
     /// that rotated nothing and revoked nothing: the client's retry with the same refresh
     /// token, once Redis answers, rotates as if the outage never happened (no "reuse", no

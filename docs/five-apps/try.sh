@@ -360,6 +360,8 @@ foliomind-sessions() {
   acc=$(mint "$FOLIOMIND_JWT_SECRET" '{"sub":"user_8f14e45f","type":"access","iat":"-0","exp":"+3600"}')
   check "API with the app's own access JWT, until it expires" 200 '"X-User-Id", "user_8f14e45f"' '"X-Auth-Provider", "app"' -- -X POST \
     -H "Authorization: Bearer $acc" -H 'Content-Type: application/json' -d '{}' "$B/api/v1/analyze"
+  check "a refresh token the app issued before the move still goes to the app" 200 '!X-User-Id' 'refresh_abc123' -- -X POST \
+    -H 'Content-Type: application/json' -d '{"refresh_token":"refresh_abc123"}' "$B/api/v1/auth/refresh"
   next=$(curl -s -m 15 -X POST -H 'Content-Type: application/json' -d "{\"refresh_token\":\"$refresh\"}" "$B/api/v1/auth/refresh")
   access=$($PY -c 'import json,sys; print(json.load(sys.stdin).get("access_token", ""))' <<< "$next" 2> /dev/null)
   if [ -n "$access" ]; then passed "refresh at the edge: a new pair"; else failed "refresh at the edge: got: $next"; fi

@@ -105,6 +105,13 @@ extension ConfigurationLoader {
             }
             settings.deviceField = field
         }
+        if let n = try node.optional("old_refresh_tokens") {
+            switch try n.string() {
+            case "forward": settings.forwardsOldRefreshTokens = true
+            case "refuse": settings.forwardsOldRefreshTokens = false
+            case let other: throw n.error("expected forward or refuse, got '\(other)'")
+            }
+        }
         if let n = try node.optional("logout_status") {
             let status = try n.int(min: 200, max: 204)
             guard status == 200 || status == 204 else { throw n.error("expected 200 or 204, got \(status)") }
@@ -143,6 +150,20 @@ extension ConfigurationLoader {
         for (key, path, kind, auth, providers) in endpoints {
             if let clash = routes.firstIndex(where: { $0.host == nil && $0.pathPrefix == path }) {
                 let at = clash < routeLines.count ? routeLines[clash].map { "the route at line \($0)" } : nil
+                // The app's own refresh route on the refresh path: one route, answered by the
+                // gateway for its own tokens and forwarded to the app for the others
+                // (`SessionEndpoint.forwardsInstead`), so clients signed in before the move
+                // keep refreshing. Its refresh token travels in the body: the route must be
+                // `auth: none`, as an app's refresh route is.
+                if kind == .refresh && settings.forwardsOldRefreshTokens {
+                    guard routes[clash].auth == .none, routes[clash].handler == nil else {
+                        throw ConfigurationError(file: file, key: "sessions.paths.\(key)", line: pathsLine,
+                                                 reason: "\(path) is also the path of \(at ?? "routes[\(clash)]"), which must be "
+                                                    + "auth: none to take the refresh tokens the gateway did not issue")
+                    }
+                    added.append((clash, kind))
+                    continue
+                }
                 throw ConfigurationError(file: file, key: "sessions.paths.\(key)", line: pathsLine,
                                          reason: "\(path) is also the path of \(at ?? "routes[\(clash)]") (a session endpoint "
                                             + "and a route on one path would shadow each other: delete the route, or move the endpoint)")

@@ -18,6 +18,19 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
         self.service = service
     }
 
+    /// On an app's own refresh path (`sessions.paths.refresh` equal to an `auth: none` route's
+    /// path, merged at load: see `ConfigurationLoader.addSessionRoutes`), a refresh token
+    /// that is not the gateway's (no `rt1.` prefix) goes to the app as before, so the clients
+    /// signed in before the move keep refreshing until they sign in again. Asked only on
+    /// such a route (it has an upstream).
+    func forwardsInstead(_ request: RequestView, body: UnsafeRawBufferPointer) -> Bool {
+        guard kind == .refresh else { return false }
+        switch SessionService.refreshToken(request, body: body) {
+        case .success(let token?): return !token.hasPrefix(SessionService.refreshTokenPrefix)
+        case .success(nil), .failure: return true  // whatever the app made of it before
+        }
+    }
+
     func handle(_ request: RequestView, body: UnsafeRawBufferPointer, grant: AuthGrant?, reply: LocalReply) -> LocalResponse? {
         let service = self.service
         if service.settings.requireTLS && !reply.secure {

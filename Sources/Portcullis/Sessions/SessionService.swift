@@ -116,7 +116,7 @@ public final class SessionService: @unchecked Sendable {
     // MARK: Tokens
 
     func refreshToken(session: String, counter: UInt64) -> String {
-        let body = "rt1.\(session).\(counter)"
+        let body = "\(Self.refreshTokenPrefix)\(session).\(counter)"
         return body + "." + JWTText.base64URL(HMACSHA256.mac(key: macKey, Array(body.utf8)))
     }
 
@@ -172,6 +172,9 @@ public final class SessionService: @unchecked Sendable {
     /// RFC 6749 §5.2, in the configured body shape.
     /// A logout's answer: `204` (the default), or `200 {"status":"logged_out"}` with
     /// `logout_status: 200` for a client that decodes a body (FolioMind's answered 200).
+    /// What every refresh token the gateway issues begins with.
+    static let refreshTokenPrefix = "rt1."
+
     func loggedOut() -> LocalResponse {
         settings.logoutStatus == 200
             ? LocalResponse(status: 200, headers: [("content-type", "application/json"), ("cache-control", "no-store")],

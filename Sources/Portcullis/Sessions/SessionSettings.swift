@@ -60,6 +60,10 @@ public struct SessionSettings: Sendable {
     public var deviceField = "device_name"
     /// `logout_status`: 204 (no body, the default) or 200 (`{"status":"logged_out"}`).
     public var logoutStatus = 204
+    /// `old_refresh_tokens: forward` (the default): when the refresh path is also an app's
+    /// `auth: none` route, refresh tokens the gateway did not issue go to that route as
+    /// before; `refuse`: such a route is refused at start, as any path clash.
+    public var forwardsOldRefreshTokens = true
     /// `user: {lookup: {upstream, path}}`: the app maps a verified identity to its own user
     /// id (and claims) at the exchange; nil: the user id is "<provider>:<sub>".
     public var lookup: Lookup?

@@ -377,9 +377,13 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
 
     private func forward(_ view: RequestView, route: Route, grant: AuthGrant?) {
         if let handler = route.configuration.handler {
-            answerItself(handler, view, grant: grant)
+            answerItself(handler, view, grant: grant, route: route)
             return
         }
+        forwardUpstream(view, route: route, grant: grant)
+    }
+
+    private func forwardUpstream(_ view: RequestView, route: Route, grant: AuthGrant?) {
         responseObserver = grant?.observer
         let pool = serving.pools[route.upstreamIndex]
         upgradeForwarded = ForwardedHead.build(
@@ -405,14 +409,16 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
 
     /// A route the gateway answers (`RouteHandler`): with the body already read for the
     /// decision (a credential in it), at once; else once the body was read.
-    private func answerItself(_ handler: any RouteHandler, _ view: RequestView, grant: AuthGrant?) {
+    private func answerItself(_ handler: any RouteHandler, _ view: RequestView, grant: AuthGrant?, route: Route) {
         pendingLocal = RouteHandlerCall(handler, grant: grant)
         if bodyHeld {
             bodyHeld = false
             if parkedView == nil { park(view) }
+            parkedRoute = route
             finishLocal()
         } else {
             readBodyFirst(view, purpose: .local, limit: handler.bodyLimit)
+            parkedRoute = route
         }
     }
 
@@ -545,6 +551,19 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
 
     private func finishLocal() {
         guard let handler = pendingLocal, let view = parkedView else { outOfPhase("local answer"); return }
+        // A handler whose route also has an upstream may hand the request on to it, whole
+        // (the session refresh endpoint on an app's old refresh path: a token that is not
+        // the gateway's goes to the app as before), with the body read, as a body-credential
+        // route forwards it.
+        if !heldBodyTooLarge, let call = handler as? RouteHandlerCall, let route = parkedRoute, route.upstreamIndex >= 0,
+           call.handler.forwardsInstead(view, body: heldBody.readable) {
+            bodyHeld = true
+            let held = view.rebased(onto: savedHead.readable, framing: .contentLength(heldBody.readableBytes))
+            parkedView = held
+            pendingLocal = nil
+            forwardUpstream(held, route: route, grant: call.grant)
+            return
+        }
         let response: LocalResponse?
         if heldBodyTooLarge {
             response = .error(413, "request body too large for this endpoint")

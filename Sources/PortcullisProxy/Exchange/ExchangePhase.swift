@@ -50,6 +50,8 @@ enum ExchangePhase: Equatable {
             return true
         case (.authenticating, .readingBody(.local)):
             return true  // a route the gateway answers, once authenticated
+        case (.readingBody(.local), .waitingForConnection):
+            return true  // ... which hands this request to the route's upstream (`RouteHandler.forwardsInstead`)
         case (.readingBody(.credential), .authenticating), (.readingBody(.credential), .waitingForConnection):
             return true
         case (.authenticating, .waitingForConnection):

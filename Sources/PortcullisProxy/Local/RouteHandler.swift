@@ -8,6 +8,13 @@ public protocol RouteHandler: AnyObject, Sendable {
     var bodyLimit: Int { get }
     /// `grant` is nil for an anonymous request (an `auth: none` or `optional` route).
     func handle(_ request: RequestView, body: UnsafeRawBufferPointer, grant: AuthGrant?, reply: LocalReply) -> LocalResponse?
+    /// True: forward this request (body read whole) to the route's upstream instead of
+    /// answering it. Only asked on a route that has one. Default false.
+    func forwardsInstead(_ request: RequestView, body: UnsafeRawBufferPointer) -> Bool
+}
+
+extension RouteHandler {
+    public func forwardsInstead(_ request: RequestView, body: UnsafeRawBufferPointer) -> Bool { false }
 }
 
 /// One request's call of a `RouteHandler`, in the shape the exchange answers local
