@@ -458,6 +458,45 @@ import Glibc
         #expect(code == 2 && (out + err).contains("is also the path of the route at line"), "\(out)\(err)")
     }
 
+    /// `carry_claims`: the ID token's chosen claims, typed, in every access token of the
+    /// session (after a refresh too), so claim headers and `require_claims` match session
+    /// tokens as they matched the ID token; a registered or dotted name is refused at start.
+    @Test func carriedClaimsReachHeadersAndRules() throws {
+        let upstream = try EchoUpstream()
+        let config = """
+        \(AuthFixtures.providers)
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google]
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false
+          carry_claims: [email, email_verified]
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /verified, upstream: app, auth: required, require_claims: {email_verified: true}}
+          - {path: /api, upstream: app, auth: required}
+        """
+        let g = try GatewayProcess(config)
+        let first = try #require(Self.pair(try Self.exchange(g, sub: "carry-1").1))
+        let second = try #require(Self.pair(Self.refresh(g, first.refresh).body))
+        for access in [first.access, second.access] {
+            let r = Self.api(g, access)
+            #expect(r.status == 200 && (try? Echo(r.body).values("X-User-Email")) == ["carry-1@example.com"], "\(r)")
+            let rule = E2E.curl(["-H", "Authorization: Bearer \(access)", "\(g.url)/verified/x"])
+            #expect(rule.status == 200, "email_verified: true matches the carried boolean: \(rule)")
+            let payload = try #require(TokenPayload.payload(access))
+            #expect(payload["email_verified"] as? Bool == true && payload["email"] as? String == "carry-1@example.com", "\(payload)")
+        }
+        for (names, reason) in [("[sub]", "claim of the access token itself"), ("[firebase.sign_in_provider]", "top-level claim name")] {
+            let file = NSTemporaryDirectory() + "carry-\(UUID().uuidString).yaml"
+            try config.replacingOccurrences(of: "carry_claims: [email, email_verified]", with: "carry_claims: \(names)")
+                .write(toFile: file, atomically: true, encoding: .utf8)
+            let (code, out, err) = E2E.run(E2E.binary, ["check-config", file])
+            #expect(code == 2 && (out + err).contains("carry_claims") && (out + err).contains(reason), "\(out)\(err)")
+        }
+    }
+
     /// A refresh the store cannot answer (Redis paused past the command timeout) is a 503
     /// that rotated nothing and revoked nothing: the client's retry with the same refresh
     /// token, once Redis answers, rotates as if the outage never happened (no "reuse", no
@@ -815,5 +854,17 @@ import Glibc
         var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while s.count % 4 != 0 { s += "=" }
         return s
+    }
+}
+
+/// A JWT's payload, decoded (no verification: the tests read what the gateway signed).
+enum TokenPayload {
+    static func payload(_ token: String) -> [String: Any]? {
+        let parts = token.split(separator: ".")
+        guard parts.count == 3 else { return nil }
+        var text = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while text.count % 4 != 0 { text += "=" }
+        guard let data = Data(base64Encoded: text) else { return nil }
+        return try? JSONSerialization.jsonObject(with: data) as? [String: Any]
     }
 }

@@ -105,6 +105,18 @@ extension ConfigurationLoader {
             }
             settings.deviceField = field
         }
+        if let n = try node.optional("carry_claims") {
+            let names = try n.stringList()
+            for name in names {
+                guard !name.isEmpty, !name.contains("."), name.utf8.count <= 64 else {
+                    throw n.error("'\(name)': expected a top-level claim name (carry the object to keep a nested claim)")
+                }
+                guard !SessionSettings.registeredClaims.contains(name) else {
+                    throw n.error("'\(name)' is a claim of the access token itself, never carried")
+                }
+            }
+            settings.carryClaims = names
+        }
         if let n = try node.optional("old_refresh_tokens") {
             switch try n.string() {
             case "forward": settings.forwardsOldRefreshTokens = true

@@ -130,16 +130,20 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                                   : service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
                 }
             }
+            let carrying = !service.settings.carryClaims.isEmpty
+            let typed = carrying || service.lookup != nil
+                ? SessionService.verifiedClaims(request, body: body, fields: [service.settings.idTokenField, "id_token"],
+                                                identity: identity)
+                : nil
+            let carried = SessionService.carried(service.settings.carryClaims, from: typed)
             guard let lookup = service.lookup else {
-                create(user: provider + ":" + identity.subject, claims: "")
+                create(user: provider + ":" + identity.subject, claims: SessionService.mergeClaims(carried: carried, lookup: ""))
                 return nil
             }
-            let typed = SessionService.verifiedClaims(request, body: body, fields: [service.settings.idTokenField, "id_token"],
-                                                      identity: identity)
             lookup.resolve(identity, typed: typed) { outcome in
                 switch outcome {
                 case .user(let user, let claims):
-                    create(user: user, claims: claims)
+                    create(user: user, claims: SessionService.mergeClaims(carried: carried, lookup: claims))
                 case .refused(let status):
                     service.counters.count("lookup_refused")
                     reply.send(service.oauthError(403, "access_denied", "The app refused this sign-in (\(status))"))

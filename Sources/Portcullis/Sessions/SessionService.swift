@@ -239,6 +239,27 @@ public final class SessionService: @unchecked Sendable {
         return .success(fields["refresh_token"])
     }
 
+    /// The `carry_claims` the verified ID token has, typed as in it.
+    static func carried(_ names: [String], from typed: [String: JSONValue]?) -> [(String, JSONValue)] {
+        guard let typed else { return [] }
+        return names.compactMap { name in typed[name].map { (name, $0) } }
+    }
+
+    /// The session's claims as stored (a JSON object's text, "" for none): the carried ID-token
+    /// claims, then the lookup hook's (`lookup`, a JSON object's text), which win on a clash.
+    static func mergeClaims(carried: [(String, JSONValue)], lookup: String) -> String {
+        guard !carried.isEmpty else { return lookup }
+        var members = carried
+        if !lookup.isEmpty, let object = try? JSONSerialization.jsonObject(with: Data(lookup.utf8)) as? [String: Any] {
+            for key in object.keys.sorted() {
+                guard let value = JSONValue(foundation: object[key]!) else { continue }
+                members.removeAll { $0.0 == key }
+                members.append((key, value))
+            }
+        }
+        return JSONValue.object(members).serialized
+    }
+
     /// The verified ID token's claims with their JSON types: the token is found again where
     /// the exchange route read it (a body member of `fields`, else `Authorization: Bearer`)
     /// and used only when it is the one verified (its `jti`, else the hash of its signing

@@ -64,6 +64,14 @@ public struct SessionSettings: Sendable {
     /// `auth: none` route, refresh tokens the gateway did not issue go to that route as
     /// before; `refuse`: such a route is refused at start, as any path clash.
     public var forwardsOldRefreshTokens = true
+    /// `carry_claims`: top-level claims of the ID token put into every access token of the
+    /// session, with their JSON types (`email`, `email_verified`, `name`, …), so claim headers
+    /// and `require_claims` rules match session tokens as they matched the ID token. A claim
+    /// the lookup hook names too is the hook's.
+    public var carryClaims: [String] = []
+    /// Claims of the access token itself, never carried.
+    public static let registeredClaims: Set<String> = ["iss", "aud", "sub", "sid", "iat", "exp", "nbf", "jti", "idp", "idp_sub",
+                                                       "nonce", "azp", "at_hash", "c_hash", "auth_time"]
     /// `user: {lookup: {upstream, path}}`: the app maps a verified identity to its own user
     /// id (and claims) at the exchange; nil: the user id is "<provider>:<sub>".
     public var lookup: Lookup?
