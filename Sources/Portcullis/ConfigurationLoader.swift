@@ -81,6 +81,10 @@ public enum ConfigurationLoader {
         var (routes, routeAuth) = try Self.routes(routesNode, file: file, upstreams: upstreams,
                                                   providerNames: Set(providers.map(\.configuration.name)))
         let routeLines = (try? routesNode.sequence().map(\.line)) ?? []
+        // The lookup hook is the gateway's alone: no client request reaches it through a route.
+        if let hook = sessions?.lookup {
+            for i in routes.indices where routes[i].upstream == hook.upstream { routes[i].privatePaths.append(hook.path) }
+        }
         let sessionRoutes = try sessions.map { settings throws(ConfigurationError) in
             try Self.addSessionRoutes(settings, routes: &routes, routeAuth: &routeAuth, errorBody: identity.settings.errorBody,
                                       file: file, routeLines: routeLines, pathsLine: sessionsNode?.line)

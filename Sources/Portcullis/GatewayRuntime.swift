@@ -192,7 +192,9 @@ public final class GatewayRuntime: @unchecked Sendable {
         var lookup: SessionLookup?
         if let hook = settings.lookup, let upstream = configuration.proxy.upstreams.first(where: { $0.name == hook.upstream }) {
             let url = upstream.url.origin + hook.path
-            lookup = SessionLookup(url: url, caFile: upstream.caFile, headers: upstream.requestHeaders.map { ($0.name, $0.value) },
+            let certificate = upstream.clientCertificate.map { ($0, upstream.clientPrivateKey ?? $0) }
+            lookup = SessionLookup(url: url, caFile: upstream.caFile, clientCertificate: certificate,
+                                   headers: upstream.requestHeaders.map { ($0.name, $0.value) },
                                    timeout: hook.timeout, loop: EventLoop(index: -6))
         }
         let service = try SessionService(settings: settings, store: sessionStore, revocations: revocations,

@@ -784,11 +784,26 @@ import Glibc
           users: {url: "http://127.0.0.1:\(port)", request_headers: {x-internal-key: {value: "lookup-secret-0123456789"}}}
         routes:
           - {path: /api, upstream: app, auth: required}
-        """)
+          - {path: /u, upstream: users, auth: none, strip_prefix: true}
+          - {path: /, upstream: users, auth: none}
+        """, listen: "  - {address: \"127.0.0.1:PORT\", h2c: true}")
         let (status, body) = try Self.exchange(g, sub: "117")
         #expect(status == 200, "\(body)")
         let pair = try #require(Self.pair(body))
         #expect(pair.user == "u-117")
+        // The hook is the gateway's alone: no client request reaches it, through any route, any
+        // prefix stripping, any letter case, a trailing slash or a path below it; HTTP/2 too.
+        func asked() -> Int { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").count }
+        let before = asked()
+        for path in ["/internal/users/resolve", "/INTERNAL/Users/resolve", "/internal/users/resolve/", "/internal/users/resolve/x",
+                     "/u/internal/users/resolve", "/internal/./users/resolve", "/internal/users/%72esolve"] {
+            for flags in [[], ["--http2-prior-knowledge"]] {
+                let r = E2E.curl(flags + ["-X", "POST", "-H", "content-type: application/json",
+                                          "-d", #"{"provider":"google","subject":"x","email":"victim@example.com"}"#, "\(g.url)\(path)"])
+                #expect(r.status == 404, "\(path) \(flags): \(r)")
+            }
+        }
+        #expect(asked() == before, "the app's find-or-create was never run for a client")
         let call = Self.api(g, pair.access)
         let echo = try Echo(call.body)
         #expect(echo.values("X-User-Id") == ["u-117"] && echo.values("X-User-Plan") == ["pro"], "\(call.body)")
@@ -816,6 +831,44 @@ import Glibc
         let down = try Self.exchange(g, sub: "118")
         #expect(down.0 == 503, "\(down)")
         #expect(g.log.contains("session lookup failed"))
+    }
+
+    /// A locked app (mutual TLS, as golfai's): the lookup hook presents the upstream's client
+    /// certificate, so the app can be asked; without one the app refuses the handshake and the
+    /// exchange is a 503.
+    @Test func theLookupHookPresentsTheUpstreamsClientCertificate() throws {
+        let pki = try TestPKI()
+        let server = try pki.leaf(["localhost", "IP:127.0.0.1"])
+        let client = try pki.leaf(["portcullis-gateway"], clientAuth: true)
+        let port = Loopback.freePort()
+        let log = NSTemporaryDirectory() + "lookup-mtls-\(UUID().uuidString).jsonl"
+        let app = try RedisProcess.spawn(["/usr/bin/python3", E2E.packageRoot.appendingPathComponent(
+            "Tests/PortcullisEndToEndTests/Fixtures/lookup_app.py").path, "\(port)", log, server.certificate, server.key,
+            pki.caCertificate], stdout: nil)
+        defer { kill(app, SIGKILL); var s: Int32 = 0; waitpid(app, &s, 0) }
+        #expect(Loopback.waitForPort(port))
+        func gateway(withCertificate: Bool) throws -> GatewayProcess {
+            let certificate = withCertificate ? ", client_certificate: \"\(client.certificate)\", client_private_key: \"\(client.key)\"" : ""
+            return try GatewayProcess("""
+            \(AuthFixtures.providers)
+            sessions:
+              issuer: "https://api.example.test"
+              accept: [google]
+              user: {lookup: {upstream: users, path: /internal/users/resolve, timeout: 3s}}
+              refresh_token: {secret: "\(Self.secret)"}
+              require_tls: false
+            upstreams:
+              users: {url: "https://127.0.0.1:\(port)", ca_file: "\(pki.caCertificate)"\(certificate)}
+            routes:
+              - {path: /api, upstream: users, auth: required}
+            """)
+        }
+        let locked = try gateway(withCertificate: true)
+        let (status, body) = try Self.exchange(locked, sub: "golfer")
+        #expect(status == 200 && Self.pair(body)?.user == "u-golfer", "\(status) \(body)")
+        let without = try gateway(withCertificate: false)
+        let refused = try Self.exchange(without, sub: "golfer2")
+        #expect(refused.0 == 503, "no certificate, no answer from a locked app: \(refused)")
     }
 
     /// The session endpoints answer over TLS only by default (a plain listener: 403), and

@@ -306,9 +306,14 @@ final class SessionLookup: @unchecked Sendable {
 
     enum Outcome { case user(String, claims: String), refused(Int), unavailable(String) }
 
-    init(url: String, caFile: String?, headers: [(name: String, value: String)], timeout: Double, loop: EventLoop) {
-        client = HTTPGetClient(options: HTTPFetchOptions(connectTimeout: min(2, timeout), totalTimeout: timeout,
-                                                         maxBodyBytes: 64 * 1024, userAgent: "portcullis-sessions/1", caFile: caFile))
+    /// `clientCertificate`: the upstream's (`client_certificate`/`client_private_key`), so an
+    /// app locked to the gateway's certificate (mutual TLS) can be asked.
+    init(url: String, caFile: String?, clientCertificate: (certificate: String, key: String)? = nil,
+         headers: [(name: String, value: String)], timeout: Double, loop: EventLoop) {
+        var options = HTTPFetchOptions(connectTimeout: min(2, timeout), totalTimeout: timeout,
+                                       maxBodyBytes: 64 * 1024, userAgent: "portcullis-sessions/1", caFile: caFile)
+        options.clientCertificate = clientCertificate
+        client = HTTPGetClient(options: options)
         self.url = url
         self.headers = headers
         self.loop = loop

@@ -10,6 +10,13 @@ public struct HTTPFetchOptions: Sendable, Equatable {
     public var userAgent: String
     /// PEM file of trusted root certificates for `https://`; nil → the system store.
     public var caFile: String?
+    /// A client certificate (PEM chain) and its key to present over `https://` (mutual TLS).
+    public var clientCertificate: (certificate: String, key: String)? {
+        get { clientCertificateFile.map { ($0, clientKeyFile ?? "") } }
+        set { clientCertificateFile = newValue?.certificate; clientKeyFile = newValue?.key }
+    }
+    var clientCertificateFile: String?
+    var clientKeyFile: String?
 
     /// Defaults: 2 s connect, 10 s total, 1 MiB body.
     public init(connectTimeout: Double = 2, totalTimeout: Double = 10, maxBodyBytes: Int = 1 << 20,

@@ -21,7 +21,7 @@ public struct HTTPGetClient: Sendable {
 
     public init(options: HTTPFetchOptions = HTTPFetchOptions()) {
         self.options = options
-        self.tls = TLSContextSlot(caFile: options.caFile)
+        self.tls = TLSContextSlot(caFile: options.caFile, clientCertificate: options.clientCertificate)
     }
 
     /// GETs `url` (text form); an unparsable URL fails through `completion`.
@@ -84,16 +84,23 @@ extension HTTPGetClient {
 final class TLSContextSlot: @unchecked Sendable {
     // @unchecked Sendable: `made` is read and written only inside `lock.sync`.
     private let caFile: String?
+    private let clientCertificate: (certificate: String, key: String)?
     private let lock = DispatchQueue(label: "portcullis.keys.tls-context")
     private var made: Result<TLSClientContext, HTTPFetchError>?
 
-    init(caFile: String?) { self.caFile = caFile }
+    init(caFile: String?, clientCertificate: (certificate: String, key: String)? = nil) {
+        self.caFile = caFile
+        self.clientCertificate = clientCertificate
+    }
 
     func context() -> Result<TLSClientContext, HTTPFetchError> {
         lock.sync { () -> Result<TLSClientContext, HTTPFetchError> in
             if let made { return made }
             let result: Result<TLSClientContext, HTTPFetchError>
-            do { result = .success(try TLSClientContext(caFile: caFile)) } catch {
+            do {
+                let certificate = try clientCertificate.map { try TLSCertificate(certificateFile: $0.certificate, keyFile: $0.key) }
+                result = .success(try TLSClientContext(caFile: caFile, certificate: certificate))
+            } catch {
                 result = .failure(.tlsFailed(url: "", reason: "\(error)"))
             }
             made = result

@@ -25,6 +25,10 @@ public struct RouteConfiguration: Sendable {
     /// Set: the gateway answers the route itself after authentication (`upstream` is then
     /// only a label for logs and metrics).
     public var handler: (any RouteHandler)?
+    /// Paths of the upstream only the gateway itself asks (the sessions lookup hook): a
+    /// client request this route would forward to one of them (after `strip_prefix`, on a
+    /// segment boundary, in any letter case) is answered 404, as an unrouted path.
+    public var privatePaths: [String] = []
     public init(pathPrefix: String, host: String? = nil, upstream: String, auth: AuthMode,
                 stripPrefix: Bool = false, providers: [String]? = nil) {
         self.pathPrefix = pathPrefix

@@ -384,6 +384,11 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     }
 
     private func forwardUpstream(_ view: RequestView, route: Route, grant: AuthGrant?) {
+        if !route.configuration.privatePaths.isEmpty,
+           RouteTable.isPrivate(RouteTable.forwardedPath(view.path, route: route), route.configuration.privatePaths) {
+            reject(.error(404, "no route for this path"))
+            return
+        }
         responseObserver = grant?.observer
         let pool = serving.pools[route.upstreamIndex]
         upgradeForwarded = ForwardedHead.build(

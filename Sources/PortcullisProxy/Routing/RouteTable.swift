@@ -59,6 +59,15 @@ public struct RouteTable: Sendable {
     }
 
     /// The path forwarded upstream for `route` (prefix removed when configured).
+    /// Whether `forwarded` is one of `privatePaths` or below one (segment boundary, any case).
+    public static func isPrivate(_ forwarded: Substring, _ privatePaths: [String]) -> Bool {
+        let path = forwarded.lowercased()
+        return privatePaths.contains { hidden in
+            let hidden = hidden.lowercased()
+            return path == hidden || path.hasPrefix(hidden.hasSuffix("/") ? hidden : hidden + "/")
+        }
+    }
+
     public static func forwardedPath(_ path: String, route: Route) -> Substring {
         guard route.configuration.stripPrefix, route.prefix != "/" else { return Substring(path) }
         let rest = path.dropFirst(route.prefix.count)

@@ -6,7 +6,7 @@ POST /internal/users/resolve with {"provider", "subject", "email", "name", "clai
   subject "broken"   -> 200 without user_id
   anything else      -> 200 {"user_id": "u-<subject>", "claims": {"plan": "pro", "sub": "ignored"}}
 Every request (headers and body) is appended as one JSON line to LOG.
-Usage: lookup_app.py PORT LOG
+Usage: lookup_app.py PORT LOG [CERT KEY [CLIENT_CA]]  (TLS; with CLIENT_CA a client certificate is required)
 """
 import json
 import sys
@@ -39,4 +39,13 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+if len(sys.argv) > 4:
+    import ssl
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[3], sys.argv[4])
+    if len(sys.argv) > 5:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(sys.argv[5])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
