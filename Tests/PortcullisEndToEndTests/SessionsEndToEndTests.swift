@@ -871,6 +871,67 @@ import Glibc
         #expect(refused.0 == 503, "no certificate, no answer from a locked app: \(refused)")
     }
 
+    /// `sessions.response`: the exchange and the refresh answer in the shape the app's clients
+    /// already decode (RVU Tracker's `sessionToken`/`user`, golfai's `is_new_user` from the
+    /// lookup hook's answer), typed; the tokens in it work; a template without the tokens, with
+    /// an unknown placeholder or that is not a JSON object is refused at start.
+    @Test func theExchangeAnswersInTheShapeTheClientsDecode() throws {
+        let upstream = try EchoUpstream()
+        let port = Loopback.freePort()
+        let log = NSTemporaryDirectory() + "lookup-shape-\(UUID().uuidString).jsonl"
+        let app = try RedisProcess.spawn(["/usr/bin/python3", E2E.packageRoot.appendingPathComponent(
+            "Tests/PortcullisEndToEndTests/Fixtures/lookup_app.py").path, "\(port)", log], stdout: nil)
+        defer { kill(app, SIGKILL); var s: Int32 = 0; waitpid(app, &s, 0) }
+        #expect(Loopback.waitForPort(port))
+        let template = #"'{"success": true, "user": {"id": {user_id}, "email": {claim.email}, "plan": {claim.plan}}, "sessionToken": {access_token}, "expiresIn": {expires_in}, "refreshToken": {refresh_token}, "is_new_user": {lookup.is_new_user}, "user_profile": {lookup.user}}'"#
+        let config = """
+        \(AuthFixtures.providers)
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google]
+          user: {lookup: {upstream: users, path: /internal/users/resolve}}
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false
+          carry_claims: [email]
+          response: \(template)
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+          users: {url: "http://127.0.0.1:\(port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        """
+        let g = try GatewayProcess(config)
+        func object(_ body: String) -> [String: Any] { (try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any]) ?? [:] }
+        let (status, body) = try Self.exchange(g, sub: "new-7")
+        let answer = object(body)
+        #expect(status == 200 && answer["success"] as? Bool == true && answer["is_new_user"] as? Bool == true, "\(body)")
+        let user = answer["user"] as? [String: Any] ?? [:]
+        #expect(user["id"] as? String == "u-new-7" && user["email"] as? String == "new-7@example.com" && user["plan"] as? String == "pro",
+                "\(body)")
+        #expect((answer["user_profile"] as? [String: Any])?["plan"] as? String == "pro" && answer["expiresIn"] as? Int == 900, "\(body)")
+        let token = try #require(answer["sessionToken"] as? String)
+        let refreshToken = try #require(answer["refreshToken"] as? String)
+        #expect(Self.api(g, token).status == 200, "the sessionToken is the access token")
+        let returning = object(try Self.exchange(g, sub: "back-8").1)
+        #expect(returning["is_new_user"] as? Bool == false)
+        // The refresh answers in the same shape (no lookup answer there: null).
+        let refreshed = Self.refresh(g, refreshToken)
+        let next = object(refreshed.body)
+        #expect(refreshed.status == 200 && next["sessionToken"] is String && next["refreshToken"] as? String != refreshToken
+                && next["is_new_user"] is NSNull && (next["user"] as? [String: Any])?["email"] as? String == "new-7@example.com",
+                "\(refreshed)")
+        // Refused at start.
+        for (bad, reason) in [(#"'{"token": {access_token}}'"#, "must carry {access_token} and {refresh_token}"),
+                              (#"'{"a": {access_token}, "b": {refresh_token}, "c": {nonsense}}'"#, "unknown placeholder {nonsense}"),
+                              (#"'[{access_token}, {refresh_token}]'"#, "not a JSON object")] {
+            let file = NSTemporaryDirectory() + "response-\(UUID().uuidString).yaml"
+            try config.replacingOccurrences(of: "response: \(template)", with: "response: \(bad)")
+                .write(toFile: file, atomically: true, encoding: .utf8)
+            let (code, out, err) = E2E.run(E2E.binary, ["check-config", file])
+            #expect(code == 2 && (out + err).contains("sessions.response") && (out + err).contains(reason), "\(bad): \(out)\(err)")
+        }
+    }
+
     /// The session endpoints answer over TLS only by default (a plain listener: 403), and
     /// `check-config` names bad `sessions` keys.
     @Test func tlsOnlyByDefaultAndBadSettingsAreNamed() throws {

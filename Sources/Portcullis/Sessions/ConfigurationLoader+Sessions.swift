@@ -117,6 +117,12 @@ extension ConfigurationLoader {
             }
             settings.carryClaims = names
         }
+        if let n = try node.optional("response") {
+            switch SessionResponseTemplate.parse(try n.string()) {
+            case .success(let template): settings.response = template
+            case .failure(let invalid): throw n.error(invalid.reason)
+            }
+        }
         if let n = try node.optional("old_refresh_tokens") {
             switch try n.string() {
             case "forward": settings.forwardsOldRefreshTokens = true

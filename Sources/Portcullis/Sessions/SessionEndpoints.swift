@@ -71,14 +71,14 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             let subject = identity.subject
             let idTokenIssuedAt = identity.issuedAt.map { Int64($0) }
             let loop = request.loop
-            @Sendable func create(user: String, claims: String) {
+            @Sendable func create(user: String, claims: String, answer: [String: JSONValue]? = nil) {
                 // Signed out everywhere after this ID token was issued, under any of the user's
                 // names (the session's user, the provider's sub bare or prefixed): no new session.
                 loop.execute {
                     switch service.revocations.check(loopIndex: loop.index, sessionID: nil, user: user, provider: provider,
                                                      subject: subject, issuedAt: idTokenIssuedAt, now: now) {
                     case .allowed:
-                        replayOrStore(user: user, claims: claims)
+                        replayOrStore(user: user, claims: claims, answer: answer)
                     case .revoked:
                         service.counters.count("exchange_revoked")
                         reply.send(service.oauthError(400, "invalid_grant", "The user signed out everywhere after this ID token was issued"))
@@ -93,21 +93,23 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             // refused instead. A replayer then shares the chain with the client, and the first
             // refresh of the two makes the other's a reuse that ends the session.
             let idTokenKey = provider + ":" + (identity.tokenID ?? identity.credentialHash ?? "")
-            @Sendable func replayOrStore(user: String, claims: String) {
-                guard identity.tokenID != nil || identity.credentialHash != nil else { return store(user: user, claims: claims) }
+            @Sendable func replayOrStore(user: String, claims: String, answer: [String: JSONValue]?) {
+                guard identity.tokenID != nil || identity.credentialHash != nil else {
+                    return store(user: user, claims: claims, answer: answer)
+                }
                 service.store.list(user: user, now: now) { records in
                     guard let existing = records.first(where: { $0.idToken == idTokenKey }) else {
-                        return store(user: user, claims: claims)
+                        return store(user: user, claims: claims, answer: answer)
                     }
                     if service.settings.requireNonce {
                         service.counters.count("exchange_replayed")
                         return reply.send(service.oauthError(400, "invalid_grant", "This ID token was already exchanged; sign in again"))
                     }
                     service.counters.count("exchange_repeated")
-                    reply.send(service.pair(existing, now: now))
+                    reply.send(service.pair(existing, now: now, idClaims: typed, lookupAnswer: answer))
                 }
             }
-            @Sendable func store(user: String, claims: String) {
+            @Sendable func store(user: String, claims: String, answer: [String: JSONValue]?) {
                 let expires = now + Int64(service.settings.refreshLifetime)
                 var record = SessionRecord(id: Self.sessionID(), user: user, provider: provider, device: deviceName,
                                            createdAt: now, lastUsedAt: now, expiresAt: expires, counter: 1, rotatedAt: now,
@@ -126,12 +128,12 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
                         service.counters.count("evicted")
                         service.endEverywhere(old, now: now) { _ in }
                     }
-                    reply.send(ok ? service.pair(created, now: now)
+                    reply.send(ok ? service.pair(created, now: now, idClaims: typed, lookupAnswer: answer)
                                   : service.oauthError(503, "temporarily_unavailable", "The session store is unavailable"))
                 }
             }
             let carrying = !service.settings.carryClaims.isEmpty
-            let typed = carrying || service.lookup != nil
+            let typed = carrying || service.lookup != nil || service.settings.response != nil
                 ? SessionService.verifiedClaims(request, body: body, fields: [service.settings.idTokenField, "id_token"],
                                                 identity: identity)
                 : nil
@@ -142,8 +144,8 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
             }
             lookup.resolve(identity, typed: typed) { outcome in
                 switch outcome {
-                case .user(let user, let claims):
-                    create(user: user, claims: SessionService.mergeClaims(carried: carried, lookup: claims))
+                case .user(let user, let claims, let answer):
+                    create(user: user, claims: SessionService.mergeClaims(carried: carried, lookup: claims), answer: answer)
                 case .refused(let status):
                     service.counters.count("lookup_refused")
                     reply.send(service.oauthError(403, "access_denied", "The app refused this sign-in (\(status))"))

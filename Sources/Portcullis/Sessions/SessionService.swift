@@ -154,7 +154,11 @@ public final class SessionService: @unchecked Sendable {
 
     // MARK: Answers
 
-    func pair(_ record: SessionRecord, now: Int64) -> LocalResponse {
+    /// The answer of an exchange or a refresh: the default pair, or `sessions.response`'s
+    /// shape. `idClaims` (the verified ID token's, typed) and `lookupAnswer` (the hook's
+    /// answer) exist at the exchange only.
+    func pair(_ record: SessionRecord, now: Int64, idClaims: [String: JSONValue]? = nil,
+              lookupAnswer: [String: JSONValue]? = nil) -> LocalResponse {
         var token = record.accessToken
         var lifetime = record.accessExpiresAt - record.rotatedAt
         if token.isEmpty, let (fresh, expires) = accessToken(record, now: now) {  // after a restart
@@ -163,10 +167,31 @@ public final class SessionService: @unchecked Sendable {
         }
         // `expires_in` is the token's lifetime as issued, so racing refreshes get byte-identical
         // answers (one within the grace is up to `reuse_grace` optimistic).
-        let body = "{\"access_token\":\(JSONText.quoted(token)),\"token_type\":\"Bearer\",\"expires_in\":\(max(0, lifetime)),"
-            + "\"refresh_token\":\(JSONText.quoted(refreshToken(session: record.id, counter: record.counter))),"
-            + "\"session_id\":\(JSONText.quoted(record.id)),\"user_id\":\(JSONText.quoted(record.user))}"
-        return LocalResponse(status: 200, headers: [("cache-control", "no-store"), ("pragma", "no-cache")], body: Array(body.utf8))
+        let refresh = refreshToken(session: record.id, counter: record.counter)
+        let body: String
+        if let template = settings.response {
+            let stored = record.claims.isEmpty ? [:]
+                : (try? JSONSerialization.jsonObject(with: Data(record.claims.utf8)) as? [String: Any]) ?? [:]
+            body = template.render { part in
+                switch part {
+                case .field("access_token"): return .string(token)
+                case .field("refresh_token"): return .string(refresh)
+                case .field("token_type"): return .string("Bearer")
+                case .field("expires_in"): return .integer(max(0, lifetime))
+                case .field("session_id"): return .string(record.id)
+                case .field("user_id"): return .string(record.user)
+                case .claim(let name): return stored[name].flatMap(JSONValue.init(foundation:)) ?? idClaims?[name]
+                case .lookup(let name): return lookupAnswer?[name]
+                default: return nil
+                }
+            } + "\n"
+        } else {
+            body = "{\"access_token\":\(JSONText.quoted(token)),\"token_type\":\"Bearer\",\"expires_in\":\(max(0, lifetime)),"
+                + "\"refresh_token\":\(JSONText.quoted(refresh)),"
+                + "\"session_id\":\(JSONText.quoted(record.id)),\"user_id\":\(JSONText.quoted(record.user))}"
+        }
+        return LocalResponse(status: 200, headers: [("cache-control", "no-store"), ("pragma", "no-cache")],
+                             body: Array(body.utf8))
     }
 
     /// RFC 6749 §5.2, in the configured body shape.
@@ -177,7 +202,7 @@ public final class SessionService: @unchecked Sendable {
 
     func loggedOut() -> LocalResponse {
         settings.logoutStatus == 200
-            ? LocalResponse(status: 200, headers: [("content-type", "application/json"), ("cache-control", "no-store")],
+            ? LocalResponse(status: 200, headers: [("cache-control", "no-store")],
                             body: Array("{\"status\":\"logged_out\"}\n".utf8))
             : LocalResponse(status: 204, headers: [("cache-control", "no-store")], body: [])
     }
@@ -304,7 +329,8 @@ final class SessionLookup: @unchecked Sendable {
     let headers: [(name: String, value: String)]
     let loop: EventLoop
 
-    enum Outcome { case user(String, claims: String), refused(Int), unavailable(String) }
+    /// `answer`: the hook's whole answer, typed (for `{lookup.NAME}` in `sessions.response`).
+    enum Outcome { case user(String, claims: String, answer: [String: JSONValue]), refused(Int), unavailable(String) }
 
     /// `clientCertificate`: the upstream's (`client_certificate`/`client_private_key`), so an
     /// app locked to the gateway's certificate (mutual TLS) can be asked.
@@ -354,7 +380,9 @@ final class SessionLookup: @unchecked Sendable {
                    let data = try? JSONSerialization.data(withJSONObject: extra, options: [.sortedKeys]) {
                     text = String(decoding: data, as: UTF8.self)
                 }
-                completion(.user(user, claims: text))
+                var answer: [String: JSONValue] = [:]
+                for (key, value) in object { if let typed = JSONValue(foundation: value) { answer[key] = typed } }
+                completion(.user(user, claims: text, answer: answer))
             case .success(let response) where (400..<500).contains(response.status):
                 completion(.refused(response.status))
             case .success(let response):

@@ -64,6 +64,9 @@ public struct SessionSettings: Sendable {
     /// `auth: none` route, refresh tokens the gateway did not issue go to that route as
     /// before; `refuse`: such a route is refused at start, as any path clash.
     public var forwardsOldRefreshTokens = true
+    /// `response`: the exchange's and the refresh's answer in the shape the app's clients
+    /// decode (nil: the default pair). See `SessionResponseTemplate`.
+    public var response: SessionResponseTemplate?
     /// `carry_claims`: top-level claims of the ID token put into every access token of the
     /// session, with their JSON types (`email`, `email_verified`, `name`, …), so claim headers
     /// and `require_claims` rules match session tokens as they matched the ID token. A claim

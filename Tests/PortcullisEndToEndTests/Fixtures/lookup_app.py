@@ -4,7 +4,8 @@
 POST /internal/users/resolve with {"provider", "subject", "email", "name", "claims"}:
   subject "blocked"  -> 403 (the app refuses this identity)
   subject "broken"   -> 200 without user_id
-  anything else      -> 200 {"user_id": "u-<subject>", "claims": {"plan": "pro", "sub": "ignored"}}
+  anything else      -> 200 {"user_id": "u-<subject>", "claims": {"plan": "pro", "sub": "ignored"},
+                            "is_new_user": <subject starts with "new">, "user": {"id": "u-<subject>", "plan": "pro"}}
 Every request (headers and body) is appended as one JSON line to LOG.
 Usage: lookup_app.py PORT LOG [CERT KEY [CLIENT_CA]]  (TLS; with CLIENT_CA a client certificate is required)
 """
@@ -30,7 +31,8 @@ class Handler(BaseHTTPRequestHandler):
         elif subject == "broken":
             status, answer = 200, {"id": 1}
         else:
-            status, answer = 200, {"user_id": "u-" + subject, "claims": {"plan": "pro", "sub": "ignored"}}
+            status, answer = 200, {"user_id": "u-" + subject, "claims": {"plan": "pro", "sub": "ignored"},
+                                   "is_new_user": subject.startswith("new"), "user": {"id": "u-" + subject, "plan": "pro"}}
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
