@@ -69,16 +69,23 @@ var package = Package(
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth", "PortcullisProxy",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // Mobile sign-in at the edge: the ID-token exchange, rotating refresh tokens, logout,
+        // the device list, the lookup hook; the embedded and the Redis session stores.
+        .target(name: "PortcullisSessions", dependencies: [
+            "PortcullisCore", "PortcullisIO", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore",
+            "PortcullisKeys", "PortcullisEdgeAuth",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         // Configuration, wiring, admin endpoints, lifecycle.
         .target(name: "Portcullis", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth", "PortcullisSessions",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
             .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .executableTarget(name: "portcullis", dependencies: [
-            "Portcullis", "PortcullisTLS", "PortcullisAuth", "PortcullisEdgeAuth",
+            "Portcullis", "PortcullisTLS", "PortcullisAuth", "PortcullisEdgeAuth", "PortcullisSessions",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -108,6 +115,9 @@ var package = Package(
                     exclude: ["Fixtures"]),
         .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisStoreTests", dependencies: ["PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
+        .testTarget(name: "PortcullisSessionsTests", dependencies: [
+            "PortcullisSessions", "PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisAuth", "PortcullisTestSupport",
+        ]),
         .testTarget(name: "PortcullisKeysTests", dependencies: ["PortcullisKeys", "PortcullisAuth", "PortcullisIO", "PortcullisTestSupport"],
                     resources: [.copy("Fixtures")]),
     ]

@@ -1,3 +1,4 @@
+import PortcullisSessions
 import PortcullisCore
 import PortcullisEdgeAuth
 import PortcullisProxy

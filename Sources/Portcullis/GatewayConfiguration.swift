@@ -1,3 +1,4 @@
+import PortcullisSessions
 import Logging
 import PortcullisEdgeAuth
 import PortcullisHTTP
@@ -67,7 +68,6 @@ public struct GatewayConfiguration: Sendable {
 }
 
 /// Which session endpoint a route is.
-public enum SessionRouteKind: Sendable { case exchange, refresh, logout, sessions }
 
 extension GatewayConfiguration {
     /// What the edge-auth policy (`EdgeAuthenticator`) is made from.

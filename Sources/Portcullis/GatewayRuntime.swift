@@ -1,3 +1,4 @@
+import PortcullisSessions
 import PortcullisEdgeAuth
 import Dispatch
 import Foundation

@@ -1,3 +1,4 @@
+import PortcullisSessions
 import Foundation
 import Logging
 import PortcullisAuth

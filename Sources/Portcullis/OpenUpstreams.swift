@@ -1,3 +1,4 @@
+import PortcullisSessions
 import PortcullisProxy
 
 /// Upstreams that a caller could reach around the gateway: `check-config` warns for them.

@@ -1,3 +1,4 @@
+import PortcullisSessions
 import ArgumentParser
 import Foundation
 import Portcullis

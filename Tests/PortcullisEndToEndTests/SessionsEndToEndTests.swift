@@ -395,9 +395,9 @@ import Glibc
             #expect(code == 2 && (out + err).contains("sessions.access_token.signing_keys") && (out + err).contains(reason),
                     "\(out)\(err)")
         }
-        let clashing = try file(key, extraRoute: "\n  - {path: /auth/refresh, upstream: app, auth: none}")
+        let clashing = try file(key, extraRoute: "\n  - {path: /auth/session, upstream: app, auth: none}")
         let line = try #require(try String(contentsOfFile: clashing, encoding: .utf8).components(separatedBy: "\n")
-            .firstIndex { $0.contains("path: /auth/refresh") }) + 1
+            .firstIndex { $0.contains("path: /auth/session") }) + 1
         let clash = E2E.run(E2E.binary, ["check-config", clashing])
         #expect(clash.0 == 2 && (clash.1 + clash.2).contains("is also the path of the route at line \(line) "), "\(clash)")
         let config = try file(key)

@@ -6,6 +6,7 @@ import PortcullisIO
 import PortcullisProxy
 import PortcullisRedis
 import PortcullisStore
+import PortcullisSessions
 import PortcullisCore
 
 /// The revocation check and logout revocation over a `RevocationStore`
@@ -212,5 +213,11 @@ public final class StoreRevocations: RevocationChecking {
                                metadata: ["redis": "\(target)", "revocations": "\(count)"])
             }
         }
+    }
+}
+
+extension StoreRevocations: SessionRevocations {
+    public func revoke(_ revocation: Revocation, completion: @escaping @Sendable (Result<Void, StoreError>) -> Void) {
+        store.revoke(revocation, completion: completion)
     }
 }

@@ -1,3 +1,4 @@
+import PortcullisSessions
 import PortcullisAuth
 import PortcullisEdgeAuth
 import PortcullisProxy

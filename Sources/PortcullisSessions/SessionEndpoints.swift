@@ -3,17 +3,20 @@ import PortcullisAuth
 import PortcullisCore
 import PortcullisProxy
 
+/// Which session endpoint a route is.
+public enum SessionRouteKind: Sendable { case exchange, refresh, logout, sessions }
+
 /// One session endpoint, answered by the gateway after the route's authentication (see
 /// `SessionService`). `kind` says which.
-final class SessionEndpoint: RouteHandler, @unchecked Sendable {
+public final class SessionEndpoint: RouteHandler, @unchecked Sendable {
     // @unchecked Sendable: immutable.
     let kind: SessionRouteKind
     let service: SessionService
-    var bodyLimit: Int { 64 * 1024 }
+    public var bodyLimit: Int { 64 * 1024 }
     /// A device's name (`device_name`, else the User-Agent) is kept to this many characters.
     static let maxDeviceNameLength = 64
 
-    init(_ kind: SessionRouteKind, service: SessionService) {
+    public init(_ kind: SessionRouteKind, service: SessionService) {
         self.kind = kind
         self.service = service
     }
@@ -23,7 +26,7 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
     /// that is not the gateway's (no `rt1.` prefix) goes to the app as before, so the clients
     /// signed in before the move keep refreshing until they sign in again. Asked only on
     /// such a route (it has an upstream).
-    func forwardsInstead(_ request: RequestView, body: UnsafeRawBufferPointer) -> Bool {
+    public func forwardsInstead(_ request: RequestView, body: UnsafeRawBufferPointer) -> Bool {
         guard kind == .refresh else { return false }
         switch SessionService.refreshToken(request, body: body) {
         case .success(let token?): return !token.hasPrefix(SessionService.refreshTokenPrefix)
@@ -31,7 +34,7 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
         }
     }
 
-    func handle(_ request: RequestView, body: UnsafeRawBufferPointer, grant: AuthGrant?, reply: LocalReply) -> LocalResponse? {
+    public func handle(_ request: RequestView, body: UnsafeRawBufferPointer, grant: AuthGrant?, reply: LocalReply) -> LocalResponse? {
         let service = self.service
         if service.settings.requireTLS && !reply.secure {
             return service.oauthError(403, "invalid_request", "Session endpoints answer over HTTPS only")
@@ -312,7 +315,7 @@ final class SessionEndpoint: RouteHandler, @unchecked Sendable {
 
     /// `{"sessions": [{id, device, provider, created_at, last_used_at, current}]}`; the admin
     /// API's list (no current session) adds the user.
-    static func listJSON(_ records: [SessionRecord], current: String?) -> String {
+    public static func listJSON(_ records: [SessionRecord], current: String?) -> String {
         let items = records.map { r in
             "{\"id\":\(JSONText.quoted(r.id)),\"device\":\(JSONText.quoted(r.device)),\"provider\":\(JSONText.quoted(r.provider)),"
                 + "\"created_at\":\(r.createdAt),\"last_used_at\":\(r.lastUsedAt)"

@@ -83,6 +83,11 @@ public struct SessionSettings: Sendable {
         public var path: String
         /// How long the app may take to answer.
         public var timeout: Double = 5
+        public init(upstream: String, path: String, timeout: Double = 5) {
+            self.upstream = upstream
+            self.path = path
+            self.timeout = timeout
+        }
     }
 
     public init(issuer: String, accept: [String], refreshSecret: String) {

@@ -14,7 +14,7 @@ import PortcullisRedis
 /// the same pair); it is short-lived and Redis already holds the revocation state.
 public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     // @unchecked Sendable: the client is thread-safe; everything else is immutable.
-    let client: RedisClient
+    public let client: RedisClient
     let timeout: Double
 
     static let prefix = "portcullis:session:"

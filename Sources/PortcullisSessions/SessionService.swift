@@ -19,9 +19,9 @@ import PortcullisStore
 public final class SessionService: @unchecked Sendable {
     // @unchecked Sendable: every member is immutable after init (the store and revocations
     // are thread-safe).
-    let settings: SessionSettings
-    let store: any SessionStore
-    let revocations: StoreRevocations
+    public let settings: SessionSettings
+    public let store: any SessionStore
+    let revocations: any SessionRevocations
     let signer: SigningKey
     let keyID: String
     let macKey: [UInt8]
@@ -29,7 +29,7 @@ public final class SessionService: @unchecked Sendable {
     let logger: Logger
     /// Counted outcomes (`portcullis_sessions_total{event}`), shared with the service a reload
     /// replaces (a counter never goes back).
-    let counters: SessionCounters
+    public let counters: SessionCounters
 
     public struct Failure: Error, CustomStringConvertible { public let description: String }
 
@@ -39,13 +39,13 @@ public final class SessionService: @unchecked Sendable {
     let keyPaths: [String]
     /// Keys that signed before a reload replaced them: they still verify (and are published)
     /// until the last token they signed has expired, then they are gone.
-    let retiringKeys: [RetiringKey]
+    public let retiringKeys: [RetiringKey]
     /// The lookup hook (nil: the user id is "<provider>:<sub>").
     let lookup: SessionLookup?
 
-    struct RetiringKey { let key: SigningKey; let path: String; let until: Int64 }
+    public struct RetiringKey: Sendable { public let key: SigningKey; public let path: String; public let until: Int64 }
 
-    init(settings: SessionSettings, store: any SessionStore, revocations: StoreRevocations, errorBody: ErrorBodyTemplate,
+    public init(settings: SessionSettings, store: any SessionStore, revocations: any SessionRevocations, errorBody: ErrorBodyTemplate,
          logger: Logger, previous: SessionService? = nil, now: Int64 = Int64(WallClock.nowSeconds()),
          counters: SessionCounters = SessionCounters(), lookup: SessionLookup? = nil) throws {
         self.counters = counters
@@ -99,16 +99,16 @@ public final class SessionService: @unchecked Sendable {
     }
 
     /// When the next retiring key stops verifying after `now` (nil: none is retiring).
-    func nextRetirement(after now: Int64) -> Int64? { retiringKeys.map(\.until).filter { $0 > now }.min() }
+    public func nextRetirement(after now: Int64) -> Int64? { retiringKeys.map(\.until).filter { $0 > now }.min() }
 
     /// The public keys verifying at `now`, as a JWKS document.
-    func jwks(now: Int64 = Int64(WallClock.nowSeconds())) -> [UInt8] {
+    public func jwks(now: Int64 = Int64(WallClock.nowSeconds())) -> [UInt8] {
         let list = verifyingKeys(now: now).compactMap { $0.publicJWK(keyID: $0.thumbprint) }
         return Array((JSONValue.object([("keys", .array(list))]).serialized + "\n").utf8)
     }
 
     /// The `session` provider's keys at `now`: what it verifies access tokens with.
-    func keySet(now: Int64 = Int64(WallClock.nowSeconds())) throws -> KeySet {
+    public func keySet(now: Int64 = Int64(WallClock.nowSeconds())) throws -> KeySet {
         let document = jwks(now: now)
         return try KeyDocumentFormat.detect(document).load(document)
     }
@@ -214,7 +214,7 @@ public final class SessionService: @unchecked Sendable {
 
     /// Ends a session everywhere: the store, and its access tokens through the revocation
     /// path (until the last one it issued has expired).
-    func endEverywhere(_ record: SessionRecord, now: Int64, completion: @escaping @Sendable (Bool) -> Void) {
+    public func endEverywhere(_ record: SessionRecord, now: Int64, completion: @escaping @Sendable (Bool) -> Void) {
         revokeSession(record.id, accessExpiresAt: record.accessExpiresAt, now: now, completion: completion)
     }
 
@@ -222,7 +222,7 @@ public final class SessionService: @unchecked Sendable {
     /// the latest) on every instance; true once the revocation store acknowledged it.
     func revokeSession(_ id: String, accessExpiresAt: Int64, now: Int64, completion: @escaping @Sendable (Bool) -> Void) {
         let until = max(accessExpiresAt, now + Int64(settings.accessLifetime)) + 60
-        revocations.store.revoke(.session(id: id, until: until)) { result in
+        revocations.revoke(.session(id: id, until: until)) { result in
             if case .success = result { completion(true) } else { completion(false) }
         }
     }
@@ -251,7 +251,10 @@ public final class SessionService: @unchecked Sendable {
         request.values(of: "content-type") { value in
             form = form || String(decoding: value, as: UTF8.self).lowercased().hasPrefix("application/x-www-form-urlencoded")
         }
-        guard form else { return member(body, ["refresh_token", "refreshToken"]) }
+        // A JSON object is read as JSON whatever its label (urllib, and some HTTP clients,
+        // label every POST body a form).
+        let json = body.first(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x0A && $0 != 0x0D }) == UInt8(ascii: "{")
+        guard form && !json else { return member(body, ["refresh_token", "refreshToken"]) }
         var fields: [String: String] = [:]
         for pair in String(decoding: body, as: UTF8.self).split(separator: "&") {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
@@ -322,7 +325,7 @@ public final class SessionService: @unchecked Sendable {
 /// upstream's `request_headers`) and takes `{"user_id", "claims"}` from its 2xx answer: the
 /// app's find-or-create stays in the app. A 4xx refuses the sign-in (403 `access_denied`);
 /// anything else (an error, a timeout, a body without `user_id`) is 503.
-final class SessionLookup: @unchecked Sendable {
+public final class SessionLookup: @unchecked Sendable {
     // @unchecked Sendable: immutable.
     let client: HTTPGetClient
     let url: String
@@ -334,7 +337,7 @@ final class SessionLookup: @unchecked Sendable {
 
     /// `clientCertificate`: the upstream's (`client_certificate`/`client_private_key`), so an
     /// app locked to the gateway's certificate (mutual TLS) can be asked.
-    init(url: String, caFile: String?, clientCertificate: (certificate: String, key: String)? = nil,
+    public init(url: String, caFile: String?, clientCertificate: (certificate: String, key: String)? = nil,
          headers: [(name: String, value: String)], timeout: Double, loop: EventLoop) {
         var options = HTTPFetchOptions(connectTimeout: min(2, timeout), totalTimeout: timeout,
                                        maxBodyBytes: 64 * 1024, userAgent: "portcullis-sessions/1", caFile: caFile)
@@ -393,12 +396,13 @@ final class SessionLookup: @unchecked Sendable {
 }
 
 /// Counted session events, read by `/metrics`.
-final class SessionCounters: @unchecked Sendable {
+public final class SessionCounters: @unchecked Sendable {
+    public init() {}
     // @unchecked Sendable: guarded by `lock`.
     private let lock = NSLock()
     private var counts: [String: Int] = [:]
-    func count(_ event: String) { lock.lock(); counts[event, default: 0] += 1; lock.unlock() }
-    var snapshot: [String: Int] { lock.lock(); defer { lock.unlock() }; return counts }
+    public func count(_ event: String) { lock.lock(); counts[event, default: 0] += 1; lock.unlock() }
+    public var snapshot: [String: Int] { lock.lock(); defer { lock.unlock() }; return counts }
 }
 
 extension JSONValue {

@@ -4,14 +4,14 @@ import PortcullisIO
 import PortcullisStore
 import PortcullisEdgeAuth
 import Testing
-@testable import Portcullis
+@testable import PortcullisSessions
 
 /// The session signing keys across reloads (#33.3), by the clock the service is given: a key
 /// a file no longer holds verifies until one access lifetime (plus a minute) after the
 /// reload, then it is gone from the verifying keys and the JWKS; a key whose file left the
 /// list stops at once; a generated key survives reloads.
 @Suite struct SessionKeyRotationTests {
-    static let revocations = StoreRevocations(store: EmbeddedRevocationStore(loops: [EventLoop(index: 0)]), loopCount: 1)
+    static let revocations = EmbeddedSessionRevocations()
 
     static func keyFile(_ dir: String, _ name: String) -> String {
         let path = dir + "/" + name
