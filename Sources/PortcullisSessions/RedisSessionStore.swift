@@ -4,11 +4,12 @@ import PortcullisRedis
 
 /// Sessions in Redis, shared by every instance (`store.redis` / `store.sentinel`): one hash
 /// per session, `portcullis:session:<id>` (expiring with the session), and one set of ids per
-/// user, `portcullis:user-sessions:<user>`. A rotation is one Lua script, so two instances
-/// refreshing the same token at once cannot both rotate: the script compares the presented
-/// counter with the stored one and rotates, answers the current pair (within the grace) or
-/// ends the session, atomically. The access token of a rotation is made before the script
-/// (its claims do not depend on the counter) and kept only if the script rotates.
+/// user, `portcullis:user-sessions:<user>`. A refresh reads the session, decides with the
+/// one rule (`Rotation.decide`, as the embedded store does) and applies the decision with a
+/// compare-and-set of the counter it read, so two instances refreshing the same token at
+/// once cannot both rotate: the loser reads again and decides again (then `current`, within
+/// the grace). The access token of a rotation is made before the compare-and-set (its claims
+/// do not depend on the counter) and kept only if it applies.
 ///
 /// The current access token is kept in the hash (a racing refresh on another instance gets
 /// the same pair); it is short-lived and Redis already holds the revocation state.
@@ -96,28 +97,26 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         }
     }
 
-    /// KEYS[1] the session; ARGV: presented counter, now, grace, idle timeout, the new access
-    /// token and its expiry. Returns {outcome, fields…}.
-    static let rotateScript = """
-    local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject','id_token')
-    if not h[1] then return {'unknown'} end
-    local presented, now = tonumber(ARGV[1]), tonumber(ARGV[2])
-    local counter = tonumber(h[7])
-    if now >= tonumber(h[6]) or now - tonumber(h[5]) > tonumber(ARGV[4]) then
-      redis.call('DEL', KEYS[1]); redis.call('SREM', KEYS[2], ARGV[7])
-      return {'expired'}
+    /// The compare-and-set that applies a `Rotation` decision made on a read: KEYS[1] the
+    /// session, KEYS[2] its user's set; ARGV[1] the counter the decision read, ARGV[2] `rotate`
+    /// or `end`, ARGV[3] the session id, then for `rotate` the new counter, now, the new access
+    /// token and its expiry. Returns 1 when applied, 0 when the counter moved meanwhile (the
+    /// caller reads again and decides again), -1 when the session is gone.
+    static let compareAndSetScript = """
+    local counter = redis.call('HGET', KEYS[1], 'counter')
+    if not counter then return -1 end
+    if counter ~= ARGV[1] then return 0 end
+    if ARGV[2] == 'rotate' then
+      redis.call('HSET', KEYS[1], 'counter', ARGV[4], 'used', ARGV[5], 'rotated', ARGV[5], 'access', ARGV[6], 'access_expires', ARGV[7])
+    else
+      redis.call('DEL', KEYS[1]); redis.call('SREM', KEYS[2], ARGV[3])
     end
-    if presented >= counter then
-      redis.call('HSET', KEYS[1], 'counter', presented + 1, 'used', now, 'rotated', now, 'access', ARGV[5], 'access_expires', ARGV[6])
-      h[5], h[7], h[8], h[9], h[10] = tostring(now), tostring(presented + 1), tostring(now), ARGV[5], ARGV[6]
-      return {'rotated', unpack(h)}
-    end
-    if presented + 1 == counter and now - tonumber(h[8]) <= tonumber(ARGV[3]) then
-      return {'current', unpack(h)}
-    end
-    redis.call('DEL', KEYS[1]); redis.call('SREM', KEYS[2], ARGV[7])
-    return {'reused', unpack(h)}
+    return 1
     """
+
+    /// How many times a rotation reads again after losing a race (each loss means another
+    /// refresh of the session moved it; the next decision is then `current` or `reused`).
+    static let compareAndSetAttempts = 4
 
     public func record(id: String, completion: @escaping @Sendable (SessionFound) -> Void) {
         client.send(["HGETALL", Self.prefix + id], timeout: timeout) { reply in
@@ -143,27 +142,46 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     }
 
     private func rotate(_ record: SessionRecord, key: String, counter: UInt64, now: Int64, grace: Int64, idleTimeout: Int64,
-                        next: @escaping @Sendable (SessionRecord) -> SessionRecord,
+                        next: @escaping @Sendable (SessionRecord) -> SessionRecord, attempt: Int = 1,
                         completion: @escaping @Sendable (RotateOutcome) -> Void) {
-        let id = record.id
-        let (client, timeout) = (self.client, self.timeout)
-        // The access token a rotation would issue (its claims do not depend on the counter).
-        let rotated = next(record)
-        let arguments = ["EVAL", Self.rotateScript, "2", key, Self.userPrefix + record.user, "\(counter)", "\(now)", "\(grace)",
-                         "\(idleTimeout)", rotated.accessToken, "\(rotated.accessExpiresAt)", id]
-        client.send(arguments, timeout: timeout) { reply in
-            // No answer (unreachable, too slow, an error): the script may or may not have run.
-            guard case .success(let value) = reply, let items = value.array, let outcome = items.first?.string else {
-                return completion(.failed)
-            }
-            let fields = Array(items.dropFirst())
-            let record = fields.count == Self.fields.count ? Self.record(id: id, values: fields) : nil
-            switch (outcome, record) {
-            case ("rotated", let record?): completion(.rotated(record))
-            case ("current", let record?): completion(.current(record))
-            case ("reused", let record?): completion(.reused(record))
-            case ("expired", _): completion(.expired)
-            default: completion(.unknown)
+        let decision = Rotation.decide(record, presented: counter, now: now, grace: grace, idleTimeout: idleTimeout)
+        if decision == .current { return completion(.current(record)) }
+        var applied = record
+        var arguments = ["EVAL", Self.compareAndSetScript, "2", key, Self.userPrefix + record.user, "\(record.counter)",
+                         decision == .rotate ? "rotate" : "end", record.id]
+        if decision == .rotate {
+            // The access token a rotation issues (its claims do not depend on the counter).
+            var moved = record
+            moved.counter = counter
+            applied = next(moved)
+            arguments += ["\(applied.counter)", "\(now)", applied.accessToken, "\(applied.accessExpiresAt)"]
+        }
+        let result = applied
+        client.send(arguments, timeout: timeout) { [self] reply in
+            // No answer (unreachable, too slow, an error): it may or may not have been applied.
+            guard case .success(let value) = reply, let answer = value.integer else { return completion(.failed) }
+            switch answer {
+            case 1:
+                switch decision {
+                case .rotate: completion(.rotated(result))
+                case .expired: completion(.expired)
+                case .reused, .current: completion(.reused(record))
+                }
+            case 0 where attempt < Self.compareAndSetAttempts:
+                // Another refresh moved the session since it was read: decide on what it holds now.
+                self.record(id: record.id) { [self] lookup in
+                    switch lookup {
+                    case .missing: completion(.unknown)
+                    case .failed: completion(.failed)
+                    case .found(let found):
+                        rotate(found, key: key, counter: counter, now: now, grace: grace, idleTimeout: idleTimeout,
+                               next: next, attempt: attempt + 1, completion: completion)
+                    }
+                }
+            case 0:
+                completion(.failed)
+            default:
+                completion(.unknown)
             }
         }
     }

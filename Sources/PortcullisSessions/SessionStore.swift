@@ -171,23 +171,22 @@ public final class EmbeddedSessionStore: SessionStore, @unchecked Sendable {
                        completion: @escaping @Sendable (RotateOutcome) -> Void) {
         queue.async { [self] in
             guard var record = sessions[id] else { return completion(.unknown) }
-            if now >= record.expiresAt || now - record.lastUsedAt > idleTimeout {
+            switch Rotation.decide(record, presented: counter, now: now, grace: grace, idleTimeout: idleTimeout) {
+            case .expired:
                 remove(record)
-                return completion(.expired)
-            }
-            if counter >= record.counter {
-                // Current (or ahead of a rotation lost in a crash: the MAC proved it ours).
+                completion(.expired)
+            case .rotate:
                 record.counter = counter
                 let rotated = next(record)
                 _ = write(Self.encode(rotated), sync: false)
                 sessions[id] = rotated
-                return completion(.rotated(rotated))
+                completion(.rotated(rotated))
+            case .current:
+                completion(.current(record))
+            case .reused:
+                remove(record)
+                completion(.reused(record))
             }
-            if counter + 1 == record.counter && now - record.rotatedAt <= grace {
-                return completion(.current(record))
-            }
-            remove(record)
-            completion(.reused(record))
         }
     }
 
