@@ -24,7 +24,7 @@ public final class SessionService: @unchecked Sendable {
     let revocations: any SessionRevocations
     let signer: SigningKey
     let keyID: String
-    let macKey: [UInt8]
+    let refreshTokens: RefreshTokenFormat
     let errorBody: ErrorBodyTemplate
     let logger: Logger
     /// Counted outcomes (`portcullis_sessions_total{event}`), shared with the service a reload
@@ -58,7 +58,7 @@ public final class SessionService: @unchecked Sendable {
         (signingKeys, keyPaths, retiringKeys) = try Self.keys(settings, previous: previous, now: now)
         signer = signingKeys[0]
         keyID = signingKeys[0].thumbprint
-        macKey = Array(settings.refreshSecret.utf8)
+        refreshTokens = RefreshTokenFormat(secret: settings.refreshSecret)
     }
 
     /// The keys of a (re)load. Files are read again each time. A key a file no longer holds
@@ -115,20 +115,10 @@ public final class SessionService: @unchecked Sendable {
 
     // MARK: Tokens
 
-    func refreshToken(session: String, counter: UInt64) -> String {
-        let body = "\(Self.refreshTokenPrefix)\(session).\(counter)"
-        return body + "." + JWTText.base64URL(HMACSHA256.mac(key: macKey, Array(body.utf8)))
-    }
+    func refreshToken(session: String, counter: UInt64) -> String { refreshTokens.token(session: session, counter: counter) }
 
     /// The session id and counter of a refresh token whose MAC is the gateway's; nil otherwise.
-    func parseRefreshToken(_ token: String) -> (session: String, counter: UInt64)? {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts[0] == "rt1", parts[1].count == 32, parts[1].allSatisfy(\.isHexDigit),
-              let counter = UInt64(parts[2]), parts[3].count == 43 else { return nil }
-        let expected = refreshToken(session: String(parts[1]), counter: counter)
-        guard HMACSHA256.equal(expected.utf8, token.utf8) else { return nil }
-        return (String(parts[1]), counter)
-    }
+    func parseRefreshToken(_ token: String) -> (session: String, counter: UInt64)? { refreshTokens.parse(token) }
 
     func accessToken(_ record: SessionRecord, now: Int64) -> (String, Int64)? {
         let expires = now + Int64(settings.accessLifetime)
@@ -198,7 +188,7 @@ public final class SessionService: @unchecked Sendable {
     /// A logout's answer: `204` (the default), or `200 {"status":"logged_out"}` with
     /// `logout_status: 200` for a client that decodes a body (FolioMind's answered 200).
     /// What every refresh token the gateway issues begins with.
-    static let refreshTokenPrefix = "rt1."
+    static let refreshTokenPrefix = RefreshTokenFormat.prefix
 
     func loggedOut() -> LocalResponse {
         settings.logoutStatus == 200
