@@ -445,6 +445,18 @@ import Glibc
             let formEcho = try Echo(form.body)
             #expect(form.status == 200 && formEcho.body.contains("opaque-old"), "\(form)")
         }
+        // An old client's logout with the app's own token: that token is revoked, as the
+        // app's logout route did; nothing reaches the app; a browser cookie may not log out.
+        let appToken = try AuthFixtures.mint(g, "app")
+        let appBearer = String(appToken.dropFirst("Authorization: Bearer ".count))
+        #expect(E2E.curl(["-H", appToken, "\(g.url)/api/x"]).status == 200)
+        let oldLogout = E2E.curl(["-X", "POST", "-H", appToken, "\(g.url)/auth/logout"])
+        #expect(oldLogout.status == 204, "\(oldLogout)")
+        #expect(waitUntil(3) { E2E.curl(["-H", "Authorization: Bearer \(appBearer)", "\(g.url)/api/x"]).status == 401 })
+        let cookie = try AuthFixtures.mint(g, "web")
+        let byCookie = E2E.curl(["-X", "POST", "-H", cookie, "\(g.url)/auth/logout"])
+        #expect(byCookie.status == 400 && byCookie.body.contains("Bearer token is required"), "\(byCookie)")
+        #expect(E2E.curl(["-X", "POST", "\(g.url)/auth/logout"]).status == 401)
         _ = try upstream.seen()
         let mine = Self.refresh(g, pair.refresh)
         #expect(Self.pair(mine.body) != nil, "the gateway's own token is the gateway's: \(mine)")

@@ -1,3 +1,4 @@
+import PortcullisAuth
 import PortcullisIO
 import PortcullisStore
 import PortcullisSessions
@@ -17,6 +18,11 @@ final class EmbeddedSessionRevocations: SessionRevocations {
     func check(loopIndex: Int, sessionID: String?, user: String, provider: String?, subject: String?,
                issuedAt: Int64?, now: Int64) -> RevocationVerdict {
         store.view(loopIndex: 0).check(tokenID: nil, sessionID: sessionID, subject: user, issuedAt: issuedAt, now: now)
+    }
+
+    func revokePresented(identity: VerifiedIdentity, userID: String, completion: @escaping @Sendable (Bool) -> Void) {
+        guard let id = identity.tokenID ?? identity.credentialHash else { return completion(false) }
+        store.revoke(.token(id: id, until: Int64(identity.expiresAt.rounded(.up)) + 300)) { completion((try? $0.get()) != nil) }
     }
 
     func revoke(_ revocation: Revocation, completion: @escaping @Sendable (Result<Void, StoreError>) -> Void) {

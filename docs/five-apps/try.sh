@@ -369,6 +369,8 @@ foliomind-sessions() {
     -H "Authorization: Bearer $access" "$B/api/v1/auth/sessions"
   check "logout at the edge (200, as the app answered)" 200 'logged_out' -- -X POST -H "Authorization: Bearer $access" "$B/api/v1/auth/logout"
   check "the logged-out access token" 401 -- -X POST -H "Authorization: Bearer $access" -d '{}' "$B/api/v1/analyze"
+  check "logout by a client from before the move (the app's own JWT)" 200 'logged_out' -- -X POST -H "Authorization: Bearer $acc" "$B/api/v1/auth/logout"
+  check "that JWT afterwards" 401 -- -X POST -H "Authorization: Bearer $acc" -d '{}' "$B/api/v1/analyze"
   check "its refresh token" 400 'invalid_grant' -- -X POST -H 'Content-Type: application/json' -d "{\"refresh_token\":\"$refresh\"}" "$B/api/v1/auth/refresh"
   stop_gateway
 }

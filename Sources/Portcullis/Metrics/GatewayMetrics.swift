@@ -44,7 +44,7 @@ public final class GatewayMetrics: Sendable {
         "portcullis_store_health": "1 for the revocation store's current state (ok, degraded, unavailable), 0 for the others.",
         "portcullis_trace_spans_total": "Request spans with tracing on, by result (exported to the collector; dropped: the loop's queue was full; failed: the collector did not take them).",
         "portcullis_config_generation": "The configuration generation serving: 1 at start, one more per applied reload.",
-        "portcullis_sessions_total": "Session endpoint events (sessions:), by event: created, refreshed, refresh_within_grace, reuse_detected (the session was ended), refresh_expired, refresh_unknown, refresh_invalid, refresh_revoked, refresh_unavailable (the store could not be asked; nothing rotated), logged_out, ended_by_user, store_failed.",
+        "portcullis_sessions_total": "Session endpoint events (sessions:), by event: created, refreshed, refresh_within_grace, reuse_detected (the session was ended), refresh_expired, refresh_unknown, refresh_invalid, refresh_revoked, refresh_unavailable (the store could not be asked; nothing rotated), logged_out, logged_out_other_credential (a logout with a token the gateway did not issue: that token revoked), ended_by_user, store_failed.",
         "portcullis_config_reloads_total": "Configuration reloads (SIGHUP, POST /reload, portcullis reload), by result (applied, refused: the previous configuration kept serving).",
         "portcullis_config_info": "1, labelled with the SHA-256 of the configuration file serving now (config_sha256).",
         "portcullis_scrape_duration_seconds": "Time the previous scrape took to collect from every loop and component.",

@@ -162,7 +162,8 @@ extension ConfigurationLoader {
         let endpoints: [(String, String, SessionRouteKind, AuthMode, [String]?)] = [
             ("exchange", settings.exchangePath, .exchange, .required, settings.accept),
             ("refresh", settings.refreshPath, .refresh, .none, nil),
-            ("logout", settings.logoutPath, .logout, .required, [SessionSettings.providerName]),
+            // Any credential a route accepts may log itself out (see `SessionEndpoint.logout`).
+            ("logout", settings.logoutPath, .logout, .required, nil),
             ("sessions", settings.sessionsPath, .sessions, .required, [SessionSettings.providerName]),
         ]
         var added: [(index: Int, kind: SessionRouteKind)] = []
