@@ -1,3 +1,4 @@
+import PortcullisCore
 import Synchronization
 
 /// One event loop's replica of the revocation entries, plus how long it may be
@@ -15,7 +16,8 @@ import Synchronization
 public final class RevocationView: @unchecked Sendable {
     // @unchecked Sendable: the replica is confined to its loop's queue (see type comment);
     // `pending` and `inbox` are the only members touched from other threads, and they
-    // are an atomic and a mutex.
+    // are an atomic and a pthread mutex (`LockedValue`: ThreadSanitizer sees its
+    // happens-before, which it does not see through `Synchronization.Mutex`'s futex).
 
     public let loopIndex: Int
     /// Replaced by a reload that changes `revocation:` (on the loop's queue, as every update).
@@ -31,7 +33,7 @@ public final class RevocationView: @unchecked Sendable {
 
     /// Set (under `inbox`'s lock) when a change waits; read without the lock on every check.
     private let pending = Atomic<Bool>(false)
-    private let inbox = Mutex(Inbox())
+    private let inbox = LockedValue(Inbox())
 
     struct Inbox {
         var changes: [Change] = []
