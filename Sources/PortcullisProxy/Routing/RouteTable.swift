@@ -59,13 +59,26 @@ public struct RouteTable: Sendable {
     }
 
     /// The path forwarded upstream for `route` (prefix removed when configured).
-    /// Whether `forwarded` is one of `privatePaths` or below one (segment boundary, any case).
+    /// Whether `forwarded` is one of `privatePaths` or below one (segment boundary, ASCII
+    /// letters in any case). On every request to a route that has private paths: compared
+    /// byte by byte, nothing allocated.
     public static func isPrivate(_ forwarded: Substring, _ privatePaths: [String]) -> Bool {
-        let path = forwarded.lowercased()
+        let path = forwarded.utf8
         return privatePaths.contains { hidden in
-            let hidden = hidden.lowercased()
-            return path == hidden || path.hasPrefix(hidden.hasSuffix("/") ? hidden : hidden + "/")
+            let prefix = hidden.utf8
+            guard path.count >= prefix.count else { return false }
+            var index = path.startIndex
+            for byte in prefix {
+                if Self.foldedASCII(path[index]) != Self.foldedASCII(byte) { return false }
+                index = path.index(after: index)
+            }
+            return index == path.endIndex || prefix.last == UInt8(ascii: "/") || path[index] == UInt8(ascii: "/")
         }
+    }
+
+    @inline(__always)
+    private static func foldedASCII(_ byte: UInt8) -> UInt8 {
+        byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
     }
 
     public static func forwardedPath(_ path: String, route: Route) -> Substring {
