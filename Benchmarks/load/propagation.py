@@ -169,34 +169,32 @@ routes:
                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
             start = time.perf_counter()
             admin.sendall(request)
-            acked = heard = None
-            answer = b""
-            deadline = start + 5
-            while time.perf_counter() < deadline:
-                code = status(token)
-                ready, _, _ = select.select([admin, subscriber], [], [], 0)
+            times = {"acked": None, "heard": None}
+            answer = bytearray()
+
+            def collect(wait):
+                """Notes when A's answer head and the announcement arrive (whichever is ready)."""
+                ready, _, _ = select.select([admin, subscriber], [], [], wait)
                 for s in ready:
                     if s is subscriber:
                         subscriber.recv(65536)
-                        heard = heard or time.perf_counter()
+                        times["heard"] = times["heard"] or time.perf_counter()
                     else:
-                        answer += admin.recv(65536)
-                        if b"\r\n\r\n" in answer and acked is None:
-                            acked = time.perf_counter()
+                        answer.extend(admin.recv(65536))
+                        if b"\r\n\r\n" in answer:
+                            times["acked"] = times["acked"] or time.perf_counter()
+
+            deadline = start + 5
+            while time.perf_counter() < deadline:
+                code = status(token)
+                collect(0)
                 if code == 401:
                     delays.append(time.perf_counter() - start)
                     break
             # The rest of the admin answer and the announcement, if they came after B refused.
-            while (acked is None or heard is None) and time.perf_counter() < deadline:
-                ready, _, _ = select.select([admin, subscriber], [], [], 0.5)
-                for s in ready:
-                    if s is subscriber:
-                        subscriber.recv(65536)
-                        heard = heard or time.perf_counter()
-                    else:
-                        answer += admin.recv(65536)
-                        if b"\r\n\r\n" in answer:
-                            acked = acked or time.perf_counter()
+            while None in times.values() and time.perf_counter() < deadline:
+                collect(0.5)
+            acked, heard = times["acked"], times["heard"]
             if acked:
                 acks.append(acked - start)
             if heard:

@@ -47,6 +47,12 @@ import PortcullisTestSupport
         return value
     }
 
+    /// Creates `record` (cap 5) and waits for the store's acknowledgement.
+    static func create(_ store: any SessionStore, _ record: SessionRecord) throws {
+        let ok: Bool = try wait { done in store.create(record, maxPerUser: 5) { ok, _ in done(ok) } }
+        #expect(ok, "created \(record.id)")
+    }
+
     static func next(_ now: Int64) -> @Sendable (SessionRecord) -> SessionRecord {
         { current in
             var next = current
@@ -86,7 +92,7 @@ import PortcullisTestSupport
         let subject = try Self.make(kind)  // keeps the redis-server running
         let store = subject.store
         defer { withExtendedLifetime(subject) {} }
-        _ = try Self.wait { (done: @escaping @Sendable (Bool) -> Void) in store.create(Self.record("r1"), maxPerUser: 5) { ok, _ in done(ok) } }
+        try Self.create(store, Self.record("r1"))
         guard case .rotated(let second) = try Self.rotate(store, "r1", counter: 1, at: Self.now + 5) else {
             Issue.record("the current token rotates"); return
         }
@@ -100,10 +106,10 @@ import PortcullisTestSupport
         #expect(try Self.rotate(store, "r1", counter: 2, at: Self.now + 31) == .unknown)
         #expect(try Self.rotate(store, "never", counter: 1, at: Self.now) == .unknown)
         // Idle past the timeout, or past the lifetime: expired, and gone.
-        _ = try Self.wait { (done: @escaping @Sendable (Bool) -> Void) in store.create(Self.record("i1"), maxPerUser: 5) { ok, _ in done(ok) } }
+        try Self.create(store, Self.record("i1"))
         #expect(try Self.rotate(store, "i1", counter: 1, at: Self.now + 100, idle: 50) == .expired)
         #expect(try Self.wait { store.record(id: "i1", completion: $0) } == .missing)
-        _ = try Self.wait { (done: @escaping @Sendable (Bool) -> Void) in store.create(Self.record("l1"), maxPerUser: 5) { ok, _ in done(ok) } }
+        try Self.create(store, Self.record("l1"))
         #expect(try Self.rotate(store, "l1", counter: 1, at: Self.now + 90 * 86_400) == .expired)
     }
 
@@ -112,7 +118,7 @@ import PortcullisTestSupport
         let subject = try Self.make(kind)  // keeps the redis-server running
         let store = subject.store
         defer { withExtendedLifetime(subject) {} }
-        _ = try Self.wait { (done: @escaping @Sendable (Bool) -> Void) in store.create(Self.record("c1"), maxPerUser: 5) { ok, _ in done(ok) } }
+        try Self.create(store, Self.record("c1"))
         let outcomes = Mutex<[RotateOutcome]>([])
         let group = DispatchGroup()
         for _ in 0..<20 {
