@@ -416,14 +416,15 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     /// decision (a credential in it), at once; else once the body was read.
     private func answerItself(_ handler: any RouteHandler, _ view: RequestView, grant: AuthGrant?, route: Route) {
         pendingLocal = RouteHandlerCall(handler, grant: grant)
+        // Set before the body is read: a body already buffered may end (and `finishLocal`
+        // run) inside `readBodyFirst`.
+        parkedRoute = route
         if bodyHeld {
             bodyHeld = false
             if parkedView == nil { park(view) }
-            parkedRoute = route
             finishLocal()
         } else {
             readBodyFirst(view, purpose: .local, limit: handler.bodyLimit)
-            parkedRoute = route
         }
     }
 
