@@ -162,7 +162,8 @@ public final class GatewayRuntime: @unchecked Sendable {
     /// `previous` when the key files did not change), its endpoints attached to their routes
     /// and its public keys given to the `session` provider.
     static func prepareSessions(_ configuration: inout GatewayConfiguration, store: (any SessionStore)?, previous: SessionService?,
-                                revocations: StoreRevocations, logger: Logger) throws -> SessionService? {
+                                revocations: StoreRevocations, assertionKeys: AssertionKeys? = nil,
+                                logger: Logger) throws -> SessionService? {
         guard let settings = configuration.sessions else {
             revocations.sessionEnder = nil
             return nil
@@ -194,9 +195,16 @@ public final class GatewayRuntime: @unchecked Sendable {
         if let hook = settings.lookup, let upstream = configuration.proxy.upstreams.first(where: { $0.name == hook.upstream }) {
             let url = upstream.url.origin + hook.path
             let certificate = upstream.clientCertificate.map { ($0, upstream.clientPrivateKey ?? $0) }
+            let audience = upstream.url.origin
+            var assertion: (@Sendable (String, String) -> (header: String, token: String)?)?
+            if let keys = assertionKeys {
+                assertion = { provider, subject in
+                    keys.lookupAssertion(audience: audience, provider: provider, subject: subject, now: WallClock.nowSeconds())
+                }
+            }
             lookup = SessionLookup(url: url, caFile: upstream.caFile, clientCertificate: certificate,
                                    headers: upstream.requestHeaders.map { ($0.name, $0.value) },
-                                   timeout: hook.timeout, loop: EventLoop(index: -6))
+                                   timeout: hook.timeout, loop: EventLoop(index: -6), assertion: assertion)
         }
         let service = try SessionService(settings: settings, store: sessionStore, revocations: revocations,
                                          errorBody: (settings.errorBody ?? configuration.identity.errorBody).carryingCode, logger: logger, previous: previous,

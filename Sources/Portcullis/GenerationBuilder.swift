@@ -78,23 +78,23 @@ final class GenerationBuilder: @unchecked Sendable {
             do { accessLogFD = try GatewayRuntime.openAccessLog(next) } catch { throw fail("\(error)") }
             if accessLog != nil, case .file = next.accessLog, let fd = accessLogFD { undo.append { close(fd) } }
         }
-        let sessions: SessionService?
-        do {
-            // The session store carries over, as the revocation store does.
-            sessions = try GatewayRuntime.prepareSessions(&next, store: previousSessions?.store, previous: previousSessions,
-                                                revocations: revocations, logger: logger)
-        } catch {
-            throw fail("\(next.file): sessions: \(error)")
-        }
-        if let opened = sessions?.store as? RedisSessionStore, opened !== previousSessions?.store {
-            undo.append { opened.client.shutdown() }  // opened for this generation
-        }
         let assertionKeys: AssertionKeys?
         do {
             if next.identity.assertion != nil, next.store.usesRedis { _ = try sharedSecretsClient(next) }
             assertionKeys = try makeAssertionKeys(next, previous: previous?.assertionKeys)
         } catch {
             throw fail("\(error)")
+        }
+        let sessions: SessionService?
+        do {
+            // The session store carries over, as the revocation store does.
+            sessions = try GatewayRuntime.prepareSessions(&next, store: previousSessions?.store, previous: previousSessions,
+                                                revocations: revocations, assertionKeys: assertionKeys, logger: logger)
+        } catch {
+            throw fail("\(next.file): sessions: \(error)")
+        }
+        if let opened = sessions?.store as? RedisSessionStore, opened !== previousSessions?.store {
+            undo.append { opened.client.shutdown() }  // opened for this generation
         }
         let built: BuiltAuthenticator
         do {

@@ -25,7 +25,9 @@ final class AssertionIssuer: Sendable {
     let claims: [String]
     let logger: Logger
 
-    static let registeredClaims: Set<String> = ["iss", "aud", "sub", "provider", "iat", "exp", "jti", "nbf"]
+    /// `purpose` marks the lookup hook's assertion (`AssertionKeys.lookupAssertion`): never a
+    /// request's.
+    static let registeredClaims: Set<String> = ["iss", "aud", "sub", "provider", "iat", "exp", "jti", "nbf", "purpose"]
 
     init(keys: AssertionKeys, audiences: [String], claims: [String], logger: Logger) {
         self.keys = keys
@@ -42,11 +44,7 @@ final class AssertionIssuer: Sendable {
     func assertion(for identity: VerifiedIdentity, userID: String, upstream: Int, now: Double) -> String? {
         // A hit costs an atomic load and the memo's lock; the key is read only to sign.
         if let cached = identity.memo.value(slot: keys.generation << 20 | upstream, now: now) { return cached }
-        let (key, generation) = keys.current
-        let slot = generation << 20 | upstream
-        let issuedAt = Int64(now)
         var members: [(String, JSONValue)] = [
-            ("iss", .string(issuer)),
             ("aud", .string(audiences[upstream])),
             ("sub", .string(userID)),
             ("provider", .string(identity.provider)),
@@ -54,15 +52,16 @@ final class AssertionIssuer: Sendable {
         for claim in claims {
             if let value = identity.claim(claim) { members.append((claim, .string(value))) }
         }
-        members += [("iat", .integer(issuedAt)), ("exp", .integer(issuedAt + Int64(lifetime))), ("jti", .string(JWTText.randomID()))]
-        let token: String
+        let token: String, slot: Int
         do {
-            token = try TokenMinter.sign(encodedHeader: key.encodedHeader, rawClaims: JSONValue.object(members).serializedBytes, key: key.signing)
+            let signed = try keys.sign(members, now: now)
+            token = signed.token
+            slot = signed.generation << 20 | upstream
         } catch {
             logger.error("cannot sign the identity assertion; the request goes without it", metadata: ["reason": "\(error)"])
             return nil
         }
-        identity.memo.store(token, slot: slot, until: Double(issuedAt) + lifetime / 2)
+        identity.memo.store(token, slot: slot, until: Double(Int64(now)) + lifetime / 2)
         return token
     }
 }

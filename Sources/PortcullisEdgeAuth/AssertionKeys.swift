@@ -77,6 +77,30 @@ public final class AssertionKeys: @unchecked Sendable {
     /// The key that signs now, and the generation of the key list.
     var current: (key: Key, generation: Int) { lock.withLock { (state.keys[0], state.generation) } }
 
+    /// A compact JWS of `members` between `iss` and `iat`, `exp` (`iat + lifetime`), `jti`,
+    /// signed with the current key: the shape of every assertion (`AssertionIssuer`'s on
+    /// requests, the session lookup hook's). Returns the key list's generation too.
+    public func sign(_ members: [(String, JSONValue)], now: Double) throws -> (token: String, generation: Int) {
+        let (key, generation) = current
+        let issuedAt = Int64(now)
+        let claims = [("iss", JSONValue.string(settings.issuer))] + members
+            + [("iat", .integer(issuedAt)), ("exp", .integer(issuedAt + Int64(settings.lifetime))), ("jti", .string(JWTText.randomID()))]
+        let token = try TokenMinter.sign(encodedHeader: key.encodedHeader, rawClaims: JSONValue.object(claims).serializedBytes,
+                                         key: key.signing)
+        return (token, generation)
+    }
+
+    /// The assertion on the session lookup hook's request (`sessions.user.lookup`): `aud` the
+    /// upstream's origin, `sub` `<provider>:<subject>` of the ID token being exchanged,
+    /// `provider`, and `purpose: "session_lookup"`, so the app can tell the gateway's own
+    /// request from any other (no route ever carries `purpose`). Nil when it cannot be signed.
+    public func lookupAssertion(audience: String, provider: String, subject: String, now: Double) -> (header: String, token: String)? {
+        let members: [(String, JSONValue)] = [("aud", .string(audience)), ("sub", .string(provider + ":" + subject)),
+                                              ("provider", .string(provider)), ("purpose", .string("session_lookup"))]
+        guard let signed = try? sign(members, now: now) else { return nil }
+        return (settings.header, signed.token)
+    }
+
     /// `{"keys": [...]}`: every published key.
     public var jwks: [UInt8] { lock.withLock { state.jwks } }
 

@@ -6,7 +6,7 @@ import PortcullisProxy
 extension SessionEndpoint {
     /// `POST` the exchange path: a verified ID token (the route's body credential) becomes a
     /// session and its pair; the lookup hook names the user when configured.
-    func exchange(_ request: RequestView, body: UnsafeRawBufferPointer, grant: AuthGrant?, reply: LocalReply,
+    func exchange(_ endpoint: SessionSettings.Exchange, _ request: RequestView, body: UnsafeRawBufferPointer, grant: AuthGrant?, reply: LocalReply,
                   now: Int64) -> LocalResponse? {
         let service = self.service
         guard request.method == .post else { return methodNotAllowed("POST") }
@@ -104,7 +104,7 @@ extension SessionEndpoint {
         }
         let carrying = !service.settings.carryClaims.isEmpty
         let typed = carrying || service.lookup != nil || service.settings.response != nil
-            ? SessionService.verifiedClaims(request, body: body, fields: [service.settings.idTokenField, "id_token"],
+            ? SessionService.verifiedClaims(request, body: body, fields: [endpoint.idTokenField, "id_token"],
                                             identity: identity)
             : nil
         let carried = SessionService.carried(service.settings.carryClaims, from: typed)

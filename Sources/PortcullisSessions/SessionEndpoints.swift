@@ -3,8 +3,19 @@ import PortcullisAuth
 import PortcullisCore
 import PortcullisProxy
 
-/// Which session endpoint a route is.
-public enum SessionRouteKind: Sendable { case exchange, refresh, logout, sessions }
+/// Which session endpoint a route is (an exchange with its own member and providers).
+public enum SessionRouteKind: Sendable, Equatable, CustomStringConvertible {
+    case exchange(SessionSettings.Exchange), refresh, logout, sessions
+
+    public var description: String {
+        switch self {
+        case .exchange: return "exchange"
+        case .refresh: return "refresh"
+        case .logout: return "logout"
+        case .sessions: return "sessions"
+        }
+    }
+}
 
 /// One session endpoint, answered by the gateway after the route's authentication (see
 /// `SessionService`). `kind` says which.
@@ -41,7 +52,7 @@ public final class SessionEndpoint: RouteHandler, @unchecked Sendable {
         }
         let now = Int64(WallClock.nowSeconds())
         switch kind {
-        case .exchange: return exchange(request, body: body, grant: grant, reply: reply, now: now)
+        case .exchange(let endpoint): return exchange(endpoint, request, body: body, grant: grant, reply: reply, now: now)
         case .refresh: return refresh(request, body: body, grant: grant, reply: reply, now: now)
         case .logout: return logout(request, body: body, grant: grant, reply: reply, now: now)
         case .sessions: return sessions(request, body: body, grant: grant, reply: reply, now: now)

@@ -321,6 +321,8 @@ public final class SessionLookup: @unchecked Sendable {
     let url: String
     let headers: [(name: String, value: String)]
     let loop: EventLoop
+    /// `identity.assertion`'s header for this request (provider, subject), when configured.
+    let assertion: (@Sendable (String, String) -> (header: String, token: String)?)?
 
     /// `answer`: the hook's whole answer, typed (for `{lookup.NAME}` in `sessions.response`).
     enum Outcome { case user(String, claims: String, answer: [String: JSONValue]), refused(Int), unavailable(String) }
@@ -328,7 +330,8 @@ public final class SessionLookup: @unchecked Sendable {
     /// `clientCertificate`: the upstream's (`client_certificate`/`client_private_key`), so an
     /// app locked to the gateway's certificate (mutual TLS) can be asked.
     public init(url: String, caFile: String?, clientCertificate: (certificate: String, key: String)? = nil,
-         headers: [(name: String, value: String)], timeout: Double, loop: EventLoop) {
+         headers: [(name: String, value: String)], timeout: Double, loop: EventLoop,
+         assertion: (@Sendable (String, String) -> (header: String, token: String)?)? = nil) {
         var options = HTTPFetchOptions(connectTimeout: min(2, timeout), totalTimeout: timeout,
                                        maxBodyBytes: 64 * 1024, userAgent: "portcullis-sessions/1", caFile: caFile)
         options.clientCertificate = clientCertificate
@@ -336,6 +339,7 @@ public final class SessionLookup: @unchecked Sendable {
         self.url = url
         self.headers = headers
         self.loop = loop
+        self.assertion = assertion
     }
 
     /// `typed`: the verified ID token's claims with their JSON types (`verifiedClaims`); the
@@ -359,6 +363,8 @@ public final class SessionLookup: @unchecked Sendable {
             ("name", identity.claim("name").map(JSONValue.string) ?? .null),
             ("claims", .object(claims)),
         ]).serialized
+        var headers = self.headers
+        if let signed = assertion?(identity.provider, identity.subject) { headers.append((signed.header, signed.token)) }
         client.post(url, body: Array(body.utf8), headers: headers, on: loop) { result in
             switch result {
             case .failure(let error):

@@ -17,6 +17,13 @@ import PortcullisEdgeAuth
 ///   paths: {exchange: /auth/session, refresh: /auth/refresh, logout: /auth/logout, sessions: /auth/sessions}
 ///   require_tls: true
 /// ```
+///
+/// `paths.exchange` may also list several exchange endpoints, each with its own member and
+/// providers (an app that signs in with Google at one path and Apple at another):
+/// `exchange: [{path: /api/auth/mobile/google, id_token_field: idToken, accept: [google]},
+/// {path: /api/auth/mobile/apple, id_token_field: identityToken, accept: [apple]}]`; an entry's
+/// `accept` defaults to `sessions.accept` (and must be part of it), its `id_token_field` to
+/// `sessions.id_token_field`.
 public struct SessionSettings: Sendable {
     /// The built-in provider that accepts the gateway's access tokens.
     public static let providerName = EdgeAuthenticator.sessionProviderName
@@ -25,7 +32,8 @@ public struct SessionSettings: Sendable {
     public var issuer: String
     /// Providers whose ID tokens may be exchanged.
     public var accept: [String]
-    /// The JSON member holding the ID token (`id_token` is read too).
+    /// The JSON member holding the ID token (`id_token` is read too): the default of every
+    /// exchange endpoint.
     public var idTokenField = "idToken"
     public var accessLifetime: Double = 15 * 60
     /// ES256 private keys (PEM files); the first signs. Empty: one generated at start (one
@@ -39,7 +47,20 @@ public struct SessionSettings: Sendable {
     public var reuseGrace: Double = 10
     /// The MAC key of the refresh tokens (at least 32 bytes), the same on every instance.
     public var refreshSecret: String
-    public var exchangePath = "/auth/session"
+    /// The exchange endpoints (at least one): `paths.exchange`.
+    public var exchanges: [Exchange]
+    /// One exchange endpoint: its path, the body member with the ID token, the providers
+    /// whose ID tokens it takes.
+    public struct Exchange: Sendable, Equatable {
+        public var path: String
+        public var idTokenField: String
+        public var accept: [String]
+        public init(path: String, idTokenField: String, accept: [String]) {
+            self.path = path
+            self.idTokenField = idTokenField
+            self.accept = accept
+        }
+    }
     public var refreshPath = "/auth/refresh"
     public var logoutPath = "/auth/logout"
     public var sessionsPath = "/auth/sessions"
@@ -94,5 +115,6 @@ public struct SessionSettings: Sendable {
         self.issuer = issuer
         self.accept = accept
         self.refreshSecret = refreshSecret
+        self.exchanges = [Exchange(path: "/auth/session", idTokenField: "idToken", accept: accept)]
     }
 }

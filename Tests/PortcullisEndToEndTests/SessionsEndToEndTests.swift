@@ -839,6 +839,103 @@ import Glibc
         #expect(g.log.contains("session lookup failed"))
     }
 
+    /// `paths.exchange` as a list (RVU Tracker signs in with Google at one path and Apple at
+    /// another, each with its own member): each path takes its own member and its own
+    /// providers; another provider's ID token there is `400 invalid_grant`; bad entries are
+    /// named at start.
+    @Test func severalExchangePathsEachWithItsMemberAndProviders() throws {
+        let upstream = try EchoUpstream()
+        let config = """
+        \(AuthFixtures.providers)
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google, apple]
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false
+          paths:
+            exchange:
+              - {path: /mobile/google, id_token_field: idToken, accept: [google]}
+              - {path: /mobile/apple, id_token_field: identityToken, accept: [apple]}
+              - /mobile/any
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        """
+        let g = try GatewayProcess(config)
+        let google = String(try AuthFixtures.mint(g, "google", ["--sub", "g-1"]).dropFirst("Authorization: Bearer ".count))
+        let apple = String(try AuthFixtures.mint(g, "apple", ["--sub", "a-1"]).dropFirst("Authorization: Bearer ".count))
+        func post(_ path: String, _ member: String, _ token: String) -> (status: Int, body: String) {
+            E2E.curl(["-X", "POST", "-H", "content-type: application/json", "-d", "{\"\(member)\":\"\(token)\"}", "\(g.url)\(path)"])
+        }
+        let cases: [(String, String, String, Int, String)] = [
+            ("/mobile/google", "idToken", google, 200, "google:g-1"),
+            ("/mobile/apple", "identityToken", apple, 200, "apple:a-1"),
+            ("/mobile/apple", "id_token", apple, 200, "apple:a-1"),          // id_token is read everywhere
+            ("/mobile/any", "idToken", apple, 200, "apple:a-1"),             // a bare path: sessions.accept, id_token_field
+            ("/mobile/apple", "identityToken", google, 400, "invalid_grant"),
+            ("/mobile/google", "identityToken", google, 400, "has no idToken member"),
+        ]
+        for (path, member, token, status, expected) in cases {
+            let r = post(path, member, token)
+            #expect(r.status == status && (status == 200 ? Self.pair(r.body)?.user == expected : r.body.contains(expected)),
+                    "\(path) \(member): \(r)")
+            if status == 200, let pair = Self.pair(r.body) { #expect(Self.api(g, pair.access).status == 200) }
+        }
+        #expect(post("/auth/session", "idToken", google).status == 404, "the default path is no exchange any more: unrouted")
+        let exchanges = "      - {path: /mobile/google, id_token_field: idToken, accept: [google]}\n      - {path: /mobile/apple, id_token_field: identityToken, accept: [apple]}\n      - /mobile/any"
+        for (bad, reason) in [("      - {path: /m, accept: [firebase]}", "'firebase' is not in sessions.accept"),
+                              ("      - /m\n      - {path: /m}", "/m is listed twice"),
+                              ("      - {path: /m, id_token: x}", "id_token"),
+                              ("      - {accept: [google]}", "path"),
+                              ("      - {path: /api}", "/api is also the path of the route at line")] {
+            let errors = E2E.configErrors(config.replacingOccurrences(of: exchanges, with: bad))
+            #expect(errors.contains("sessions.paths.exchange") && errors.contains(reason), "\(bad): \(errors)")
+        }
+        let clash = E2E.configErrors(config.replacingOccurrences(of: "  require_tls: false", with: "  require_tls: false\n  device_field: identityToken"))
+        #expect(clash.contains("sessions.device_field"), "\(clash)")
+    }
+
+    /// With `identity.assertion`, the lookup hook's request carries an assertion the app
+    /// verifies with the gateway's JWKS (an independent library): `sub` the ID token's
+    /// `<provider>:<subject>`, `aud` the upstream, `purpose: session_lookup` (no route's
+    /// assertion has it), so the app can tell the gateway's own request from any other.
+    @Test func theLookupHooksRequestCarriesAnAssertionTheAppVerifies() throws {
+        let upstream = try EchoUpstream()
+        let port = Loopback.freePort()
+        let log = NSTemporaryDirectory() + "lookup-assert-\(UUID().uuidString).jsonl"
+        let app = try RedisProcess.spawn(["/usr/bin/python3", E2E.packageRoot.appendingPathComponent(
+            "Tests/PortcullisEndToEndTests/Fixtures/lookup_app.py").path, "\(port)", log], stdout: nil)
+        defer { kill(app, SIGKILL); var s: Int32 = 0; waitpid(app, &s, 0) }
+        #expect(Loopback.waitForPort(port))
+        let g = try GatewayProcess("""
+        \(AuthFixtures.providers.replacingOccurrences(of: "claims: {email: X-User-Email}}",
+                                                     with: "claims: {email: X-User-Email}, assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}"))
+        sessions:
+          issuer: "https://api.example.test"
+          accept: [google]
+          user: {lookup: {upstream: users, path: /internal/users/resolve}}
+          refresh_token: {secret: "\(Self.secret)"}
+          require_tls: false
+        upstreams:
+          users: {url: "http://127.0.0.1:\(port)"}
+        routes:
+          - {path: /api, upstream: users, auth: required}
+        """)
+        let (status, body) = try Self.exchange(g, sub: "117")
+        #expect(status == 200 && Self.pair(body)?.user == "u-117", "\(body)")
+        let line = try #require(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").first)
+        let asked = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        let headers = (asked["headers"] as? [String: String] ?? [:]).reduce(into: [String: String]()) { $0[$1.key.lowercased()] = $1.value }
+        let token = try #require(headers["x-portcullis-assertion"], "\(headers)")
+        let jwks = try LockingUpstreamsEndToEndTests.jwks("\(g.url)/.well-known/portcullis/jwks.json")
+        let verified = LockingUpstreamsEndToEndTests.verify(jwks.path, token, audience: "http://127.0.0.1:\(port)")
+        #expect(verified.ok, "\(verified.output)")
+        let claims = try #require(try JSONSerialization.jsonObject(with: Data(verified.output.utf8)) as? [String: Any])
+        #expect(claims["sub"] as? String == "google:117" && claims["purpose"] as? String == "session_lookup"
+                && claims["provider"] as? String == "google", "\(claims)")
+    }
+
     /// A locked app (mutual TLS, as golfai's): the lookup hook presents the upstream's client
     /// certificate, so the app can be asked; without one the app refuses the handshake and the
     /// exchange is a 503.

@@ -43,6 +43,7 @@ extension ConfigurationLoader {
         if let n = try node.optional("id_token_field") {
             settings.idTokenField = try n.string()
             guard !settings.idTokenField.isEmpty else { throw n.error("must not be empty") }
+            settings.exchanges[0].idTokenField = settings.idTokenField
         }
         if var user = try node.optional("user") {
             if let n = try user.optional("provider_subject") {
@@ -86,12 +87,17 @@ extension ConfigurationLoader {
             try access.finish()
         }
         if var paths = try node.optional("paths") {
-            for (key, keyPath) in [("exchange", \SessionSettings.exchangePath), ("refresh", \.refreshPath),
-                                   ("logout", \.logoutPath), ("sessions", \.sessionsPath)] {
-                guard let n = try paths.optional(key) else { continue }
+            func endpointPath(_ n: ConfigNode, _ key: String) throws(ConfigurationError) -> String {
                 let path = try n.string()
                 guard path.hasPrefix("/"), path.count > 1 else { throw n.error("a path such as /auth/\(key)") }
-                settings[keyPath: keyPath] = path
+                return path
+            }
+            if let n = try paths.optional("exchange") {
+                settings.exchanges = try exchanges(n, settings: settings, path: endpointPath)
+            }
+            for (key, keyPath) in [("refresh", \SessionSettings.refreshPath), ("logout", \.logoutPath), ("sessions", \.sessionsPath)] {
+                guard let n = try paths.optional(key) else { continue }
+                settings[keyPath: keyPath] = try endpointPath(n, key)
             }
             try paths.finish()
         }
@@ -101,7 +107,7 @@ extension ConfigurationLoader {
         if let n = try node.optional("error_body") { settings.errorBody = try errorBody(n) }
         if let n = try node.optional("device_field") {
             let field = try n.string()
-            guard !field.isEmpty, field.utf8.count <= 64, field != settings.idTokenField else {
+            guard !field.isEmpty, field.utf8.count <= 64, !settings.exchanges.contains(where: { $0.idTokenField == field }) else {
                 throw n.error("expected a JSON member name (1 to 64 bytes) other than id_token_field")
             }
             settings.deviceField = field
@@ -140,6 +146,46 @@ extension ConfigurationLoader {
         return settings
     }
 
+    /// `paths.exchange`: one path (the ID token in `id_token_field`, any provider of `accept`),
+    /// or a list of paths and `{path, id_token_field, accept}` entries.
+    private static func exchanges(_ n: ConfigNode, settings: SessionSettings,
+                                  path: (ConfigNode, String) throws(ConfigurationError) -> String)
+        throws(ConfigurationError) -> [SessionSettings.Exchange] {
+        guard case .sequence = n.node else {
+            return [SessionSettings.Exchange(path: try path(n, "session"), idTokenField: settings.idTokenField, accept: settings.accept)]
+        }
+        var found: [SessionSettings.Exchange] = []
+        for var entry in try n.sequence() {
+            guard case .mapping = entry.node else {
+                found.append(SessionSettings.Exchange(path: try path(entry, "session"), idTokenField: settings.idTokenField,
+                                                      accept: settings.accept))
+                continue
+            }
+            var exchange = SessionSettings.Exchange(path: try path(try entry.required("path"), "session"),
+                                                    idTokenField: settings.idTokenField, accept: settings.accept)
+            if let f = try entry.optional("id_token_field") {
+                exchange.idTokenField = try f.string()
+                guard !exchange.idTokenField.isEmpty, exchange.idTokenField.utf8.count <= 64 else {
+                    throw f.error("expected a JSON member name (1 to 64 bytes)")
+                }
+            }
+            if let a = try entry.optional("accept") {
+                exchange.accept = try a.stringList()
+                guard !exchange.accept.isEmpty else { throw a.error("names at least one provider of sessions.accept") }
+                for name in exchange.accept where !settings.accept.contains(name) {
+                    throw a.error("'\(name)' is not in sessions.accept (\(settings.accept.joined(separator: ", ")))")
+                }
+            }
+            try entry.finish()
+            if found.contains(where: { $0.path == exchange.path }) {
+                throw entry.error("\(exchange.path) is listed twice")
+            }
+            found.append(exchange)
+        }
+        guard !found.isEmpty else { throw n.error("lists at least one exchange path") }
+        return found
+    }
+
     /// The built-in `session` provider: ES256 access tokens of `issuer` (also their audience).
     /// Its keys are the session service's, installed when the gateway starts.
     static func sessionProvider(_ settings: SessionSettings) -> ProviderSettings {
@@ -159,8 +205,9 @@ extension ConfigurationLoader {
                                  routeAuth: inout [RouteAuthSettings], errorBody: ErrorBodyTemplate,
                                  file: String, routeLines: [Int?] = [], pathsLine: Int? = nil)
         throws(ConfigurationError) -> [(index: Int, kind: SessionRouteKind)] {
-        let endpoints: [(String, String, SessionRouteKind, AuthMode, [String]?)] = [
-            ("exchange", settings.exchangePath, .exchange, .required, settings.accept),
+        let endpoints: [(String, String, SessionRouteKind, AuthMode, [String]?)] = settings.exchanges.map {
+            ("exchange", $0.path, .exchange($0), .required, $0.accept)
+        } + [
             ("refresh", settings.refreshPath, .refresh, .none, nil),
             // Any credential a route accepts may log itself out (see `SessionEndpoint.logout`).
             ("logout", settings.logoutPath, .logout, .required, nil),
@@ -196,10 +243,10 @@ extension ConfigurationLoader {
             var auth = RouteAuthSettings()
             auth.forwardAuthorization = false
             auth.errorBody = (settings.errorBody ?? errorBody).carryingCode
-            if kind == .exchange {
-                var credential = BodyCredentialSettings(field: settings.idTokenField, providers: settings.accept,
+            if case .exchange(let exchange) = kind {
+                var credential = BodyCredentialSettings(field: exchange.idTokenField, providers: exchange.accept,
                                                         maxBodyBytes: 64 * 1024)
-                credential.alternateField = settings.idTokenField == "id_token" ? nil : "id_token"
+                credential.alternateField = exchange.idTokenField == "id_token" ? nil : "id_token"
                 credential.bearerFallback = true
                 auth.bodyCredential = credential
                 auth.refusesAsGrant = true

@@ -7,7 +7,7 @@ extension GatewayConfiguration {
     /// would hand out access tokens no route takes.
     public var sessionsWarning: String? {
         guard let sessions else { return nil }
-        let endpoints: Set<String> = [sessions.exchangePath, sessions.refreshPath, sessions.logoutPath, sessions.sessionsPath]
+        let endpoints = Set(sessions.exchanges.map(\.path) + [sessions.refreshPath, sessions.logoutPath, sessions.sessionsPath])
         let accepting = proxy.routes.contains { route in
             route.auth != .none && !endpoints.contains(route.pathPrefix)
                 && (route.providers?.contains(SessionSettings.providerName) ?? true)
