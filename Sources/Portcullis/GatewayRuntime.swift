@@ -191,21 +191,7 @@ public final class GatewayRuntime: @unchecked Sendable {
         if store == nil && !configuration.store.usesRedis && configuration.store.stateDirectory == nil {
             logger.notice("sessions are kept in memory only and end with the process (set store.state_dir to keep them)")
         }
-        var lookup: SessionLookup?
-        if let hook = settings.lookup, let upstream = configuration.proxy.upstreams.first(where: { $0.name == hook.upstream }) {
-            let url = upstream.url.origin + hook.path
-            let certificate = upstream.clientCertificate.map { ($0, upstream.clientPrivateKey ?? $0) }
-            let audience = upstream.url.origin
-            var assertion: (@Sendable (String, String) -> (header: String, token: String)?)?
-            if let keys = assertionKeys {
-                assertion = { provider, subject in
-                    keys.lookupAssertion(audience: audience, provider: provider, subject: subject, now: WallClock.nowSeconds())
-                }
-            }
-            lookup = SessionLookup(url: url, caFile: upstream.caFile, clientCertificate: certificate,
-                                   headers: upstream.requestHeaders.map { ($0.name, $0.value) },
-                                   timeout: hook.timeout, loop: EventLoop(index: -6), assertion: assertion)
-        }
+        let lookup = sessionLookup(configuration, assertionKeys: assertionKeys)
         let service = try SessionService(settings: settings, store: sessionStore, revocations: revocations,
                                          errorBody: (settings.errorBody ?? configuration.identity.errorBody).carryingCode, logger: logger, previous: previous,
                                          counters: previous?.counters ?? SessionCounters(), lookup: lookup)
@@ -218,6 +204,25 @@ public final class GatewayRuntime: @unchecked Sendable {
             configuration.providers[i].keys = .inline(try service.keySet())
         }
         return service
+    }
+
+    /// The session lookup hook's client (`sessions.user.lookup`), as the exchange uses it and
+    /// `check-config --probe` tries it: the upstream's CA, client certificate, request headers
+    /// and, with `identity.assertion`, the hook's assertion.
+    static func sessionLookup(_ configuration: GatewayConfiguration, assertionKeys: AssertionKeys?) -> SessionLookup? {
+        guard let hook = configuration.sessions?.lookup,
+              let upstream = configuration.proxy.upstreams.first(where: { $0.name == hook.upstream }) else { return nil }
+        let certificate = upstream.clientCertificate.map { ($0, upstream.clientPrivateKey ?? $0) }
+        let audience = upstream.url.origin
+        var assertion: (@Sendable (String, String) -> (header: String, token: String)?)?
+        if let keys = assertionKeys {
+            assertion = { provider, subject in
+                keys.lookupAssertion(audience: audience, provider: provider, subject: subject, now: WallClock.nowSeconds())
+            }
+        }
+        return SessionLookup(url: upstream.url.origin + hook.path, caFile: upstream.caFile, clientCertificate: certificate,
+                             headers: upstream.requestHeaders.map { ($0.name, $0.value) },
+                             timeout: hook.timeout, loop: EventLoop(index: -6), assertion: assertion)
     }
 
     static func openAccessLog(_ configuration: GatewayConfiguration) throws -> Int32? {

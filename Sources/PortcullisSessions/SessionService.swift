@@ -391,6 +391,23 @@ public final class SessionLookup: @unchecked Sendable {
     }
 }
 
+extension SessionLookup {
+    /// `check-config --probe`: can the gateway reach the hook at all (TCP, TLS with the
+    /// upstream's client certificate, an HTTP answer)? A `GET` of the hook's path, so the
+    /// app's find-or-create never runs; any status but 404 counts as reached (a POST-only
+    /// route answers 405, a locked one 401 or 403). Nil when reached; else the reason.
+    public func probe(completion: @escaping @Sendable (String?) -> Void) {
+        client.get(url, on: loop) { result in
+            switch result {
+            case .failure(let error): completion("\(error)")
+            case .success(let response) where response.status == 404:
+                completion("it answered 404 for \(self.url): is the path right?")
+            case .success: completion(nil)
+            }
+        }
+    }
+}
+
 /// Counted session events, read by `/metrics`.
 public final class SessionCounters: @unchecked Sendable {
     public init() {}

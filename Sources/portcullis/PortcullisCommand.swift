@@ -55,6 +55,10 @@ struct CheckConfig: ParsableCommand {
     /// `check-config --config FILE` works too, the form `run` takes.
     @Option(name: .long, help: "Path to the YAML configuration (the same as FILE).")
     var config: String?
+    /// `--probe`: also try what the gateway will call (the session lookup hook); off by
+    /// default, so checking a file never sends traffic anywhere.
+    @Flag(name: .long, help: "Also try to reach the session lookup hook (TCP, TLS with the upstream's client certificate, an HTTP answer to a GET); exit 1 when it cannot be reached.")
+    var probe = false
 
     func validate() throws {
         switch (file, config) {
@@ -80,6 +84,10 @@ struct CheckConfig: ParsableCommand {
             print("warning: upstreams.\(upstream.name) (\(upstream.url.origin)) is reachable without the gateway: a caller can send it any X-User-Id directly. Lock it with request_headers, client_certificate or identity.assertion; see \(GatewayConfiguration.lockingDoc)")
         }
         if let warning = configuration.sessionsWarning { print("warning: \(warning)") }
+        if probe, let failure = HookProbe.run(configuration) {
+            Console.error("error: \(failure)\n")
+            throw ExitCode(1)
+        }
     }
 }
 

@@ -809,6 +809,11 @@ import Glibc
                 #expect(r.status == 404, "\(path) \(flags): \(r)")
             }
         }
+        // An encoded slash (which uvicorn and Next.js decode) never reaches an upstream at all.
+        for path in ["/internal%2Fusers/resolve", "/internal%2fusers%2Fresolve", "/internal%5Cusers/resolve"] {
+            let r = E2E.curl(["-X", "POST", "-d", "{}", "\(g.url)\(path)"])
+            #expect(r.status == 400, "\(path): \(r)")
+        }
         #expect(asked() == before, "the app's find-or-create was never run for a client")
         let call = Self.api(g, pair.access)
         let echo = try Echo(call.body)
@@ -950,9 +955,9 @@ import Glibc
             pki.caCertificate], stdout: nil)
         defer { kill(app, SIGKILL); var s: Int32 = 0; waitpid(app, &s, 0) }
         #expect(Loopback.waitForPort(port))
-        func gateway(withCertificate: Bool) throws -> GatewayProcess {
+        func config(withCertificate: Bool, port: UInt16 = port) -> String {
             let certificate = withCertificate ? ", client_certificate: \"\(client.certificate)\", client_private_key: \"\(client.key)\"" : ""
-            return try GatewayProcess("""
+            return """
             \(AuthFixtures.providers)
             sessions:
               issuer: "https://api.example.test"
@@ -964,8 +969,28 @@ import Glibc
               users: {url: "https://127.0.0.1:\(port)", ca_file: "\(pki.caCertificate)"\(certificate)}
             routes:
               - {path: /api, upstream: users, auth: required}
-            """)
+            """
         }
+        func gateway(withCertificate: Bool) throws -> GatewayProcess { try GatewayProcess(config(withCertificate: withCertificate)) }
+        // `check-config --probe` names a hook the gateway cannot reach (exit 1), never running
+        // the app's find-or-create (a GET); without --probe nothing is sent.
+        func probe(_ yaml: String, _ flags: [String] = ["--probe"]) throws -> (Int32, String) {
+            let file = NSTemporaryDirectory() + "probe-\(UUID().uuidString).yaml"
+            try yaml.write(toFile: file, atomically: true, encoding: .utf8)
+            defer { unlink(file) }
+            let (code, out, err) = E2E.run(E2E.binary, ["check-config"] + flags + [file])
+            return (code, out + err)
+        }
+        let reached = try probe(config(withCertificate: true))
+        #expect(reached.0 == 0, "\(reached.1)")
+        for (yaml, reason) in [(config(withCertificate: false), "upstreams.users cannot be reached"),
+                               (config(withCertificate: true, port: Loopback.freePort()), "upstreams.users cannot be reached")] {
+            let (code, out) = try probe(yaml)
+            #expect(code == 1 && out.contains("sessions.user.lookup") && out.contains(reason), "\(out)")
+            #expect(try probe(yaml, []).0 == 0, "without --probe the file is only read")
+        }
+        let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+        #expect(lines.isEmpty, "a probe never POSTs to the hook: \(lines)")
         let locked = try gateway(withCertificate: true)
         let (status, body) = try Self.exchange(locked, sub: "golfer")
         #expect(status == 200 && Self.pair(body)?.user == "u-golfer", "\(status) \(body)")
