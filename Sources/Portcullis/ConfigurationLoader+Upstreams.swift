@@ -40,7 +40,7 @@ extension ConfigurationLoader {
             guard url.secure else { throw certificateNode.error("client certificates apply to https:// upstreams only") }
             let certificate = try certificateNode.string()
             let key = try keyNode.string()
-            do { _ = try TLSCertificate(certificateFile: certificate, keyFile: key, requireNames: false) } catch {
+            do { _ = try TLSCertificate.client(certificateFile: certificate, keyFile: key) } catch {
                 throw (error.file == key ? keyNode : certificateNode).error(error.description)
             }
             upstream.clientCertificate = certificate

@@ -24,9 +24,16 @@ public final class TLSCertificate: @unchecked Sendable {
     /// "RSA-2048", "EC-P-256", … for logs and check-config.
     public let keyDescription: String
 
+    /// A certificate the gateway presents as a client (mutual TLS to an upstream, the lookup
+    /// hook, key fetches): checked as a server's, but it needs no DNS names (nothing selects
+    /// it by SNI; a client certificate often has a CN only).
+    public static func client(certificateFile: String, keyFile: String) throws(TLSFileError) -> TLSCertificate {
+        try TLSCertificate(certificateFile: certificateFile, keyFile: keyFile, requireNames: false)
+    }
+
     /// Loads and checks the pair; `now` decides expiry (seconds since the epoch).
     /// `requireNames`: a server certificate needs subjectAltName DNS names (SNI selects
-    /// by them); a client certificate (mutual TLS to an upstream) does not.
+    /// by them); a client certificate does not (use `client`).
     public init(certificateFile: String, keyFile: String, now: Double? = nil, requireNames: Bool = true) throws(TLSFileError) {
         self.certificateFile = certificateFile
         self.keyFile = keyFile

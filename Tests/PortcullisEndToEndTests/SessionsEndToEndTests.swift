@@ -947,7 +947,8 @@ import Glibc
     @Test func theLookupHookPresentsTheUpstreamsClientCertificate() throws {
         let pki = try TestPKI()
         let server = try pki.leaf(["localhost", "IP:127.0.0.1"])
-        let client = try pki.leaf(["portcullis-gateway"], clientAuth: true)
+        // A client certificate with a CN only (no subjectAltName), as golfai's nginx CA issues it.
+        let client = try pki.leaf([], clientAuth: true)
         let port = Loopback.freePort()
         let log = NSTemporaryDirectory() + "lookup-mtls-\(UUID().uuidString).jsonl"
         let app = try RedisProcess.spawn(["/usr/bin/python3", E2E.packageRoot.appendingPathComponent(

@@ -39,7 +39,7 @@ $PY -c 'import jwt, cryptography' 2> /dev/null \
   || { echo "python3-jwt and python3-cryptography are needed (apt-get install python3-jwt python3-cryptography)" >&2; exit 2; }
 
 APPS=("$@")
-[ ${#APPS[@]} -eq 0 ] && APPS=(rvu-tracker paperboxd golfai foliomind vcnotebook foliomind-sessions)
+[ ${#APPS[@]} -eq 0 ] && APPS=(rvu-tracker paperboxd golfai foliomind vcnotebook rvu-tracker-sessions paperboxd-sessions golfai-sessions foliomind-sessions)
 W=$(mktemp -d /tmp/portcullis-five-apps.XXXXXX)
 # Every process started, by pid (apps run in subshells: a file, not a variable).
 PIDS=$W/pids
@@ -248,8 +248,10 @@ paperboxd() {
 }
 
 # --- golfai -----------------------------------------------------------------------------------
-golfai() {
+# golfai_pki: the test CA, the app's server certificate and the gateway's client certificate in $W/mtls.
+golfai_pki() {
   local M=$W/mtls
+  [ -s "$M/gateway-client.pem" ] && return 0
   mkdir -p "$M"
   (cd "$M" && {
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "/CN=golfai test server CA" -keyout server-ca.key -out server-ca.pem
@@ -261,6 +263,11 @@ golfai() {
     printf "extendedKeyUsage=clientAuth\n" > client.ext
     openssl x509 -req -in gateway-client.csr -CA client-ca.pem -CAkey client-ca.key -CAcreateserial -days 2 -extfile client.ext -out gateway-client.pem
   } > /dev/null 2>&1)
+}
+
+golfai() {
+  local M=$W/mtls
+  golfai_pki
   # The app behind nginx-style client-certificate checking: TLS, a certificate from the gateway's CA required.
   start_app golfai "$M/upstream.pem" "$M/upstream.key" "$M/client-ca.pem"
   if curl -s -m 5 --cacert "$M/server-ca.pem" "https://127.0.0.1:$UPSTREAM_PORT/auth/profile" -H 'X-User-Id: victim' > /dev/null 2>&1; then
@@ -332,10 +339,150 @@ foliomind() {
 }
 
 # with_sessions FILE OUT: FILE changed as its sessions comment says: the commented `sessions:`
-# block uncommented, the lines marked "sign-in route" deleted. Nothing else.
+# block uncommented, the lines marked "sign-in route" deleted, a route line marked "with
+# sessions" uncommented. Nothing else.
 with_sessions() {
   awk '/^# sessions:/ { block = 1 } block && /^#( |$)/ { sub(/^# ?/, ""); print; next } { block = 0; print }' "$1" \
-    | grep -v '# sign-in route' > "$2"
+    | grep -v '# sign-in route' | sed -E 's/^( *)# (- .*# with sessions)/\1\2/' > "$2"
+}
+
+# member JSON PATH: a member of a JSON answer (dotted path), strings bare, others as JSON; empty if absent.
+member() {
+  $PY -c 'import json, sys
+try:
+    o = json.loads(sys.argv[1])
+    for k in sys.argv[2].split("."):
+        o = o.get(k) if isinstance(o, dict) else None
+except ValueError:
+    o = None
+print("" if o is None else o if isinstance(o, str) else json.dumps(o))' "$1" "$2"
+}
+# expect_members WHAT JSON PATH=VALUE...: the answer has each member with that value ("*": any non-empty).
+expect_members() {
+  local what=$1 answer=$2 pair ok=1
+  shift 2
+  for pair in "$@"; do
+    local got; got=$(member "$answer" "${pair%%=*}")
+    if [ "${pair#*=}" = "*" ]; then [ -n "$got" ] || ok=0; else [ "$got" = "${pair#*=}" ] || ok=0; fi
+  done
+  if [ $ok = 1 ]; then passed "$what"; else failed "$what: wanted $*; got: $answer"; fi
+}
+# post_json URL BODY [CURL_ARGS...]: the answer's body.
+post_json() { local url=$1 body=$2; shift 2; curl -s -m 15 "$@" -X POST -H 'Content-Type: application/json' -d "$body" "$url"; }
+# lookup_id PROVIDER SUBJECT: the user id the stand-in app's find-or-create answers (echo_upstream.py).
+lookup_id() { $PY -c 'import hashlib, sys; print(hashlib.sha1(sys.argv[1].encode()).hexdigest()[:24])' "$1:$2"; }
+
+# RVU Tracker with its iOS sign-in at the edge: Google and Apple at their own paths and members,
+# the answer in the members its client decodes.
+rvu-tracker-sessions() {
+  start_app rvu
+  export AUTH_SECRET=rvu-local-auth-secret-0123456789abcdef0123
+  export GOOGLE_CLIENT_ID=386826311054-web.apps.googleusercontent.com GOOGLE_IOS_CLIENT_ID=386826311054-ios.apps.googleusercontent.com
+  export APPLE_CLIENT_ID=com.trackmyrvu.web APPLE_IOS_BUNDLE_ID=com.trackmyrvu.ios
+  export VERCEL_AUTOMATION_BYPASS_SECRET=local-bypass-secret-0123456789abcdef RVU_UPSTREAM_URL=http://127.0.0.1:$UPSTREAM_PORT
+  export SESSION_SECRET=rvu-local-session-secret-0123456789abcdef SESSION_SIGNING_KEY=$W/rvu-session-es256.pem
+  export LISTEN=127.0.0.1:$(free_port) LISTEN_HTTP=127.0.0.1:$(free_port)
+  expect "portcullis keys generate (the session signing key)" "$BIN" keys generate "$SESSION_SIGNING_KEY"
+  with_sessions Config/examples/rvu-tracker.yaml "$W/rvu-tracker-sessions.yaml"
+  local port=${LISTEN##*:}
+  start_gateway "$W/rvu-tracker-sessions.yaml"
+  local C=(--cacert "$TLS_CERT" --resolve "trackmyrvu.com:$port:127.0.0.1") B=https://trackmyrvu.com:$port U=117584285732048297471
+  local answer session refresh apple tok ck
+  answer=$(post_json "$B/api/auth/mobile/google" "{\"idToken\":\"$(google_token "$GOOGLE_IOS_CLIENT_ID" "$U")\"}" "${C[@]}")
+  expect_members "Google sign-in at the edge: the members the iOS client decodes" "$answer" success=true "user.id=google:$U" \
+    user.email=user@example.com "user.name=John Doe" 'sessionToken=*' 'refreshToken=*' expiresIn=900
+  session=$(member "$answer" sessionToken); refresh=$(member "$answer" refreshToken)
+  check "the API with the sessionToken" 200 "\"X-User-Id\", \"google:$U\"" '"X-Auth-Provider", "session"' '"X-User-Email", "user@example.com"' -- \
+    "${C[@]}" -H "Authorization: Bearer $session" "$B/api/visits"
+  apple=$(post_json "$B/api/auth/mobile/apple" "{\"identityToken\":\"$(apple_token "$APPLE_IOS_BUNDLE_ID" 001234.abcdef0123456789.0123)\",\"fullName\":\"J\"}" "${C[@]}")
+  expect_members "Apple sign-in at its own path and member (identityToken)" "$apple" success=true user.id=apple:001234.abcdef0123456789.0123 'sessionToken=*'
+  check "a Google ID token on the Apple path" 400 'invalid_grant' 'The ID token is from a provider this route does not accept' -- "${C[@]}" -X POST \
+    -H 'Content-Type: application/json' -d "{\"identityToken\":\"$(google_token "$GOOGLE_IOS_CLIENT_ID" "$U")\"}" "$B/api/auth/mobile/apple"
+  tok=$(mint "$AUTH_SECRET" "{\"sub\":\"$U\",\"email\":\"user@example.com\",\"name\":\"John Doe\",\"iat\":\"-0\",\"exp\":\"+2592000\"}")
+  check "a sessionToken the app issued before the move, until it expires" 200 "\"X-User-Id\", \"$U\"" '"X-Auth-Provider", "app"' -- \
+    "${C[@]}" -H "Authorization: Bearer $tok" "$B/api/visits"
+  ck=$("$BIN" mint --config "$W/rvu-tracker-sessions.yaml" --provider web --sub "$U" --ttl 720h --claim sub=5b7c0e0e-8a53-4c55-9d0e-2f1d7b2c7a11 --format header)
+  check "the web cookie, untouched" 200 "\"X-User-Id\", \"$U\"" '"X-Auth-Provider", "web"' -- "${C[@]}" -H "$ck" "$B/analytics"
+  answer=$(post_json "$B/api/auth/mobile/refresh" "{\"refresh_token\":\"$refresh\"}" "${C[@]}")
+  expect_members "refresh instead of signing out on a 401: the same members" "$answer" 'sessionToken=*' 'refreshToken=*' expiresIn=900
+  session=$(member "$answer" sessionToken)
+  check "sign-out at last (/api/auth/mobile/logout)" 204 -- "${C[@]}" -X POST -H "Authorization: Bearer $session" "$B/api/auth/mobile/logout"
+  check "the signed-out sessionToken" 401 '{"error": "The access token has been revoked"}' -- "${C[@]}" -H "Authorization: Bearer $session" "$B/api/visits"
+  stop_gateway
+}
+
+# PaperBoxd with its Google sign-in at the edge: the app's find-or-create names the user (the
+# lookup hook), so X-User-Id stays its Mongo id; two exchange paths.
+paperboxd-sessions() {
+  start_app paperboxd
+  export NEXTAUTH_SECRET=paperboxd-local-nextauth-secret-0123456789ab GOOGLE_CLIENT_ID_WEB=893085484645-web.apps.googleusercontent.com
+  export VERCEL_AUTOMATION_BYPASS_SECRET=local-bypass-secret-paperboxd-0123456789 PAPERBOXD_UPSTREAM_URL=http://127.0.0.1:$UPSTREAM_PORT
+  export SESSION_SECRET=paperboxd-local-session-secret-0123456789ab SESSION_SIGNING_KEY=$W/paperboxd-session-es256.pem
+  export LISTEN=127.0.0.1:$(free_port) LISTEN_HTTP=127.0.0.1:$(free_port)
+  "$BIN" keys generate "$SESSION_SIGNING_KEY" > /dev/null
+  with_sessions Config/examples/paperboxd.yaml "$W/paperboxd-sessions.yaml"
+  local port=${LISTEN##*:}
+  start_gateway "$W/paperboxd-sessions.yaml"
+  local C=(--cacert "$TLS_CERT" --resolve "paperboxd.in:$port:127.0.0.1") B=https://paperboxd.in:$port G=110248495921238986420
+  local ios=893085484645-7788sam2d7posge2bcild48duripv8h4.apps.googleusercontent.com uid answer token refresh old
+  uid=$(lookup_id google $G)
+  answer=$(post_json "$B/api/auth/google-mobile" "{\"idToken\":\"$(google_token "$ios" $G accounts.google.com)\"}" "${C[@]}")
+  expect_members "Google sign-in at the edge: {token} as today, the user the app's find-or-create named" "$answer" 'token=*' 'refreshToken=*' \
+    "user.id=$uid" user.username=user
+  token=$(member "$answer" token); refresh=$(member "$answer" refreshToken)
+  check "the API with the gateway's token: X-User-Id is the app's own id" 200 "\"X-User-Id\", \"$uid\"" '"X-Auth-Provider", "session"' \
+    '"X-User-Name", "user"' '"X-User-Email", "user@example.com"' -- "${C[@]}" -H "Authorization: Bearer $token" "$B/api/me"
+  answer=$(post_json "$B/api/mobile/v1/auth/google-mobile" "{\"idToken\":\"$(google_token "$ios" $G)\"}" "${C[@]}")
+  expect_members "the same sign-in under the mobile API prefix: the same user" "$answer" 'token=*' "user.id=$uid"
+  check "the lookup hook's path is the gateway's alone" 404 -- "${C[@]}" -X POST -H "Authorization: Bearer $token" \
+    -H 'Content-Type: application/json' -d '{"provider":"google","subject":"x","email":"victim@example.com"}' "$B/api/internal/users/resolve"
+  old=$(mint "$NEXTAUTH_SECRET" "{\"userId\":\"507f1f77bcf86cd799439011\",\"email\":\"user@example.com\",\"username\":\"user\",\"iat\":\"-2332800\",\"exp\":\"+259200\"}")
+  check "a JWT the app issued before the move, on the API" 200 '"X-User-Id", "507f1f77bcf86cd799439011"' '"X-Auth-Provider", "app"' -- \
+    "${C[@]}" -H "Authorization: Bearer $old" "$B/api/me"
+  check "and on the app's own refresh route" 200 '"X-User-Id", "507f1f77bcf86cd799439011"' -- "${C[@]}" -X POST \
+    -H 'Content-Type: application/json' -d "{\"token\":\"$old\"}" "$B/api/auth/refresh"
+  answer=$(post_json "$B/api/auth/session/refresh" "{\"refresh_token\":\"$refresh\"}" "${C[@]}")
+  expect_members "refresh at the edge" "$answer" 'token=*' 'refreshToken=*'
+  stop_gateway
+}
+
+# golfai with its Google sign-in at the edge: its own members (is_new_user, user_profile from
+# the lookup hook, asked over mutual TLS), refresh and logout at the same paths as today.
+golfai-sessions() {
+  local M=$W/mtls
+  golfai_pki
+  start_app golfai "$M/upstream.pem" "$M/upstream.key" "$M/client-ca.pem"
+  export AUTH_SECRET_KEY=golfai-local-auth-secret-key-0123456789abcdef APPLE_BUNDLE_ID=com.golfswingai.app
+  export GOLFAI_UPSTREAM_URL=https://127.0.0.1:$UPSTREAM_PORT GOLFAI_UPSTREAM_CA=$M/server-ca.pem
+  export GATEWAY_CLIENT_CERT=$M/gateway-client.pem GATEWAY_CLIENT_KEY=$M/gateway-client.key
+  export SESSION_SECRET=golfai-local-session-secret-0123456789abcdef SESSION_SIGNING_KEY=$W/golfai-session-es256.pem
+  export LISTEN=127.0.0.1:$(free_port)
+  "$BIN" keys generate "$SESSION_SIGNING_KEY" > /dev/null
+  with_sessions Config/examples/golfai.yaml "$W/golfai-sessions.yaml"
+  expect "check-config --probe: the lookup hook is reachable over mutual TLS" "$BIN" check-config --probe "$W/golfai-sessions.yaml"
+  local port=${LISTEN##*:}
+  start_gateway "$W/golfai-sessions.yaml"
+  local C=(--cacert "$TLS_CERT" --resolve "api.golfai.example:$port:127.0.0.1") B=https://api.golfai.example:$port G=109876543210987654321
+  local cid=565652533895-84ia5eudkma9ch65ciu5blm9pd8jtk8t.apps.googleusercontent.com uid answer access refresh old
+  uid=$(lookup_id google $G)
+  answer=$(post_json "$B/auth/signin/google" "{\"google_token\":\"$(google_token "$cid" $G)\",\"user_info\":{\"email\":\"golfer@gmail.com\"}}" "${C[@]}")
+  expect_members "sign-in at the edge: golfai's members, a new user" "$answer" 'access_token=*' 'refresh_token=*' token_type=bearer \
+    is_new_user=true "user_profile.id=$uid"
+  access=$(member "$answer" access_token); refresh=$(member "$answer" refresh_token)
+  answer=$(post_json "$B/auth/signin/google" "{\"google_token\":\"$(google_token "$cid" $G https://accounts.google.com)\"}" "${C[@]}")
+  expect_members "signing in again: not a new user" "$answer" is_new_user=false "user_profile.id=$uid"
+  check "the API with the gateway's access token" 200 "\"X-User-Id\", \"$uid\"" '"X-Auth-Provider", "session"' -- \
+    "${C[@]}" -H "Authorization: Bearer $access" "$B/auth/profile"
+  old=$(mint "$AUTH_SECRET_KEY" "{\"sub\":\"3f2b8c1e-7d4a-4b9e-9c1a-2e5f6a7b8c9d\",\"exp\":\"+7776000\"}")
+  check "a refresh JWT the app issued before the move still reaches the app" 200 '!X-User-Id' "$old" -- "${C[@]}" -X POST \
+    -H 'Content-Type: application/json' -d "{\"refresh_token\":\"$old\"}" "$B/auth/refresh"
+  answer=$(post_json "$B/auth/refresh" "{\"refresh_token\":\"$refresh\"}" "${C[@]}")
+  expect_members "the gateway's refresh token at the same path: a new pair" "$answer" 'access_token=*' 'refresh_token=*'
+  access=$(member "$answer" access_token)
+  check "the lookup hook's path is the gateway's alone" 404 -- "${C[@]}" -X POST -d '{}' "$B/auth/internal/users/resolve"
+  check "logout at the edge" 200 'logged_out' -- "${C[@]}" -X POST -H "Authorization: Bearer $access" "$B/auth/logout"
+  check "the logged-out access token" 401 '{"detail": "The access token has been revoked"}' -- "${C[@]}" -H "Authorization: Bearer $access" "$B/auth/profile"
+  stop_gateway
 }
 
 # FolioMind with its sign-in moved to the edge (the file's sessions comment, followed literally).
@@ -399,7 +546,7 @@ for app in "${APPS[@]}"; do
   case $app in
     rvu-tracker|paperboxd|golfai|foliomind|vcnotebook) echo "== $app (Config/examples/$app.yaml)"; ( "$app" ) ;;
     *-sessions) echo "== $app (Config/examples/${app%-sessions}.yaml, its sessions block on as its comment says)"; ( "$app" ) ;;
-    *) echo "unknown app '$app' (rvu-tracker, paperboxd, golfai, foliomind, vcnotebook, foliomind-sessions)" >&2; exit 2 ;;
+    *) echo "unknown app '$app' (rvu-tracker, paperboxd, golfai, foliomind, vcnotebook; rvu-tracker-sessions, paperboxd-sessions, golfai-sessions, foliomind-sessions)" >&2; exit 2 ;;
   esac
 done
 CHECKS=$(wc -l < "$RESULTS")

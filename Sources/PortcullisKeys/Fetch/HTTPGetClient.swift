@@ -98,7 +98,7 @@ final class TLSContextSlot: @unchecked Sendable {
             if let made { return made }
             let result: Result<TLSClientContext, HTTPFetchError>
             do {
-                let certificate = try clientCertificate.map { try TLSCertificate(certificateFile: $0.certificate, keyFile: $0.key) }
+                let certificate = try clientCertificate.map { try TLSCertificate.client(certificateFile: $0.certificate, keyFile: $0.key) }
                 result = .success(try TLSClientContext(caFile: caFile, certificate: certificate))
             } catch {
                 result = .failure(.tlsFailed(url: "", reason: "\(error)"))

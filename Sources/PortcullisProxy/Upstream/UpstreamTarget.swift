@@ -49,7 +49,7 @@ public final class UpstreamTarget: @unchecked Sendable {
     private static func makeTLSContext(_ configuration: UpstreamConfiguration) throws(TLSFileError) -> TLSClientContext {
         var certificate: TLSCertificate?
         if let file = configuration.clientCertificate, let key = configuration.clientPrivateKey {
-            certificate = try TLSCertificate(certificateFile: file, keyFile: key, requireNames: false)
+            certificate = try TLSCertificate.client(certificateFile: file, keyFile: key)
         }
         return try TLSClientContext(caFile: configuration.caFile, certificate: certificate)
     }

@@ -12,8 +12,14 @@ Special paths (anywhere in the path):
   /upgrade         -> answers 101 and echoes raw bytes back (a WebSocket stand-in); when the
                       tunnel ends, "/__tunnel/<hex of every byte received>" joins the seen list
   /status/<code>   -> answers the usual echo body with that status (e.g. a sign-out's 302)
+  /users/resolve   -> (POST) the app's find-or-create as the session lookup hook asks it
+                      (sessions.user.lookup): {"user_id": <24 hex digits from provider:subject,
+                      a Mongo-style id>, "claims": {"username"}, "is_new_user": <first time
+                      asked>, "user": {"id", "email", "username"}, "marked": <the request
+                      carried an x-vercel-protection-bypass or x-portcullis-assertion header>}
 Usage: echo_upstream.py PORT NAME [CERT KEY [CLIENT_CA]]
 """
+import hashlib
 import json
 import socket
 import sys
@@ -23,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SEEN = []
 LOCK = threading.Lock()
+KNOWN_USERS = set()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -96,6 +103,18 @@ class Handler(BaseHTTPRequestHandler):
                 SEEN.append("/__tunnel/" + received.hex())
             self.close_connection = True
             return
+        if path.endswith("/users/resolve") and self.command == "POST":
+            asked = json.loads(body or b"{}")
+            key = f"{asked.get('provider')}:{asked.get('subject')}"
+            uid = hashlib.sha1(key.encode()).hexdigest()[:24]
+            username = (asked.get("email") or "user").split("@")[0]
+            with LOCK:
+                new = uid not in KNOWN_USERS
+                KNOWN_USERS.add(uid)
+            marked = any(self.headers.get(h) for h in ("x-vercel-protection-bypass", "x-portcullis-assertion"))
+            return self._send(200, json.dumps({
+                "user_id": uid, "claims": {"username": username}, "is_new_user": new,
+                "user": {"id": uid, "email": asked.get("email"), "username": username}, "marked": marked}).encode())
         if "/big/" in path:
             n = int(path.split("/big/")[1].split("/")[0])
             return self._send(200, b"x" * n, "application/octet-stream")
