@@ -12,12 +12,16 @@ var package = Package(
         .executable(name: "portcullis", targets: ["portcullis"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
-        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
-        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
-        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
-        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
-        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
+        .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", exact: "1.8.2"),
+        .package(url: "https://github.com/jpsim/Yams.git", exact: "6.2.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
+        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", exact: "1.0.0"),
+        // Pulled in by swift-prometheus and swift-metrics; pinned here too, so the whole graph is
+        // exact (SwiftPM notes that no target of ours imports swift-atomics: that is the point).
+        .package(url: "https://github.com/apple/swift-atomics.git", exact: "1.3.0"),
+        .package(url: "https://github.com/apple/swift-collections.git", exact: "1.6.0"),
     ],
     targets: [
         // C libraries, each wrapped once in a system-library target with a shim header.
@@ -125,7 +129,7 @@ var package = Package(
 
 if benchmarksEnabled {
     package.dependencies.append(
-        .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1",
+        .package(url: "https://github.com/ordo-one/benchmark.git", exact: "1.38.1",
                  traits: ["MallocInterposer"]))
     package.targets.append(
         .executableTarget(
