@@ -34,6 +34,10 @@ var package = Package(
         // The few POSIX calls Glibc's Swift module does not export.
         .target(name: "CPortcullisSystem"),
 
+        // What this binary is (version, commit, build date): the stamp is written before every build.
+        .plugin(name: "BuildStampPlugin", capability: .buildTool(), path: "Sources/BuildStampPlugin"),
+        .target(name: "PortcullisVersion", plugins: ["BuildStampPlugin"]),
+
         // Pure layers: no I/O.
         .target(name: "PortcullisCore"),
         .target(name: "PortcullisHTTP", dependencies: ["PortcullisCore"]),
@@ -82,7 +86,7 @@ var package = Package(
         ]),
         // Configuration, wiring, admin endpoints, lifecycle.
         .target(name: "Portcullis", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth", "PortcullisSessions",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth", "PortcullisSessions", "PortcullisVersion",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
             .product(name: "CoreMetrics", package: "swift-metrics"),

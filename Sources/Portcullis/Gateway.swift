@@ -1,6 +1,7 @@
 import PortcullisEdgeAuth
 import Dispatch
 import Foundation
+import PortcullisVersion
 import Logging
 import PortcullisAuth
 import PortcullisCore
@@ -37,6 +38,7 @@ public enum Gateway {
                                          source: source ?? { try ConfigurationLoader.load(file: file) })
         runtime.server.start()
         logger.info("portcullis started", metadata: [
+            "version": "\(PortcullisVersion.version)", "commit": "\(PortcullisVersion.commit)",
             "listen": "\(configuration.listen.map { $0.address.description }.joined(separator: ","))",
             "admin": "\(configuration.admin?.address.description ?? "off")",
             "loops": "\(runtime.group.loops.count)",

@@ -10,6 +10,7 @@ struct PortcullisCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "portcullis",
         abstract: "An edge gateway that verifies session cookies and Bearer JWTs and forwards identity to unchanged apps.",
+        version: BuildInfo.text,
         subcommands: [Run.self, CheckConfig.self, Demo.self, Mint.self, Verify.self, Revoke.self, Reload.self, Health.self, Keys.self, DemoApps.self],
         defaultSubcommand: nil)
 }

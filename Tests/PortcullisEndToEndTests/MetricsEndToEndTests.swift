@@ -27,6 +27,29 @@ struct MetricsEndToEndTests {
         return (status, parse(body), body)
     }
 
+    /// `portcullis --version` and `portcullis_build_info` say the same: the version in
+    /// CHANGELOG.md, the commit the sources are at (this clone's HEAD), its date, and the
+    /// libraries the process runs with (the OpenSSL version is the one `openssl version` of
+    /// the same system prints).
+    @Test func versionAndBuildInfoSayWhatTheBinaryIs() throws {
+        let (status, out, _) = E2E.run(E2E.binary, ["--version"])
+        #expect(status == 0, "\(out)")
+        let head = E2E.run("/usr/bin/git", ["-C", E2E.packageRoot.path, "rev-parse", "--short=12", "HEAD"]).1
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let changelog = try String(contentsOf: E2E.packageRoot.appendingPathComponent("CHANGELOG.md"), encoding: .utf8)
+        let version = try #require(out.split(separator: " ").dropFirst().first.map(String.init))
+        #expect(out.hasPrefix("portcullis \(version) (commit \(head), built 20") && changelog.contains("## [\(version)]"), "\(out)")
+        let openssl = E2E.run("/usr/bin/openssl", ["version"]).1.split(separator: " ").prefix(2).joined(separator: " ")
+        #expect(out.contains("openssl: \(openssl)") && out.contains("nghttp2: 1.") && out.contains("hiredis: "), "\(out) vs \(openssl)")
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess(upstream.openRoute, adminToken: Self.adminToken)
+        let scrape = Self.scrape(g)
+        let line = try #require(scrape.body.split(separator: "\n").first { $0.hasPrefix("portcullis_build_info{") }, "\(scrape.body)")
+        #expect(line.contains("version=\"\(version)\"") && line.contains("commit=\"\(head)\"") && (line.hasSuffix(" 1") || line.hasSuffix(" 1.0"))
+                && line.contains("openssl=\"\(openssl)") && line.contains("hiredis=\""), "\(line)")
+        #expect(g.log.contains("\"version\":\"\(version)\""), "the start line names the version")
+    }
+
     /// Two Authorization fields on the admin listener are refused, never read as the last one.
     @Test func theAdminListenerRefusesTwoAuthorizationFields() throws {
         let upstream = try EchoUpstream()

@@ -47,6 +47,7 @@ public final class GatewayMetrics: Sendable {
         "portcullis_sessions_total": "Session endpoint events (sessions:), by event: created, refreshed, refresh_within_grace, reuse_detected (the session was ended), refresh_expired, refresh_unknown, refresh_invalid, refresh_revoked, refresh_unavailable (the store could not be asked; nothing rotated), logged_out, logged_out_other_credential (a logout with a token the gateway did not issue: that token revoked), ended_by_user, store_failed.",
         "portcullis_config_reloads_total": "Configuration reloads (SIGHUP, POST /reload, portcullis reload), by result (applied, refused: the previous configuration kept serving).",
         "portcullis_config_info": "1, labelled with the SHA-256 of the configuration file serving now (config_sha256).",
+        "portcullis_build_info": "1, labelled with what this binary is (version, commit, build_date) and the OpenSSL, nghttp2 and hiredis it runs with.",
         "portcullis_scrape_duration_seconds": "Time the previous scrape took to collect from every loop and component.",
     ]
 
@@ -218,6 +219,7 @@ public final class GatewayMetrics: Sendable {
             meter.set(0.0)
         }
         if !sources.sha256.isEmpty { gauge("portcullis_config_info", [("config_sha256", sources.sha256)], 1) }
+        gauge("portcullis_build_info", BuildInfo.fields, 1)
         if let storeHealth = sources.storeHealth {
             let state: String
             switch storeHealth() {
