@@ -32,6 +32,12 @@ bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis --seconds 
 if [ "${PORTCULLIS_SKIP_SANITIZERS:-0}" != "1" ]; then
   bash deploy/sanitizers.sh || sanitizers=1
 fi
+# The release tarball (deploy/release.sh): built, unpacked into an empty folder and started
+# there with an empty environment (only the system's C libraries under it).
+if [ "${PORTCULLIS_SKIP_RELEASE:-0}" != "1" ]; then
+  echo "=== release tarball ==="
+  bash deploy/release.sh --check || sanitizers=1
+fi
 # Serial: Foundation.Process on Linux crashes when suites spawn children concurrently.
 # On failure the failing tests and their recorded issues are repeated at the end, so a
 # CI log cut to its tail still names them.
@@ -54,7 +60,7 @@ if [ "$status" -ne 0 ]; then
   grep -E "✘|recorded an issue|error:|Fatal error|Exited with signal|Test .* failed" "$log" | head -60 || true
 fi
 if [ "$sanitizers" -ne 0 ]; then
-  echo "=== the sanitizer runs failed (see '=== sanitizers:' above) ==="
+  echo "=== the sanitizer, chaos or release runs failed (see '=== sanitizers:' and '=== release tarball ===' above) ==="
   [ "$status" -eq 0 ] && status=1
 fi
 exit "$status"
