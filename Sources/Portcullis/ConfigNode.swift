@@ -9,6 +9,9 @@ struct ConfigNode {
     let path: String
     let file: String
     let environment: [String: String]
+    /// `demo: true` at the top of the file: the shipped placeholder secrets (`change-me`) are
+    /// accepted (see `secret`). Set before any other key is read; every child inherits it.
+    var placeholdersAllowed = false
     private(set) var usedKeys: Set<String> = []
 
     init(node: Node, path: String, file: String, environment: [String: String]) {
@@ -26,7 +29,9 @@ struct ConfigNode {
     }
 
     func child(_ node: Node, key: String) -> ConfigNode {
-        ConfigNode(node: node, path: path.isEmpty ? key : "\(path).\(key)", file: file, environment: environment)
+        var child = ConfigNode(node: node, path: path.isEmpty ? key : "\(path).\(key)", file: file, environment: environment)
+        child.placeholdersAllowed = placeholdersAllowed
+        return child
     }
 
     func mapping() throws(ConfigurationError) -> Node.Mapping {
@@ -167,7 +172,9 @@ struct ConfigNode {
     func sequence() throws(ConfigurationError) -> [ConfigNode] {
         guard case .sequence(let s) = node else { throw error("expected a list") }
         return s.enumerated().map { i, n in
-            ConfigNode(node: n, path: "\(path)[\(i)]", file: file, environment: environment)
+            var item = ConfigNode(node: n, path: "\(path)[\(i)]", file: file, environment: environment)
+            item.placeholdersAllowed = placeholdersAllowed
+            return item
         }
     }
 

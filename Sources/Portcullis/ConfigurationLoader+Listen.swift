@@ -117,8 +117,11 @@ extension ConfigurationLoader {
         guard var node else { return .init(address: defaultAddress, token: nil) }
         if case .scalar = node.node, try node.string() == "off" { return nil }
         let address = try node.optional("address").map { n throws(ConfigurationError) in try socketAddress(n) } ?? defaultAddress
-        var token = try node.optional("token")?.string()
-        if token?.isEmpty == true { token = nil }
+        var token: String?
+        if let n = try node.optional("token") {
+            // An empty string (`token: ""`, an unset `${VAR:-}`) means no token, as before.
+            if case .scalar = n.node, try n.string().isEmpty { token = nil } else { token = try n.secret(bare: true) }
+        }
         if let t = token, t.utf8.count < 16 {
             throw node.error("must be at least 16 characters", key: "token")
         }

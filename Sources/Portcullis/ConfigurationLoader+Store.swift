@@ -14,6 +14,10 @@ extension ConfigurationLoader {
                 }
                 store.redisURL = url
             }
+            // The password (and ACL user) beside the URL, as every secret: {file}, {env}, {value}
+            // or a string; it wins over a password in the URL.
+            if let n = try node.optional("password") { store.redisPassword = try n.secret(bare: true) }
+            if let n = try node.optional("username") { store.redisUsername = try n.string() }
             if var n = try node.optional("tls") {
                 // TLS to Redis (and the sentinels): implied by rediss://, needed here only to
                 // name a CA file or a server name, or for TLS with sentinel.
@@ -29,10 +33,14 @@ extension ConfigurationLoader {
             }
             if var n = try node.optional("sentinel") {
                 store.sentinelMaster = try n.required("master").string()
+                if let p = try n.optional("password") { store.sentinelPassword = try p.secret(bare: true) }
                 let addresses = try n.required("addresses")
                 store.sentinelAddresses = try addresses.sequence().map { item throws(ConfigurationError) in try socketAddress(item) }
                 if store.sentinelAddresses.isEmpty { throw addresses.error("needs at least one sentinel address") }
                 try n.finish()
+            }
+            if (store.redisPassword != nil || store.redisUsername != nil) && !store.usesRedis {
+                throw node.error("password and username are Redis's: set store.redis or store.sentinel")
             }
             if let n = try node.optional("state_dir") {
                 let path = try n.string()

@@ -40,6 +40,9 @@ public enum ConfigurationLoader {
         }
         var top = ConfigNode(node: root, path: "", file: file, environment: environment)
         _ = try top.mapping()
+        // `demo: true` first: it decides whether the placeholder secrets are accepted.
+        let demo = try top.optional("demo")?.bool() ?? false
+        top.placeholdersAllowed = demo
 
         // Each section is read by its own function (ConfigurationLoader+<Section>.swift).
         var listen: [GatewayConfiguration.Listen] = [.init(address: try! SocketAddress(parsing: "127.0.0.1:8080"))]
@@ -141,7 +144,7 @@ public enum ConfigurationLoader {
                                     workers: workers, logLevel: logLevel, accessLog: accessLog, shutdown: shutdown,
                                     proxy: proxy, providers: providers, routeAuth: routeAuth, identity: identity.settings,
                                     keyRefresh: keyRefresh, tokenCacheEntries: tokenCacheEntries, store: store,
-                                    sessions: sessions, sessionRoutes: sessionRoutes)
+                                    sessions: sessions, sessionRoutes: sessionRoutes, demo: demo)
     }
 
     // MARK: Value helpers

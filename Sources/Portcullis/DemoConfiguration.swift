@@ -8,6 +8,8 @@ public enum DemoConfiguration {
     # local key host (:3004) that serves a JWKS as Google's certs URL does.
     # The secrets below are demo values: set DEMO_APP_SECRET / DEMO_WEB_SECRET
     # to use your own. `bash deploy/demo.sh` runs the gateway with this file.
+    # A demo file: its placeholder secrets (change-me) are accepted only because it says so.
+    demo: true
     listen: [{address: "127.0.0.1:8080"}]
     admin: {address: "127.0.0.1:9901", token: "${PORTCULLIS_ADMIN_TOKEN:-demo-admin-token-0123456789}"}
     access_log: "${PORTCULLIS_DEMO_ACCESS_LOG:-stdout}"

@@ -65,6 +65,9 @@ public struct GatewayConfiguration: Sendable {
     public var sessions: SessionSettings?
     /// Where each session endpoint sits in `proxy.routes`.
     public var sessionRoutes: [(index: Int, kind: SessionRouteKind)] = []
+    /// `demo: true`: a demo file, whose shipped placeholder secrets are accepted
+    /// (`check-config` says so in a warning).
+    public var demo = false
 }
 
 /// Which session endpoint a route is.
@@ -119,6 +122,11 @@ public struct KeyRefreshSettings: Sendable {
 public struct StoreSettings: Sendable {
     /// `redis://[user][:password]@host:port/db`; nil with no sentinel → embedded store.
     public var redisURL: String?
+    /// `store.password` / `store.username`: Redis's AUTH, beside the URL (wins over the URL's).
+    public var redisPassword: String?
+    public var redisUsername: String?
+    /// `store.sentinel.password`: the sentinels' own AUTH.
+    public var sentinelPassword: String?
     public var sentinelMaster: String?
     public var sentinelAddresses: [SocketAddress] = []
     /// `store.tls`: TLS settings for Redis (rediss:// turns TLS on by itself).
@@ -142,6 +150,8 @@ public struct StoreSettings: Sendable {
         if usesRedis != old.usesRedis { return "the store kind (embedded or Redis)" }
         if stateDirectory != old.stateDirectory { return "store.state_dir" }
         if redisURL != old.redisURL { return "store.redis" }
+        if redisPassword != old.redisPassword || redisUsername != old.redisUsername { return "store.password (or username)" }
+        if sentinelPassword != old.sentinelPassword { return "store.sentinel.password" }
         if sentinelMaster != old.sentinelMaster || sentinelAddresses.map(\.description) != old.sentinelAddresses.map(\.description) {
             return "store.sentinel"
         }

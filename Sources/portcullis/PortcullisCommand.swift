@@ -85,6 +85,9 @@ struct CheckConfig: ParsableCommand {
             print("warning: upstreams.\(upstream.name) (\(upstream.url.origin)) is reachable without the gateway: a caller can send it any X-User-Id directly. Lock it with request_headers, client_certificate or identity.assertion; see \(GatewayConfiguration.lockingDoc)")
         }
         if let warning = configuration.sessionsWarning { print("warning: \(warning)") }
+        if configuration.demo {
+            print("warning: demo: true: placeholder secrets (change-me, replace-me) are accepted; never serve real users with this file")
+        }
         if probe, let failure = HookProbe.run(configuration) {
             Console.error("error: \(failure)\n")
             throw ExitCode(1)

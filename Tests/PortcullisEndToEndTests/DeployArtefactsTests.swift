@@ -102,11 +102,19 @@ import Yams
         let needed = Self.seconds(shutdown?["drain_delay"] as? String) + Self.seconds(shutdown?["grace"] as? String)
         let granted = Double(podSpec["terminationGracePeriodSeconds"] as? Int ?? 0)
         #expect(needed > 0 && granted > needed, "terminationGracePeriodSeconds \(granted) for \(needed) s")
-        // Secrets: the Secret the container reads holds every variable the configuration needs.
-        let secretName = (((container["envFrom"] as? [[String: Any]])?.first?["secretRef"]) as? [String: Any])?["name"] as? String
-        #expect(secretName == (secret["metadata"] as? [String: Any])?["name"] as? String)
+        // Secrets: files, never the environment. The Secret is mounted where the configuration
+        // reads its files, holds a key for every file it reads, and is readable by the pod's group.
+        #expect(container["envFrom"] == nil && container["env"] == nil, "secrets are files, not variables")
+        let secretVolume = (podSpec["volumes"] as? [[String: Any]])?.first { ($0["secret"] as? [String: Any]) != nil }
+        let secretSource = secretVolume?["secret"] as? [String: Any] ?? [:]
+        #expect(secretSource["secretName"] as? String == (secret["metadata"] as? [String: Any])?["name"] as? String)
+        #expect(secretSource["defaultMode"] as? Int == 0o440 && (podSpec["securityContext"] as? [String: Any])?["fsGroup"] as? Int == 65532)
+        let secretMount = (container["volumeMounts"] as? [[String: Any]])?.first { $0["name"] as? String == secretVolume?["name"] as? String }
+        let secretDir = try #require(secretMount?["mountPath"] as? String)
+        let secretFiles = Set(Self.matches(#"\{file: *"?([^"}]+)"?\}"#, configText))
         let secretKeys = Set((secret["data"] as? [String: Any] ?? [:]).keys)
-        #expect(Self.requiredVariables(configText).isSubset(of: secretKeys), "\(Self.requiredVariables(configText)) vs \(secretKeys)")
+        #expect(!secretFiles.isEmpty && secretFiles == Set(secretKeys.map { "\(secretDir)/\($0)" }), "\(secretFiles) vs \(secretKeys)")
+        #expect(Self.requiredVariables(configText).isEmpty, "no ${VAR} left: \(Self.requiredVariables(configText))")
         // Configuration: the ConfigMap mounted where the arguments point.
         let volume = (podSpec["volumes"] as? [[String: Any]])?.first { ($0["configMap"] as? [String: Any]) != nil }
         #expect((volume?["configMap"] as? [String: Any])?["name"] as? String == (configMap["metadata"] as? [String: Any])?["name"] as? String)
@@ -128,11 +136,29 @@ import Yams
         let serviceSpec = service["spec"] as? [String: Any] ?? [:]
         #expect((serviceSpec["selector"] as? [String: String] ?? [:]).allSatisfy { podLabels[$0.key] == $0.value })
         #expect((serviceSpec["ports"] as? [[String: Any]])?.first?["targetPort"] as? String == "http")
-        // The embedded configuration passes check-config with the base's secrets.
-        let configFile = try AppFitEndToEndTests.writeConfig(configText)
-        let secrets = Self.envFile(try Self.file("deploy/kubernetes/secrets.env"))
-        let check = Self.checkConfig(configFile, environment: secrets)
-        #expect(check.0 == 0, "check-config: \(check.1)")
+        // The embedded configuration, its secret files written as the kubelet would: with the
+        // base's placeholders it is refused (naming the key, never the value); with real values
+        // it passes.
+        let placeholders = Self.envFile(try Self.file("deploy/kubernetes/secrets.env"))
+        func check(_ values: [String: String]) throws -> (Int32, String) {
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("k8s-secrets-\(UUID().uuidString)").path
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            for (key, value) in values { try value.write(toFile: "\(dir)/\(key)", atomically: true, encoding: .utf8) }
+            let configFile = try AppFitEndToEndTests.writeConfig(configText.replacingOccurrences(of: secretDir, with: dir))
+            return Self.checkConfig(configFile, environment: [:])
+        }
+        let refused = try check(placeholders)
+        #expect(refused.0 == 2 && refused.1.contains("is a placeholder") && !refused.1.contains("replace-me-with"), "\(refused.1)")
+        let real = try check(placeholders.mapValues { _ in "k8s-" + UUID().uuidString + UUID().uuidString })
+        #expect(real.0 == 0, "check-config: \(real.1)")
+    }
+
+    /// Every capture of `pattern`'s first group in `text`.
+    static func matches(_ pattern: String, _ text: String) -> [String] {
+        guard let regex = try? NSRegularExpression(pattern: pattern) else { return [] }
+        return regex.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap {
+            Range($0.range(at: 1), in: text).map { String(text[$0]) }
+        }
     }
 
     // MARK: systemd
@@ -292,6 +318,10 @@ import Yams
         }
         #expect(Self.requiredVariables(configText).isSubset(of: Set(environment.keys)))
         let check = Self.checkConfig(try AppFitEndToEndTests.writeConfig(configText), environment: environment)
-        #expect(check.0 == 0, "\(check.1)")
+        #expect(check.0 == 0 && check.1.isEmpty, "\(check.1)")
+        // Only because it is marked a demo: the same file without `demo: true` refuses them.
+        let unmarked = Self.checkConfig(try AppFitEndToEndTests.writeConfig(configText.replacingOccurrences(of: "\ndemo: true\n", with: "\n")),
+                                        environment: environment)
+        #expect(unmarked.0 == 2 && unmarked.1.contains("is a placeholder"), "\(unmarked.1)")
     }
 }

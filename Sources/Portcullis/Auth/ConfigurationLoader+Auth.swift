@@ -31,12 +31,14 @@ extension ConfigurationLoader {
             }
             var c = ProviderConfiguration(name: name, kind: kind)
             if let n = try node.optional("secret") {
-                c.secret = try n.string()
+                c.secret = try n.secret(bare: true)
                 if c.secret!.utf8.count < 32 && (kind == .hs256 || kind == .nextauth || kind == .authjs) {
                     throw n.error("must be at least 32 bytes (HS256 keys shorter than the hash are refused; generate one with `openssl rand -base64 32`)")
                 }
             }
-            if let n = try node.optional("secrets") { c.secrets = try n.stringList() }
+            if let n = try node.optional("secrets") {
+                c.secrets = try n.sequence().map { item throws(ConfigurationError) in try item.secret(bare: true) }
+            }
             if let n = try node.optional("audiences") { c.audiences = try n.stringList() }
             if let n = try node.optional("audience") { c.audiences.append(try n.string()) }
             if let n = try node.optional("issuer") { c.issuer = try n.string() }

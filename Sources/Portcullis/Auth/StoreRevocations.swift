@@ -167,6 +167,9 @@ public final class StoreRevocations: RevocationChecking {
             configuration.topology = .sentinel(masterName: master, sentinels: settings.sentinelAddresses)
         }
         if let tls = settings.redisTLS { configuration.tls = tls }
+        if let password = settings.redisPassword { configuration.password = password }
+        if let username = settings.redisUsername { configuration.username = username }
+        if let password = settings.sentinelPassword { configuration.sentinelPassword = password }
         return configuration
     }
 

@@ -30,7 +30,7 @@ extension ConfigurationLoader {
         }
         var refreshNode = try node.required("refresh_token")
         let secretNode = try refreshNode.required("secret")
-        let secret = try secretNode.string()
+        let secret = try secretNode.secret(bare: true)
         guard secret.utf8.count >= 32 else { throw secretNode.error("needs at least 32 bytes") }
         var settings = SessionSettings(issuer: issuer, accept: accept, refreshSecret: secret)
         if let n = try refreshNode.optional("lifetime") { settings.refreshLifetime = try n.duration() }
