@@ -141,8 +141,29 @@ extension ConfigurationLoader {
     }
 
     /// `access_log`: off, stdout (default), stderr or an absolute path.
-    static func accessLog(_ node: ConfigNode?) throws(ConfigurationError) -> GatewayConfiguration.AccessLogTarget {
-        guard let node else { return .stdout }
+    /// `access_log`: a target (`off`, `stdout`, `stderr`, an absolute path), or
+    /// `{target: …, fields: [time, status, user, …]}` to choose the members of each line (as
+    /// Traefik's JSON access log does; the default is every field, `AccessLogFields.names`).
+    static func accessLog(_ node: ConfigNode?) throws(ConfigurationError) -> (GatewayConfiguration.AccessLogTarget, AccessLogFields) {
+        guard var node else { return (.stdout, .all) }
+        guard case .mapping = node.node else { return (try accessLogTarget(node), .all) }
+        let target = try node.optional("target").map { n throws(ConfigurationError) in try accessLogTarget(n) } ?? .stdout
+        var fields = AccessLogFields.all
+        if let n = try node.optional("fields") {
+            fields = []
+            for name in try n.stringList() {
+                guard let field = AccessLogFields(named: name) else {
+                    throw n.error("unknown field '\(name)' (known: \(AccessLogFields.names.joined(separator: ", ")))")
+                }
+                fields.insert(field)
+            }
+            guard !fields.isEmpty else { throw n.error("names at least one field") }
+        }
+        try node.finish()
+        return (target, fields)
+    }
+
+    private static func accessLogTarget(_ node: ConfigNode) throws(ConfigurationError) -> GatewayConfiguration.AccessLogTarget {
         switch try node.string() {
         case "off": return .off
         case "stdout": return .stdout

@@ -53,7 +53,7 @@ public enum ConfigurationLoader {
         let admin = try Self.admin(try top.optional("admin"))
         let workers = try top.optional("workers")?.int(min: 0, max: 256) ?? 0
         let logLevel = try Self.logLevel(try top.optional("log_level"))
-        let accessLog = try Self.accessLog(try top.optional("access_log"))
+        let (accessLog, accessLogFields) = try Self.accessLog(try top.optional("access_log"))
         let limits = try Self.limits(try top.optional("limits"))
         let (timeouts, timeoutsGrace) = try Self.timeouts(try top.optional("timeouts"))
         let shutdown = try Self.shutdown(try top.optional("shutdown"), timeoutsGrace: timeoutsGrace)
@@ -118,6 +118,7 @@ public enum ConfigurationLoader {
         }
 
         var proxy = ProxyConfiguration(routes: routes, upstreams: upstreams)
+        proxy.accessLogFields = accessLogFields
         proxy.limits = limits
         proxy.timeouts = timeouts
         proxy.trustedProxies = trusted

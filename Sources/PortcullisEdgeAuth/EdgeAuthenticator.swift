@@ -93,11 +93,12 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             let cookieNames = cookieProviders
                 .filter { allowed?.contains($0.provider) ?? true }
                 .flatMap(\.names)
-            let challenge = settings.refusesAsGrant
+            var challenge = settings.refusesAsGrant
                 ? Self.errorResponse(400, code: "invalid_request", description: "The request has no ID token", challenge: nil,
                                      body: settings.errorBody ?? globalBody)
                 : Self.errorResponse(401, code: "unauthorized", description: "No credentials",
                                      challenge: noCredential, body: settings.errorBody ?? globalBody)
+            challenge.authReason = AuthCounters.noCredentialLabel
             return RoutePolicy(mode: route.auth, allowed: allowed, cookieNames: cookieNames, rules: settings.requiredClaims,
                                bypassMethods: settings.bypassMethods.sorted().map { Array($0.utf8) },
                                onUnauthenticated: settings.onUnauthenticated,
@@ -270,9 +271,11 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                 return rejectFailure(failure, loopIndex: loopIndex, policy: policy, presentedAs: presentedAs)
             case .unavailable:
                 counters?.decided(loopIndex: loopIndex, provider: identity.provider, .storeUnavailable)
-                return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
+                var response = Self.errorResponse(503, code: "temporarily_unavailable",
                                                   description: "The revocation store is unavailable",
-                                                  challenge: nil, extra: [("retry-after", "5")], body: policy.errorBody))
+                                                  challenge: nil, extra: [("retry-after", "5")], body: policy.errorBody)
+                response.authReason = AuthCounters.storeUnavailableLabel
+                return .reject(response)
             }
         }
         counters?.decided(loopIndex: loopIndex, provider: identity.provider, .verified)
@@ -290,6 +293,8 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         }
         var grant = AuthGrant(headers: headers)
         grant.identity = identity  // one retain: the identity is a single reference
+        grant.userID = userID
+        grant.provider = identity.provider
         grant.dropAuthorization = !policy.forwardAuthorization
         if !policy.forwardSessionCookie, let cookies {
             grant.replacementCookie = cookies.header(removing: policy.cookieNames)
@@ -346,7 +351,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     private func unauthenticated(_ policy: RoutePolicy, request: RequestView) -> AuthOutcome {
         counters?.decided(loopIndex: request.loop.index, provider: nil, .noCredential)
         if policy.mode == .optional { return .anonymous }
-        if let redirect = signInRedirect(policy, request: request, expiring: []) { return redirect }
+        if let redirect = signInRedirect(policy, request: request, expiring: [], reason: AuthCounters.noCredentialLabel) { return redirect }
         return .reject(policy.challenge)
     }
 
@@ -366,7 +371,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             return .grant(AuthGrant(headers: [], replacementCookie: cookies.header(removing: policy.cookieNames)))
         }
         let names = cookies.sessionCookieNames(of: policy.cookieNames)
-        guard let redirect = signInRedirect(policy, request: request, expiring: names) else { return nil }
+        guard let redirect = signInRedirect(policy, request: request, expiring: names, reason: AuthCounters.label(failure.reason)) else { return nil }
         counters?.decided(loopIndex: request.loop.index, provider: failure.provider, .refused(failure.reason))
         return redirect
     }
@@ -375,7 +380,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     /// (as NextAuth's middleware does), for GET and HEAD on `on_unauthenticated: redirect`
     /// routes; `expiring` cookies are cleared with `Max-Age=0` (`Secure` for `__Secure-` and
     /// `__Host-` names, which browsers accept only so).
-    private func signInRedirect(_ policy: RoutePolicy, request: RequestView, expiring: [Substring]) -> AuthOutcome? {
+    private func signInRedirect(_ policy: RoutePolicy, request: RequestView, expiring: [Substring], reason: String) -> AuthOutcome? {
         guard case .redirect(let signIn) = policy.onUnauthenticated, Self.isSafeMethod(request.methodBytes) else { return nil }
         var callback = request.path
         if let query = request.query { callback += "?" + query }
@@ -388,31 +393,39 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         }
         // The body takes the route's `error_body` shape, as every refusal's does.
         let body = policy.errorBody.render(status: 302, code: "unauthorized", description: "Sign in required")
-        return .reject(LocalResponse(status: 302, headers: headers, body: Array(body.utf8)))
+        var response = LocalResponse(status: 302, headers: headers, body: Array(body.utf8))
+        response.authReason = reason
+        return .reject(response)
     }
 
     /// `presentedAs` names the credential in the description ("The refresh token expired").
     private func rejectFailure(_ failure: AuthFailure, loopIndex: Int, policy: RoutePolicy,
                                presentedAs: AuthFailure.PresentedAs = .accessToken) -> AuthOutcome {
-        let body = policy.errorBody
         counters?.decided(loopIndex: loopIndex, provider: failure.provider, .refused(failure.reason))
+        var response = refusal(failure, policy: policy, presentedAs: presentedAs)
+        response.authReason = AuthCounters.label(failure.reason)
+        return .reject(response)
+    }
+
+    /// The answer to a refused credential, in the route's shape.
+    private func refusal(_ failure: AuthFailure, policy: RoutePolicy, presentedAs: AuthFailure.PresentedAs) -> LocalResponse {
+        let body = policy.errorBody
         logger.debug("credential refused", metadata: ["reason": "\(failure.reason.rawValue)",
                                                       "provider": "\(failure.provider ?? "-")"])
         if failure.reason == .keysUnavailable {
-            return .reject(Self.errorResponse(503, code: "temporarily_unavailable",
-                                              description: "Signing keys are not available yet",
-                                              challenge: nil, extra: [("retry-after", "5")], body: body))
+            return Self.errorResponse(503, code: "temporarily_unavailable", description: "Signing keys are not available yet",
+                                      challenge: nil, extra: [("retry-after", "5")], body: body)
         }
         if policy.refusesAsGrant {
             // The token endpoint's own codes: the grant (the ID token) is refused, or the
             // request itself is malformed.
             let code = failure.errorCode == .invalidRequest ? "invalid_request" : "invalid_grant"
-            return .reject(Self.errorResponse(400, code: code, description: failure.description(presentedAs: presentedAs),
-                                              challenge: nil, body: body))
+            return Self.errorResponse(400, code: code, description: failure.description(presentedAs: presentedAs),
+                                      challenge: nil, body: body)
         }
         let code = failure.errorCode?.rawValue ?? "invalid_token"
-        return .reject(Self.errorResponse(failure.httpStatus, code: code, description: failure.description(presentedAs: presentedAs),
-                                          challenge: failure.wwwAuthenticate(realm: realm, presentedAs: presentedAs), body: body))
+        return Self.errorResponse(failure.httpStatus, code: code, description: failure.description(presentedAs: presentedAs),
+                                  challenge: failure.wwwAuthenticate(realm: realm, presentedAs: presentedAs), body: body)
     }
 
     // MARK: Helpers

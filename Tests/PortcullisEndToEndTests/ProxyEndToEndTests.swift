@@ -203,6 +203,61 @@ struct ProxyEndToEndTests {
 /// itself carries the logged id in `x-request-id`, so a client quoting it finds the line.
 @Suite(.serialized)
 struct AccessLogEndToEndTests {
+    /// "Who was refused and why" (#35.3): each line names the verified user and provider, the
+    /// auth decision and its reason, the route, host, user agent, the upstream's address and
+    /// whether the gateway or the app answered (an app's own 401 is `edge: false`); never a
+    /// token. `fields` selects the members; time has milliseconds.
+    @Test func linesAnswerTriageAndFieldsAreChosen() throws {
+        let upstream = try EchoUpstream()
+        let config = """
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /open, upstream: app, auth: none}
+          - {path: /api, upstream: app, auth: required}
+        providers:
+          - {name: app, type: hs256, secret: "0123456789abcdef0123456789abcdef", issuer: "visits-api"}
+        """
+        let g = try GatewayProcess(config)
+        let token = try g.mint(["--provider", "app", "--sub", "alice"]).trimmingCharacters(in: .whitespacesAndNewlines)
+        let expired = try g.mint(["--provider", "app", "--sub", "bob", "--age", "2h"]).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(E2E.curl(["-H", token, "-A", "TriageApp/2.1", "\(g.url)/api/visits"]).status == 200)
+        #expect(E2E.curl(["-H", expired, "\(g.url)/api/visits"]).status == 401)
+        #expect(E2E.curl(["\(g.url)/api/visits"]).status == 401)
+        #expect(E2E.curl(["-H", token, "\(g.url)/api/status/401"]).status == 401)   // the app's own 401
+        #expect(E2E.curl(["\(g.url)/nowhere"]).status == 404)
+        #expect(waitUntil(5) { g.log.components(separatedBy: "\"status\":").count - 1 >= 5 })
+        let lines = g.log.split(separator: "\n").filter { $0.contains("\"status\":") }
+            .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        try #require(lines.count == 5, "\(g.log.suffix(2000))")
+        let (ok, stale, missing, app401, unrouted) = (lines[0], lines[1], lines[2], lines[3], lines[4])
+        #expect(ok["user"] as? String == "alice" && ok["provider"] as? String == "app" && ok["auth"] as? String == "verified"
+                && ok["edge"] as? Bool == false && ok["upstream_status"] as? Int == 200 && ok["route"] as? String == "/api"
+                && ok["user_agent"] as? String == "TriageApp/2.1" && ok["host"] as? String == "127.0.0.1"
+                && ok["upstream_address"] as? String == "127.0.0.1:\(upstream.port)" && ok["auth_reason"] is NSNull, "\(ok)")
+        #expect(stale["auth"] as? String == "refused" && stale["auth_reason"] as? String == "expired" && stale["edge"] as? Bool == true
+                && stale["user"] is NSNull && stale["upstream_status"] is NSNull && stale["upstream_address"] is NSNull, "\(stale)")
+        #expect(missing["auth_reason"] as? String == "no_credential" && missing["edge"] as? Bool == true, "\(missing)")
+        #expect(app401["status"] as? Int == 401 && app401["edge"] as? Bool == false && app401["auth"] as? String == "verified", "\(app401)")
+        #expect(unrouted["auth"] as? String == "none" && unrouted["route"] is NSNull && unrouted["edge"] as? Bool == true, "\(unrouted)")
+        #expect((ok["time"] as? String)?.range(of: #"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"#, options: .regularExpression) != nil)
+        let secretPart = token.split(separator: ".").last.map(String.init) ?? token
+        #expect(!g.log.contains(secretPart), "no token in the log")
+        // Chosen fields only, in the canonical order (a reload applies them); an unknown one is
+        // named at start.
+        let chosen = g
+        let text = try String(contentsOfFile: g.configPath, encoding: .utf8)
+        try text.replacingOccurrences(of: "access_log: stdout", with: "access_log: {target: stdout, fields: [status, user, auth_reason]}")
+            .write(toFile: g.configPath, atomically: true, encoding: .utf8)
+        g.send(SIGHUP)
+        #expect(waitUntil(10) { g.log.contains("configuration reloaded") },
+                "\(g.log.suffix(600))")
+        #expect(E2E.curl(["-H", expired, "\(chosen.url)/api/x"]).status == 401)
+        #expect(waitUntil(5) { chosen.log.contains(#"{"status":401,"auth_reason":"expired","user":null}"#) }, "\(chosen.log.suffix(400))")
+        let errors = E2E.configErrors("listen: [{address: \"127.0.0.1:1\"}]\n" + config + "\naccess_log: {fields: [status, token]}")
+        #expect(errors.contains("access_log.fields") && errors.contains("unknown field 'token'"), "\(errors)")
+    }
+
     @Test func everyAnsweredRequestIsLoggedWithAnIdAndAPath() throws {
         let upstream = try EchoUpstream()
         let redirectPort = Loopback.freePort()

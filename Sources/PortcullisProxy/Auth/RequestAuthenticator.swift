@@ -14,6 +14,10 @@ public struct AuthGrant {
     public var observer: (any UpstreamResponseObserver)?
     /// The verified identity itself, for a route the gateway answers (`RouteHandler`).
     public var identity: (any Sendable)?
+    /// The injected user id and the provider that verified it, for the access log (the
+    /// strings the identity headers carry; nil for an anonymous grant).
+    public var userID: String?
+    public var provider: String?
 
     public init(headers: [(name: String, value: String)], dropAuthorization: Bool = false,
                 replacementCookie: String? = nil, observer: (any UpstreamResponseObserver)? = nil) {

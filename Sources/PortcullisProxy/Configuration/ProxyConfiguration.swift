@@ -158,6 +158,8 @@ public struct ProxyConfiguration: Sendable {
     public var routes: [RouteConfiguration]
     public var upstreams: [UpstreamConfiguration]
     public var limits: HTTPLimits = .default
+    /// `access_log: {fields: […]}`: the members each access log line carries.
+    public var accessLogFields: AccessLogFields = .all
     public var timeouts = ClientTimeouts()
     /// Peers whose X-Forwarded-*/Forwarded/X-Request-Id are believed.
     public var trustedProxies: [CIDR] = []

@@ -115,6 +115,20 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     private var logMethod = ""
     private var logPath = ""
     private var requestId = ByteBuffer()
+    /// Who was refused and why (#35.3): kept per request with no allocation of their own (the
+    /// route's prefix, the grant's user and provider and the refusal's reason are strings
+    /// that exist already; Host and User-Agent are copied into buffers reused by the next
+    /// request, only when the log carries them).
+    private var logRoute = ""
+    private var logDecision = AccessRecord.Decision.none
+    private var logReason: String?
+    private var logUser: String?
+    private var logProvider: String?
+    private var logUpstreamAddress: String?
+    /// The gateway answered (true) or the app did (false).
+    private var answeredAtEdge = true
+    private var logHost = ByteBuffer()
+    private var logUserAgent = ByteBuffer()
 
     // Tracing (`tracing:`; nil when off or for local handlers).
     fileprivate(set) var trace: RequestTrace?
@@ -230,6 +244,17 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             keysWaitStart = 0
         }
         logPath = "-"  // until routing names the normalized path (a request refused before it logs "-")
+        if serving.accessLog != nil {
+            logRoute = ""
+            logDecision = .none
+            logReason = nil
+            logUser = nil
+            logProvider = nil
+            logUpstreamAddress = nil
+            answeredAtEdge = true
+            logHost.clear()
+            logUserAgent.clear()
+        }
         upgradeForwarded = false
         requestId.clear()
         releaseHeldBody()
@@ -248,10 +273,26 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         reject(LocalResponse.error(308, "use https", headers: [("location", location)]))
     }
 
+    /// The request's Host (`:authority`) and User-Agent, copied for its access log line
+    /// while the head is at hand (only the fields the log carries).
+    private func noteForLog(_ view: RequestView) {
+        let fields = serving.configuration.accessLogFields
+        if fields.contains(.host), let host = view.host() { logHost.append(host) }
+        if fields.contains(.userAgent) {
+            var seen = false
+            view.values(of: "user-agent") { value in
+                guard !seen else { return }
+                seen = true
+                logUserAgent.append(UnsafeRawBufferPointer(rebasing: value.prefix(512)))
+            }
+        }
+    }
+
     /// Routes, authenticates and forwards (or answers) a request whose target was normalized.
     func start(_ view: RequestView) {
         guard phase == .received else { outOfPhase("start"); return }
         logPath = view.path
+        if serving.accessLog != nil { noteForLog(view) }
         if serving.redirectsToHTTPS {
             redirectToHTTPS(view)
             return
@@ -274,6 +315,7 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         }
         routeUpstreamName = route.configuration.upstream
         routeSlot = serving.routeSlots[route.index]
+        if serving.accessLog != nil { logRoute = route.configuration.pathPrefix }
         if trace?.sampled == true { tracedRoute = route.configuration }
         generation &+= 1
         let outcome = serving.authenticator.authenticate(view, route: route, resumption: resumption())
@@ -363,6 +405,19 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     /// decision still deferred after a resumption is an internal error.
     private func apply(_ outcome: AuthOutcome, _ view: RequestView, route: Route) {
         if trace?.sampled == true { noteDecision(outcome) }
+        if serving.accessLog != nil {
+            switch outcome {
+            case .grant(let grant) where grant.userID != nil:
+                logDecision = .verified
+                logUser = grant.userID
+                logProvider = grant.provider
+            case .anonymous, .grant: logDecision = .anonymous
+            case .reject(let response):
+                logDecision = .refused
+                logReason = response.authReason
+            case .deferred, .needsBody: break
+            }
+        }
         switch outcome {
         case .anonymous:
             forward(view, route: route, grant: nil)
@@ -708,6 +763,10 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             tunnelClosing = TunnelClosing()
         }
         responseStatus = head.status
+        if serving.accessLog != nil {
+            answeredAtEdge = false
+            logUpstreamAddress = upstream?.addressText
+        }
         if let latency = pool?.latency {
             latency.recordNanoseconds(Int64(truncatingIfNeeded: loop.lastNow &- forwardedAt))
         }
@@ -822,7 +881,9 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
                 time: wallStart, requestId: requestId.readable, method: logMethod, path: logPath,
                 status: responseStatus, upstream: routeUpstreamName, bytes: responseBytes,
                 durationNanoseconds: loop.now() &- startedAt, client: peerText, transport: transport,
-                traceID: trace?.traceID))
+                traceID: trace?.traceID, host: logHost.readable, userAgent: logUserAgent.readable, route: logRoute,
+                edge: answeredAtEdge, decision: logDecision, reason: logReason, user: logUser, provider: logProvider,
+                upstreamAddress: logUpstreamAddress), fields: serving.configuration.accessLogFields)
         }
         if let trace, trace.sampled { recordSpan(trace) }
         pool = nil

@@ -7,6 +7,9 @@ public struct LocalResponse: Sendable {
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
     public var contentType: String
+    /// Why the authenticator refused (`no_credential`, `expired`, `revoked`, …: a constant,
+    /// never built per request), for the access log; nil for any other answer.
+    public var authReason: String?
 
     public init(status: Int, contentType: String = "application/json", headers: [(name: String, value: String)] = [], body: [UInt8]) {
         self.status = status

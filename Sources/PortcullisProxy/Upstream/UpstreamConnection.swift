@@ -48,6 +48,9 @@ final class UpstreamConnection: DeadlineTarget, @unchecked Sendable {
     /// The connection holds one of the upstream's `max_connections` slots, returned when
     /// it closes; false once a failed connect passed the slot on to the next address.
     var holdsSlot = true
+    /// "IP:port" of the address this connection is to, for the access log (made once per
+    /// connection, reused by every request it carries).
+    private(set) lazy var addressText: String = attempt < addresses.count ? addresses[attempt].description : "-"
 
     init(pool: UpstreamPool, socket: StreamSocket, addresses: [SocketAddress], attempt: Int) {
         self.pool = pool
