@@ -8,9 +8,13 @@ import PortcullisTLS
 extension ConfigurationLoader {
     static func upstreams(_ upstreamsNode: ConfigNode) throws(ConfigurationError) -> [UpstreamConfiguration] {
         var upstreams: [UpstreamConfiguration] = []
-        for (name, node) in try upstreamsNode.entries() {
-            upstreams.append(try upstream(name, node))
+        var errors: [ConfigurationError] = []
+        let entries = try upstreamsNode.entries()
+        for (name, node) in entries {
+            // Each upstream's error is reported; the others are still read (check-config lists all).
+            do throws(ConfigurationError) { upstreams.append(try upstream(name, node)) } catch { errors += error.all }
         }
+        if !errors.isEmpty { throw combined(errors) }
         if upstreams.isEmpty { throw upstreamsNode.error("needs at least one upstream") }
         return upstreams
     }

@@ -6,6 +6,8 @@ import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
 import PortcullisTLS
+import PortcullisEdgeAuth
+import PortcullisSessions
 import Yams
 
 /// Reads and validates a YAML configuration file. Every key, its default and its
@@ -44,33 +46,81 @@ public enum ConfigurationLoader {
         let demo = try top.optional("demo")?.bool() ?? false
         top.placeholdersAllowed = demo
 
-        // Each section is read by its own function (ConfigurationLoader+<Section>.swift).
-        var listen: [GatewayConfiguration.Listen] = [.init(address: try! SocketAddress(parsing: "127.0.0.1:8080"))]
-        if let node = try top.optional("listen") {
-            listen = try node.sequence().map { item throws(ConfigurationError) in try Self.listener(item) }
-            if listen.isEmpty { throw top.error("needs at least one address", key: "listen") }
+        // Each section is read by its own function (ConfigurationLoader+<Section>.swift). A
+        // section's error is noted and reading goes on with its default, so one run names every
+        // error (`haproxy -c`); a section that needs another (routes need the upstreams and the
+        // providers) is read only when that one was fine, so no error is a consequence of another.
+        var errors: [ConfigurationError] = []
+        func read<T>(_ fallback: @autoclosure () -> T, _ body: () throws(ConfigurationError) -> T) -> T {
+            do { return try body() } catch {
+                errors.append(contentsOf: error.all)
+                return fallback()
+            }
         }
-        let admin = try Self.admin(try top.optional("admin"))
-        let workers = try top.optional("workers")?.int(min: 0, max: 256) ?? 0
-        let logLevel = try Self.logLevel(try top.optional("log_level"))
-        let (accessLog, accessLogFields) = try Self.accessLog(try top.optional("access_log"))
-        let limits = try Self.limits(try top.optional("limits"))
-        let (timeouts, timeoutsGrace) = try Self.timeouts(try top.optional("timeouts"))
-        let shutdown = try Self.shutdown(try top.optional("shutdown"), timeoutsGrace: timeoutsGrace)
-        let trusted = try Self.trustedProxies(try top.optional("trusted_proxies"))
-        let upstreams = try Self.upstreams(try top.required("upstreams"))
+        let defaultListen: [GatewayConfiguration.Listen] = [.init(address: try! SocketAddress(parsing: "127.0.0.1:8080"))]
+        let listenNode = try top.optional("listen")
+        let listen = read(defaultListen) { () throws(ConfigurationError) in
+            guard let node = listenNode else { return defaultListen }
+            let listen = try node.sequence().map { item throws(ConfigurationError) in try Self.listener(item) }
+            if listen.isEmpty { throw top.error("needs at least one address", key: "listen") }
+            return listen
+        }
+        let adminNode = try top.optional("admin")
+        let admin: GatewayConfiguration.Admin? = read(nil) { () throws(ConfigurationError) in try Self.admin(adminNode) }
+        read(()) { () throws(ConfigurationError) in
+            try Self.checkPortClashes(listen: listen, admin: admin, listenNode: listenNode, adminNode: adminNode, file: file)
+        }
+        let workersNode = try top.optional("workers")
+        let workers = read(0) { () throws(ConfigurationError) in try workersNode?.int(min: 0, max: 256) ?? 0 }
+        let logLevelNode = try top.optional("log_level")
+        let logLevel = read(.info) { () throws(ConfigurationError) in try Self.logLevel(logLevelNode) }
+        let accessLogNode = try top.optional("access_log")
+        let (accessLog, accessLogFields) = read((.stdout, .all)) { () throws(ConfigurationError) in try Self.accessLog(accessLogNode) }
+        let limitsNode = try top.optional("limits")
+        let limits = read(.default) { () throws(ConfigurationError) in try Self.limits(limitsNode) }
+        let timeoutsNode = try top.optional("timeouts")
+        let (timeouts, timeoutsGrace) = read((ClientTimeouts(), nil)) { () throws(ConfigurationError) in try Self.timeouts(timeoutsNode) }
+        let shutdownNode = try top.optional("shutdown")
+        let shutdown = read(ShutdownSettings()) { () throws(ConfigurationError) in try Self.shutdown(shutdownNode, timeoutsGrace: timeoutsGrace) }
+        let trustedNode = try top.optional("trusted_proxies")
+        let trusted: [CIDR] = read([]) { () throws(ConfigurationError) in try Self.trustedProxies(trustedNode) }
+        var upstreamsFine = true, providersFine = true
+        let upstreamsNode = try top.optional("upstreams")
+        if upstreamsNode == nil { upstreamsFine = false; errors.append(top.error("is required", key: "upstreams")) }
+        let upstreams: [UpstreamConfiguration] = read([]) { () throws(ConfigurationError) in
+            guard let upstreamsNode else { return [] }
+            do throws(ConfigurationError) { return try Self.upstreams(upstreamsNode) } catch { upstreamsFine = false; throw error }
+        }
         let providersNode = try top.optional("providers")
-        var providers = try providersNode.map { node throws(ConfigurationError) in try Self.providers(node) } ?? []
-        let keyRefresh = try Self.keyRefresh(try top.optional("keys"))
-        let tokenCacheEntries = try Self.tokenCacheEntries(try top.optional("token_cache"))
-        let store = try Self.store(try top.optional("store"), revocation: try top.optional("revocation"))
-        let identity = try Self.identity(try top.optional("identity"))
-        let tracing = try Self.tracing(try top.optional("tracing"))
+        var providers: [ProviderSettings] = read([]) { () throws(ConfigurationError) in
+            do throws(ConfigurationError) { return try providersNode.map { node throws(ConfigurationError) in try Self.providers(node) } ?? [] } catch {
+                providersFine = false
+                throw error
+            }
+        }
+        let keysNode = try top.optional("keys")
+        let keyRefresh = read(try! Self.keyRefresh(nil)) { () throws(ConfigurationError) in try Self.keyRefresh(keysNode) }
+        let tokenCacheNode = try top.optional("token_cache")
+        let tokenCacheEntries = read(try! Self.tokenCacheEntries(nil)) { () throws(ConfigurationError) in try Self.tokenCacheEntries(tokenCacheNode) }
+        let storeNode = try top.optional("store"), revocationNode = try top.optional("revocation")
+        let store = read(StoreSettings()) { () throws(ConfigurationError) in try Self.store(storeNode, revocation: revocationNode) }
+        let identityNode = try top.optional("identity")
+        let identity = read(try! Self.identity(nil)) { () throws(ConfigurationError) in try Self.identity(identityNode) }
+        let tracingNode = try top.optional("tracing")
+        let tracing: TracingSettings? = read(nil) { () throws(ConfigurationError) in try Self.tracing(tracingNode) }
         let sessionsNode = try top.optional("sessions")
-        let sessions = try Self.sessions(sessionsNode, providers: providers, upstreams: upstreams)
-        if let sessionsNode, let sessions, store.usesRedis, sessions.signingKeyFiles.isEmpty {
-            throw sessionsNode.error("access_token.signing_keys is required with store.redis: every instance signs "
-                                     + "and verifies the access tokens with the same keys", key: "access_token.signing_keys")
+        let routesNode = try top.optional("routes")
+        if routesNode == nil { errors.append(top.error("is required", key: "routes")) }
+        do { try top.finish() } catch { errors.append(error) }
+        // The sections that need others, only on good ones.
+        guard errors.isEmpty || (upstreamsFine && providersFine) else { throw Self.combined(errors) }
+        let sessions: SessionSettings? = read(nil) { () throws(ConfigurationError) in
+            let sessions = try Self.sessions(sessionsNode, providers: providers, upstreams: upstreams)
+            if let sessionsNode, let sessions, store.usesRedis, sessions.signingKeyFiles.isEmpty {
+                throw sessionsNode.error("access_token.signing_keys is required with store.redis: every instance signs "
+                                         + "and verifies the access tokens with the same keys", key: "access_token.signing_keys")
+            }
+            return sessions
         }
         if let sessions {
             // The exchange compares the ID token's nonce with the one its client sends.
@@ -80,20 +130,23 @@ public enum ConfigurationLoader {
             }
             providers.append(Self.sessionProvider(sessions))
         }
-        let routesNode = try top.required("routes")
-        var (routes, routeAuth) = try Self.routes(routesNode, file: file, upstreams: upstreams,
-                                                  providerNames: Set(providers.map(\.configuration.name)))
+        guard let routesNode else { throw Self.combined(errors) }
+        var (routes, routeAuth): ([RouteConfiguration], [RouteAuthSettings]) = read(([], [])) { () throws(ConfigurationError) in
+            try Self.routes(routesNode, file: file, upstreams: upstreams, providerNames: Set(providers.map(\.configuration.name)))
+        }
         let routeLines = (try? routesNode.sequence().map(\.line)) ?? []
         // The lookup hook is the gateway's alone: no client request reaches it through a route.
         if let hook = sessions?.lookup {
             for i in routes.indices where routes[i].upstream == hook.upstream { routes[i].privatePaths.append(hook.path) }
         }
-        let sessionRoutes = try sessions.map { settings throws(ConfigurationError) in
-            try Self.addSessionRoutes(settings, routes: &routes, routeAuth: &routeAuth, errorBody: identity.settings.errorBody,
-                                      file: file, routeLines: routeLines, pathsLine: sessionsNode?.line)
-        } ?? []
+        let sessionRoutes: [(index: Int, kind: SessionRouteKind)] = errors.isEmpty ? read([]) { () throws(ConfigurationError) in
+            try sessions.map { settings throws(ConfigurationError) in
+                try Self.addSessionRoutes(settings, routes: &routes, routeAuth: &routeAuth, errorBody: identity.settings.errorBody,
+                                          file: file, routeLines: routeLines, pathsLine: sessionsNode?.line)
+            } ?? []
+        } : []
+        if !errors.isEmpty { throw Self.combined(errors) }
 
-        try top.finish()
 
         // Claims the gateway reads (headers, route rules) are forwarded by every provider.
         let neededClaims = Set(identity.claimHeaders.map(\.claim) + routeAuth.flatMap { $0.requiredClaims.map(\.claim) })
@@ -146,6 +199,32 @@ public enum ConfigurationLoader {
                                     proxy: proxy, providers: providers, routeAuth: routeAuth, identity: identity.settings,
                                     keyRefresh: keyRefresh, tokenCacheEntries: tokenCacheEntries, store: store,
                                     sessions: sessions, sessionRoutes: sessionRoutes, demo: demo)
+    }
+
+    /// Every error of one reading as one thrown error (the first, with the others in `more`).
+    static func combined(_ errors: [ConfigurationError]) -> ConfigurationError {
+        var first = errors[0]
+        first.more = Array(errors.dropFirst())
+        return first
+    }
+
+    /// Two listeners (or a listener and the admin listener) on one port of one address, or
+    /// one of them on the wildcard address of that port: the second bind would fail at start
+    /// ("address in use"), so it is an error here, naming both (as `haproxy -c` does).
+    static func checkPortClashes(listen: [GatewayConfiguration.Listen], admin: GatewayConfiguration.Admin?,
+                                 listenNode: ConfigNode?, adminNode: ConfigNode?, file: String) throws(ConfigurationError) {
+        var taken: [(address: SocketAddress, name: String)] = listen.enumerated().map { ($1.address, "listen[\($0)]") }
+        if let admin { taken.append((admin.address, "admin")) }
+        func wildcard(_ a: SocketAddress) -> Bool { a.host == "0.0.0.0" || a.host == "::" }
+        for i in taken.indices {
+            for j in taken.indices where j > i {
+                let (a, b) = (taken[i].address, taken[j].address)
+                guard a.port == b.port, a.port != 0, a.host == b.host || wildcard(a) || wildcard(b) else { continue }
+                let line = taken[j].name == "admin" ? adminNode?.line : listenNode?.line
+                throw ConfigurationError(file: file, key: taken[j].name, line: line,
+                                         reason: "\(b) is already \(taken[i].name)'s (\(a)): two listeners cannot share a port")
+            }
+        }
     }
 
     // MARK: Value helpers

@@ -20,7 +20,10 @@ func loadOrExit(_ file: String) -> GatewayConfiguration {
     do {
         return try ConfigurationLoader.load(file: file)
     } catch {
-        Console.error("portcullis: invalid configuration: \(error)\n")
+        // Every error found, one line each (`FILE:LINE: KEY: REASON`), as `haproxy -c` lists them.
+        let all = error.all
+        for one in all { Console.error("portcullis: invalid configuration: \(one)\n") }
+        if all.count > 1 { Console.error("portcullis: \(all.count) errors in \(file)\n") }
         Foundation.exit(2)
     }
 }

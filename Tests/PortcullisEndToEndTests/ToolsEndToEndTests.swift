@@ -141,6 +141,45 @@ import Testing
         }
     }
 
+    /// `check-config` like `haproxy -c` (#35.8): every error of the file in one run, each with
+    /// file, line, key and reason, and the count; a port two listeners share is one; an error
+    /// that only follows from another (a route naming a broken upstream) is not.
+    @Test func checkConfigNamesEveryErrorInOneRun() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("every-\(UUID().uuidString).yaml").path
+        try """
+        listen: [{address: "127.0.0.1:18080"}, {address: "0.0.0.0:18081"}]
+        admin: {address: "127.0.0.1:18081"}
+        workers: lots
+        log_level: loud
+        upstreams:
+          app: {url: "ftp://x"}
+          other: {url: "http://127.0.0.1:1", max_connections: -1}
+        providers:
+          - {name: app, type: hs256, secret: "short"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        tracng: {}
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        let (status, out, err) = E2E.run(E2E.binary, ["check-config", path])
+        #expect(status == 2 && out.isEmpty, "\(out)")
+        let lines = err.split(separator: "\n").map(String.init)
+        let expected: [(Int, String, String)] = [
+            (2, "admin", "127.0.0.1:18081 is already listen[1]'s (0.0.0.0:18081)"),
+            (3, "workers", "expected an integer"),
+            (4, "log_level", "got 'loud'"),
+            (6, "upstreams.app.url", "ftp://x"),
+            (7, "upstreams.other.max_connections", "must be at least 1"),
+            (9, "providers[0].secret", "at least 32 bytes"),
+            (12, "tracng", "did you mean 'tracing'?"),
+        ]
+        for (line, key, reason) in expected {
+            #expect(lines.contains { $0.hasPrefix("portcullis: invalid configuration: \(path):\(line): \(key): ") && $0.contains(reason) },
+                    "\(line) \(key): \(err)")
+        }
+        #expect(lines.last == "portcullis: \(expected.count) errors in \(path)", "\(err)")
+        #expect(!err.contains("routes[0]"), "a route naming the broken upstream is not another error: \(err)")
+    }
+
     @Test func checkConfigPointsAtTheKeyMeant() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("tools-\(UUID().uuidString).yaml").path
         try """
