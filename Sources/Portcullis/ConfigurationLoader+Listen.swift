@@ -1,3 +1,5 @@
+import Foundation
+import Yams
 import Logging
 import PortcullisHTTP
 import PortcullisIO
@@ -112,6 +114,27 @@ extension ConfigurationLoader {
 
 /// `admin`: the admin listener (`off`, or `{address, token, metrics_public}`).
 extension ConfigurationLoader {
+    /// Only the admin listener's address of `file` (nil: `admin: off`), for `portcullis health`:
+    /// the running gateway is asked, so the rest of the file is not read — an edit not yet
+    /// reloaded, or a secret the probe's environment lacks, must not fail a healthy gateway's probe.
+    public static func adminAddress(file: String, environment: [String: String] = ProcessInfo.processInfo.environment)
+        throws(ConfigurationError) -> SocketAddress? {
+        let text: String
+        do { text = try String(contentsOfFile: file, encoding: .utf8) } catch {
+            throw ConfigurationError(file: file, key: "", reason: "cannot read the file (\(error.localizedDescription))")
+        }
+        let root: Node?
+        do { root = try Yams.compose(yaml: text) } catch {
+            throw ConfigurationError(file: file, key: "", reason: "invalid YAML: \(error)")
+        }
+        guard let root else { throw ConfigurationError(file: file, key: "", reason: "the file is empty") }
+        var top = ConfigNode(node: root, path: "", file: file, environment: environment)
+        guard var admin = try top.optional("admin") else { return try! SocketAddress(parsing: "127.0.0.1:9901") }
+        if case .scalar = admin.node, try admin.string() == "off" { return nil }
+        guard let address = try admin.optional("address") else { return try! SocketAddress(parsing: "127.0.0.1:9901") }
+        return try socketAddress(address)
+    }
+
     static func admin(_ node: ConfigNode?) throws(ConfigurationError) -> GatewayConfiguration.Admin? {
         let defaultAddress = try! SocketAddress(parsing: "127.0.0.1:9901")
         guard var node else { return .init(address: defaultAddress, token: nil) }

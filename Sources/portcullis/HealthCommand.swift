@@ -22,8 +22,14 @@ struct Health: ParsableCommand {
         if let address {
             do { target = try SocketAddress(parsing: address) } catch { throw ValidationError("--address \(address): \(error)") }
         } else if let config {
-            guard let admin = loadOrExit(config).admin else { throw ValidationError("\(config): admin is off; nothing to probe") }
-            target = admin.address
+            // Only the admin address is read: the running gateway is what is asked.
+            let admin: SocketAddress?
+            do { admin = try ConfigurationLoader.adminAddress(file: config) } catch {
+                Console.error("portcullis: \(error)\n")
+                throw ExitCode(2)
+            }
+            guard let admin else { throw ValidationError("\(config): admin is off; nothing to probe") }
+            target = admin
         } else {
             throw ValidationError("give --config FILE or --address HOST:PORT")
         }

@@ -253,6 +253,14 @@ import Glibc
         let g = try GatewayProcess(upstream.openRoute + "\nshutdown: {drain_delay: 30s}")
         let ready = E2E.run(E2E.binary, ["health", "--config", g.configPath])
         #expect(ready.0 == 0 && ready.1.hasPrefix("/readyz 200"), "\(ready)")
+        // It asks the running gateway, not the file: an edit not reloaded yet (an error in
+        // another section, a secret the probe's environment lacks) does not fail the probe.
+        let text = try String(contentsOfFile: g.configPath, encoding: .utf8)
+        try (text + "\nproviders:\n  - {name: app, type: hs256, secret: {env: PORTCULLIS_SECRET_THE_PROBE_LACKS}}\nlog_level: loud\n")
+            .write(toFile: g.configPath, atomically: true, encoding: .utf8)
+        let edited = E2E.run(E2E.binary, ["health", "--config", g.configPath])
+        #expect(edited.0 == 0 && edited.1.hasPrefix("/readyz 200"), "\(edited)")
+        try text.write(toFile: g.configPath, atomically: true, encoding: .utf8)
         let byAddress = E2E.run(E2E.binary, ["health", "--address", "127.0.0.1:\(g.adminPort)", "--live"])
         #expect(byAddress.0 == 0 && byAddress.1.hasPrefix("/healthz 200"), "\(byAddress)")
         g.send(SIGTERM)
