@@ -65,3 +65,12 @@ int portcullis_epoll_wait(int epfd, unsigned long long *tokens, unsigned int *re
     }
     return n;
 }
+
+#include <sched.h>
+
+int portcullis_affinity_cpu_count(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 0;
+    return CPU_COUNT(&set);
+}

@@ -80,8 +80,10 @@ public final class GatewayRuntime: @unchecked Sendable {
     /// The TLS listeners' endpoints now serving (tests).
     public var tlsEndpoints: [TLSServerEndpoint] { parts.tlsEndpoints.compactMap { $0 } }
 
+    /// `workers: 0`: one loop per CPU the process may really use (`CPUBudget`: affinity and
+    /// the cgroup quota, not only the CPUs online).
     static func loopCount(_ configuration: GatewayConfiguration) -> Int {
-        configuration.workers == 0 ? max(1, ProcessInfo.processInfo.activeProcessorCount) : configuration.workers
+        configuration.workers == 0 ? CPUBudget.read().count : configuration.workers
     }
 
     /// Builds and starts everything `configuration` describes (see `Gateway.start`).

@@ -247,6 +247,15 @@ import Glibc
         #expect(g.log.contains("a second signal ends the drain delay"))
     }
 
+    /// `workers: 0` respects the CPU affinity: under `taskset -c 0` the gateway runs one loop,
+    /// not one per CPU online (the cgroup quota: `CPUBudgetTests`).
+    @Test func workersZeroRespectsTheCPUAffinity() throws {
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess(upstream.openRoute, workers: 0, launcher: ["/usr/bin/taskset", "-c", "0"])
+        #expect(waitUntil(5) { g.log.contains("\"loops\":\"1\"") }, "\(g.log.suffix(600))")
+        #expect(E2E.curl(["\(g.url)/x"]).status == 200)
+    }
+
     /// `portcullis health`: readiness by default, liveness with `--live`; exit 0 only on 200.
     @Test func theHealthSubcommandProbesTheAdminListener() throws {
         let upstream = try EchoUpstream()

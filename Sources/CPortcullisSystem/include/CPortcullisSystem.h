@@ -35,4 +35,8 @@ int portcullis_epoll_listen(int epfd, int fd, unsigned long long token, int on);
 /// epoll_wait into up to `max` (<= 256) parallel slots of tokens and readiness bits.
 /// Retries EINTR; returns the count, or -1 with errno.
 int portcullis_epoll_wait(int epfd, unsigned long long *tokens, unsigned int *ready, int max, int timeout_ms);
+
+/// How many CPUs this process may run on (sched_getaffinity and CPU_COUNT, a macro Swift
+/// cannot call); 0 when it cannot be read.
+int portcullis_affinity_cpu_count(void);
 #endif
