@@ -106,6 +106,14 @@ public enum ConfigurationLoader {
         let store = read(StoreSettings()) { () throws(ConfigurationError) in try Self.store(storeNode, revocation: revocationNode) }
         let identityNode = try top.optional("identity")
         let identity = read(try! Self.identity(nil)) { () throws(ConfigurationError) in try Self.identity(identityNode) }
+        let certificateCheckNode = try top.optional("certificate_check")
+        let certificateCheck: Double? = read(60) { () throws(ConfigurationError) in
+            guard let node = certificateCheckNode else { return 60 }
+            if case .scalar = node.node, try node.string() == "off" { return nil }
+            let seconds = try node.duration()
+            guard seconds >= 1 else { throw node.error("at least 1s (or off)") }
+            return seconds
+        }
         let tracingNode = try top.optional("tracing")
         let tracing: TracingSettings? = read(nil) { () throws(ConfigurationError) in try Self.tracing(tracingNode) }
         let sessionsNode = try top.optional("sessions")
@@ -198,7 +206,8 @@ public enum ConfigurationLoader {
                                     workers: workers, logLevel: logLevel, accessLog: accessLog, shutdown: shutdown,
                                     proxy: proxy, providers: providers, routeAuth: routeAuth, identity: identity.settings,
                                     keyRefresh: keyRefresh, tokenCacheEntries: tokenCacheEntries, store: store,
-                                    sessions: sessions, sessionRoutes: sessionRoutes, demo: demo)
+                                    sessions: sessions, sessionRoutes: sessionRoutes, demo: demo,
+                                    certificateCheckInterval: certificateCheck)
     }
 
     /// Every error of one reading as one thrown error (the first, with the others in `more`).

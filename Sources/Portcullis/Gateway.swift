@@ -37,6 +37,7 @@ public enum Gateway {
         let runtime = try GatewayRuntime(configuration, localApps: localApps, logger: logger,
                                          source: source ?? { try ConfigurationLoader.load(file: file) })
         runtime.server.start()
+        runtime.scheduleCertificateCheck()
         logger.info("portcullis started", metadata: [
             "version": "\(PortcullisVersion.version)", "commit": "\(PortcullisVersion.commit)",
             "listen": "\(configuration.listen.map { $0.address.description }.joined(separator: ","))",

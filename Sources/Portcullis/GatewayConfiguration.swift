@@ -68,6 +68,9 @@ public struct GatewayConfiguration: Sendable {
     /// `demo: true`: a demo file, whose shipped placeholder secrets are accepted
     /// (`check-config` says so in a warning).
     public var demo = false
+    /// `certificate_check`: how often the certificate files are compared with the ones
+    /// loaded, a change reloading them (default 60 s; nil: `off`).
+    public var certificateCheckInterval: Double? = 60
 }
 
 /// Which session endpoint a route is.

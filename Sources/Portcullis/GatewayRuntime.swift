@@ -67,6 +67,9 @@ public final class GatewayRuntime: @unchecked Sendable {
     private var current: Parts
     private var reloadsApplied = 0
     private var reloadsRefused = 0
+    /// The certificate files as the serving generation loaded them (`certificate_check`);
+    /// on the reload queue only, after `init`.
+    private var certificates: CertificateWatch
     /// The session endpoints' service (nil without `sessions:`); its store outlives reloads.
     /// Written on the reload queue, read by the admin API: behind `lock`.
     private var sessions: SessionService?
@@ -119,6 +122,7 @@ public final class GatewayRuntime: @unchecked Sendable {
             throw Gateway.StartupError(description: "\(error)")
         }
         let serving = generation.configuration
+        certificates = CertificateWatch(serving)
         current = Parts(configuration: serving, store: store, revocations: revocations, keys: generation.built.keys,
                         verifier: generation.built.verifier, assertionKeys: generation.assertionKeys,
                         tlsEndpoints: generation.tlsEndpoints, accessLogFD: generation.accessLogFD)
@@ -319,6 +323,27 @@ public final class GatewayRuntime: @unchecked Sendable {
         return actions
     }
 
+    /// `certificate_check`: every interval the certificate files are compared with what the
+    /// serving generation loaded; when one changed, the serving configuration is applied again
+    /// as it is (the file is not read: an edit waiting for its reload stays waiting), so the
+    /// certificates are read anew through the reload's all-or-nothing path (a half-written
+    /// pair is refused, logged, and the old one serves on until the next change).
+    func scheduleCertificateCheck() {
+        guard let interval = parts.configuration.certificateCheckInterval else { return }
+        queue.asyncAfter(deadline: .now() + interval) { [weak self] in
+            guard let self else { return }
+            let serving = self.parts.configuration
+            let now = CertificateWatch(serving)
+            let changed = self.certificates.changed(in: now)
+            self.certificates = now
+            if !changed.isEmpty {
+                self.logger.notice("certificate files changed; reloading them", metadata: ["files": "\(changed.joined(separator: ", "))"])
+                _ = self.reloadNow(trigger: "certificate files changed", configuration: serving)
+            }
+            self.scheduleCertificateCheck()
+        }
+    }
+
     /// Once a retiring session key's last token has expired, the `session` provider stops
     /// verifying with it (the JWKS drops it by itself). On the reload queue; a reload
     /// schedules again for its own service.
@@ -367,7 +392,9 @@ public final class GatewayRuntime: @unchecked Sendable {
     }
 
     /// One reload, on `queue`.
-    func reloadNow(trigger: String) -> ReloadVerdict {
+    /// `configuration`: apply this one (the serving one, for certificate renewals) instead of
+    /// reading the file.
+    func reloadNow(trigger: String, configuration: GatewayConfiguration? = nil) -> ReloadVerdict {
         dispatchPrecondition(condition: .onQueue(queue))
         let old = parts
         func refuse(_ reason: String) -> ReloadVerdict {
@@ -381,7 +408,9 @@ public final class GatewayRuntime: @unchecked Sendable {
             return ReloadVerdict(refusal: reason, generation: old.generation, sha256: old.configuration.sha256)
         }
         var next: GatewayConfiguration
-        do { next = try source() } catch { return refuse("\(error)") }
+        if let configuration { next = configuration } else {
+            do { next = try source() } catch { return refuse("\(error)") }
+        }
         let loops = Self.loopCount(next)
         guard loops == group.loops.count else {
             return refuse("\(next.file): workers: the number of loops cannot change while the gateway runs "
@@ -494,6 +523,9 @@ public final class GatewayRuntime: @unchecked Sendable {
             "routes": "\(next.proxy.routes.count)", "upstreams": "\(next.proxy.upstreams.count)",
             "changes": "\(changes.isEmpty ? "settings only" : changes.joined(separator: "; "))"])
         scheduleSessionKeyRetirement()
+        certificates = CertificateWatch(next)
+        // The check loop stops when `certificate_check: off`; a reload that turns it on starts it.
+        if old.configuration.certificateCheckInterval == nil, next.certificateCheckInterval != nil { scheduleCertificateCheck() }
         // A log file moved away since (logrotate without SIGUSR1) is written at its path again.
         if next.accessLog == old.configuration.accessLog { reopenLogsNow(trigger: trigger) }
         return ReloadVerdict(refusal: nil, generation: report.generation, sha256: next.sha256, changes: changes)

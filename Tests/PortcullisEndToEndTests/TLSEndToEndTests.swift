@@ -33,6 +33,41 @@ import Glibc
 
     static func upstreamConfig(_ upstream: EchoUpstream) -> String { upstream.openRoute }
 
+    /// A renewed certificate applies by itself (#35.5, as cert-manager renews a Secret): the
+    /// files are compared every `certificate_check`; a changed pair is loaded through the reload
+    /// path (without reading the configuration file: an edit waiting there stays waiting); a
+    /// half-written pair is refused, the old certificate serving on until the next change.
+    @Test func renewedCertificateFilesApplyWithoutASignal() throws {
+        let pki = try TestPKI()
+        let first = try pki.leaf(["api.test"]), second = try pki.leaf(["api.test"]), third = try pki.leaf(["api.test"])
+        let live = TestPKI.Leaf(certificate: pki.directory + "/live.pem", key: pki.directory + "/live.key", serial: first.serial)
+        try FileManager.default.copyItem(atPath: first.certificate, toPath: live.certificate)
+        try FileManager.default.copyItem(atPath: first.key, toPath: live.key)
+        let upstream = try EchoUpstream()
+        let gateway = try GatewayProcess(Self.upstreamConfig(upstream) + "\ncertificate_check: 1s", listen: Self.tlsListener([live]))
+        #expect(Self.servedSerial(gateway.port, serverName: "api.test") == first.serial)
+        // An edit of the file that is not meant to apply yet (it would fail a reload).
+        let text = try String(contentsOfFile: gateway.configPath, encoding: .utf8)
+        try (text + "\nlog_level: loud\n").write(toFile: gateway.configPath, atomically: true, encoding: .utf8)
+        // Renewed: both files replaced (as a Secret volume's atomic swap, here a rename).
+        for (from, to) in [(second.key, live.key), (second.certificate, live.certificate)] {
+            try FileManager.default.copyItem(atPath: from, toPath: to + ".new")
+            rename(to + ".new", to)
+        }
+        #expect(waitUntil(10) { Self.servedSerial(gateway.port, serverName: "api.test") == second.serial }, "\(gateway.log.suffix(800))")
+        #expect(gateway.log.contains("certificate files changed") && gateway.log.contains("\"trigger\":\"certificate files changed\""))
+        // Half-written: the certificate of one pair with the key of another is refused, logged; the
+        // second certificate serves on.
+        try FileManager.default.removeItem(atPath: live.certificate)
+        try FileManager.default.copyItem(atPath: third.certificate, toPath: live.certificate)
+        #expect(waitUntil(10) { gateway.log.contains("configuration reload refused") }, "\(gateway.log.suffix(800))")
+        #expect(Self.servedSerial(gateway.port, serverName: "api.test") == second.serial)
+        // The key follows: the pair loads.
+        try FileManager.default.removeItem(atPath: live.key)
+        try FileManager.default.copyItem(atPath: third.key, toPath: live.key)
+        #expect(waitUntil(10) { Self.servedSerial(gateway.port, serverName: "api.test") == third.serial }, "\(gateway.log.suffix(800))")
+    }
+
     @Test func sniChoosesTheCertificateByNameAndTheFirstOtherwise() throws {
         let pki = try TestPKI()
         let api = try pki.leaf(["api.test", "*.api.test"])
