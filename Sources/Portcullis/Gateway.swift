@@ -7,6 +7,7 @@ import PortcullisAuth
 import PortcullisCore
 import PortcullisStore
 import PortcullisIO
+import PortcullisKeys
 import PortcullisProxy
 import PortcullisRedis
 import PortcullisTLS
@@ -38,6 +39,13 @@ public enum Gateway {
                                          source: source ?? { try ConfigurationLoader.load(file: file) })
         runtime.server.start()
         runtime.scheduleCertificateCheck()
+        let egress = EgressProxy.Settings.process
+        if egress.http != nil || egress.https != nil {
+            // Said once: where key fetches and the lookup hook go (never the proxy's credentials).
+            logger.info("outbound requests go through the egress proxy", metadata: [
+                "https_proxy": "\(egress.https?.description ?? "-")", "http_proxy": "\(egress.http?.description ?? "-")",
+                "no_proxy": "\(egress.noProxy.joined(separator: ","))"])
+        }
         logger.info("portcullis started", metadata: [
             "version": "\(PortcullisVersion.version)", "commit": "\(PortcullisVersion.commit)",
             "listen": "\(configuration.listen.map { $0.address.description }.joined(separator: ","))",

@@ -77,5 +77,8 @@ public struct FetchURL: Sendable, Equatable, CustomStringConvertible {
         return port == defaultPort ? name : "\(name):\(port)"
     }
 
+    /// `host:port` always (a CONNECT target, an absolute-form request to a proxy).
+    public var hostHeaderWithPort: String { "\(host.contains(":") ? "[\(host)]" : host):\(port)" }
+
     public var description: String { "\(scheme.rawValue)://\(hostHeader)\(pathAndQuery)" }
 }

@@ -15,7 +15,8 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     // @unchecked Sendable: every member is touched only on `loop.queue`; the
     // only cross-queue hop (resolution) re-enters through `loop.execute`.
 
-    private enum Phase { case resolving, connecting, reading, finished }
+    /// `tunneling`: through a proxy to an `https://` URL, the `CONNECT`'s answer is awaited.
+    private enum Phase { case resolving, connecting, tunneling, reading, finished }
 
     private let url: FetchURL
     private let options: HTTPFetchOptions
@@ -46,12 +47,18 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
 
     /// A POST's body (JSON) and extra header fields; nil: a GET.
     private let post: (body: [UInt8], headers: [(name: String, value: String)])?
+    /// The egress proxy (`HTTPS_PROXY`…) this request goes through; nil: direct.
+    private let proxy: EgressProxy?
+    /// Where the socket connects: the proxy, or the URL's host.
+    private var connectHost: String { proxy?.host ?? url.host }
+    private var connectPort: UInt16 { proxy?.port ?? url.port }
 
-    init(url: FetchURL, options: HTTPFetchOptions, loop: EventLoop, tls: TLSClientContext?,
+    init(url: FetchURL, options: HTTPFetchOptions, loop: EventLoop, tls: TLSClientContext?, proxy: EgressProxy? = nil,
          post: (body: [UInt8], headers: [(name: String, value: String)])? = nil,
          completion: @escaping (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
         self.url = url
         self.post = post
+        self.proxy = proxy
         self.tlsContext = tls
         self.options = options
         self.loop = loop
@@ -64,12 +71,12 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
         loop.assertInLoop()
         totalDeadline = loop.now() &+ Self.nanoseconds(options.totalTimeout)
         loop.watchDeadline(self)
-        if let literal = HostResolver.literal(url.host, port: url.port) {
+        if let literal = HostResolver.literal(connectHost, port: connectPort) {
             addresses = literal
             connectNext()
             return
         }
-        HostResolver.resolve(url.host, port: url.port) { [self] result in
+        HostResolver.resolve(connectHost, port: connectPort) { [self] result in
             loop.execute { [self] in
                 guard phase == .resolving else { return }  // timed out meanwhile
                 switch result {
@@ -84,7 +91,7 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
 
     private func connectNext() {
         guard addressIndex < addresses.count else {
-            finish(.failure(lastConnectError ?? .connectFailed(address: url.hostHeader, reason: "no address")))
+            finish(.failure(lastConnectError ?? .connectFailed(address: proxy.map { "\($0) (proxy)" } ?? url.hostHeader, reason: "no address")))
             return
         }
         let address = addresses[addressIndex]
@@ -121,14 +128,80 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     private func connected() {
         connectDeadline = 0
         guard let socket else { return }
+        if let proxy, url.scheme == .https {
+            // A tunnel first: CONNECT, then TLS with the target through it.
+            var connect = ByteBuffer()
+            connect.append("CONNECT ")
+            connect.append(url.hostHeaderWithPort)
+            connect.append(" HTTP/1.1\r\nHost: ")
+            connect.append(url.hostHeaderWithPort)
+            connect.append("\r\nUser-Agent: ")
+            connect.append(options.userAgent)
+            if let authorization = proxy.authorization {
+                connect.append("\r\nProxy-Authorization: ")
+                connect.append(authorization)
+            }
+            connect.append("\r\n\r\n")
+            phase = .tunneling
+            outbound.append(connect.readable)
+            socket.startReading { [self] in readable() }
+            flushOutbound()
+            return
+        }
+        socket.startReading { [self] in readable() }
+        sendRequest()
+    }
+
+    /// The proxy's answer to CONNECT: a 2xx opens the tunnel; anything else ends the fetch,
+    /// naming the proxy and its status.
+    private func tunnelAnswer(_ bytes: UnsafeRawBufferPointer) {
+        inbound.append(contentsOf: bytes)
+        guard let end = inbound.withUnsafeBytes({ Self.headEnd($0) }) else {
+            if inbound.count > 16 * 1024 { finish(.failure(.malformedResponse(url: url.description, reason: "the proxy's CONNECT answer is too long"))) }
+            return
+        }
+        let line = String(decoding: inbound.prefix { $0 != 0x0D && $0 != 0x0A }, as: UTF8.self)
+        let parts = line.split(separator: " ")
+        guard parts.count >= 2, parts[0].hasPrefix("HTTP/1."), let status = Int(parts[1]), (200..<300).contains(status) else {
+            finish(.failure(.connectFailed(address: "\(proxy.map(\.description) ?? "-") (proxy)",
+                                           reason: "the proxy answered CONNECT \(url.hostHeaderWithPort) with '\(line)'")))
+            return
+        }
+        guard inbound.count == end else {
+            finish(.failure(.malformedResponse(url: url.description, reason: "bytes from the proxy after its CONNECT answer")))
+            return
+        }
+        inbound = []
+        sendRequest()
+    }
+
+    /// The index just past the first blank line ("\r\n\r\n"), if any.
+    private static func headEnd(_ p: UnsafeRawBufferPointer) -> Int? {
+        guard p.count >= 4 else { return nil }
+        for i in 0...(p.count - 4) where p[i] == 0x0D && p[i + 1] == 0x0A && p[i + 2] == 0x0D && p[i + 3] == 0x0A { return i + 4 }
+        return nil
+    }
+
+    /// The request itself (over the tunnel when there is one; to an HTTP proxy in absolute form).
+    private func sendRequest() {
+        guard let socket else { return }
         var request = ByteBuffer()
         request.append(post == nil ? "GET " : "POST ")
+        if proxy != nil && url.scheme == .http {
+            request.append("http://")
+            request.append(url.hostHeaderWithPort)
+        }
         request.append(url.pathAndQuery)
         request.append(" HTTP/1.1\r\nHost: ")
         request.append(url.hostHeader)
         request.append("\r\nUser-Agent: ")
         request.append(options.userAgent)
         request.append("\r\nAccept: application/json, */*;q=0.5\r\nConnection: close\r\n")
+        if let authorization = proxy?.authorization, url.scheme == .http {
+            request.append("Proxy-Authorization: ")
+            request.append(authorization)
+            request.append("\r\n")
+        }
         if let post {
             request.append("Content-Type: application/json\r\nContent-Length: ")
             request.append(String(post.body.count))
@@ -154,7 +227,6 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
         }
         phase = .reading
         outbound.append(request.readable)
-        socket.startReading { [self] in readable() }
         flushOutbound()
     }
 
@@ -175,12 +247,17 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     // MARK: Read
 
     private func readable() {
-        guard phase == .reading, let socket else { return }
+        guard phase == .reading || phase == .tunneling, let socket else { return }
         let scratch = loop.readScratch
-        while phase == .reading {
+        while phase == .reading || phase == .tunneling {
+            let tunneling = phase == .tunneling
             switch socket.read(into: scratch) {
             case .bytes(let n):
-                received(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+                if tunneling {
+                    tunnelAnswer(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+                } else {
+                    received(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
+                }
                 if n < scratch.count { return }
             case .wouldBlock:
                 return
@@ -279,6 +356,11 @@ final class GetExchange: DeadlineTarget, @unchecked Sendable {
     }
 
     private func endOfInput() {
+        if phase == .tunneling {
+            finish(.failure(.connectFailed(address: "\(proxy.map(\.description) ?? "-") (proxy)",
+                                           reason: "the proxy closed the connection before answering CONNECT")))
+            return
+        }
         guard phase == .reading else { return }
         if let socket, socket.security != nil, !socket.isHandshakeComplete {
             finish(.failure(.tlsFailed(url: url.description, reason: "connection closed during the handshake")))

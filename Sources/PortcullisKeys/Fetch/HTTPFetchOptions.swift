@@ -17,6 +17,8 @@ public struct HTTPFetchOptions: Sendable, Equatable {
     }
     var clientCertificateFile: String?
     var clientKeyFile: String?
+    /// `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY` (see `EgressProxy`): the process's by default.
+    public var proxies: EgressProxy.Settings = .process
 
     /// Defaults: 2 s connect, 10 s total, 1 MiB body.
     public init(connectTimeout: Double = 2, totalTimeout: Double = 10, maxBodyBytes: Int = 1 << 20,

@@ -48,7 +48,7 @@ public struct HTTPGetClient: Sendable {
                 case .failure(let error): completion(.failure(error)); return
                 }
             }
-            GetExchange(url: url, options: options, loop: loop, tls: context, completion: completion).start()
+            GetExchange(url: url, options: options, loop: loop, tls: context, proxy: options.proxies.proxy(for: url), completion: completion).start()
         }
     }
 }
@@ -74,7 +74,7 @@ extension HTTPGetClient {
                 case .failure(let error): completion(.failure(error)); return
                 }
             }
-            GetExchange(url: parsed, options: options, loop: loop, tls: context, post: (body, headers), completion: completion).start()
+            GetExchange(url: parsed, options: options, loop: loop, tls: context, proxy: options.proxies.proxy(for: parsed), post: (body, headers), completion: completion).start()
         }
     }
 }
