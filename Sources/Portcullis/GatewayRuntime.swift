@@ -132,6 +132,13 @@ public final class GatewayRuntime: @unchecked Sendable {
         let sessions = generation.sessions
         self.sessions = sessions  // (init: no other thread yet)
         metrics.attach(verifier: built.verifier, keys: built.keys?.manager, storeHealth: { store.health })
+        metrics.attach(certificates: { [weak self] in
+            guard let self else { return [] }
+            let parts = self.parts
+            return zip(parts.configuration.listen, parts.tlsEndpoints).flatMap { listen, endpoint in
+                (endpoint?.context.certificates ?? []).map { ("\(listen.address)", $0.certificateFile, $0.notAfter) }
+            }
+        })
         let sessionCounters = sessions?.counters
         metrics.attach(sessionEvents: sessionCounters.map { counters in { @Sendable in counters.snapshot } })
         if let keys = built.keys {

@@ -50,6 +50,51 @@ struct MetricsEndToEndTests {
         #expect(g.log.contains("\"version\":\"\(version)\""), "the start line names the version")
     }
 
+    /// Metrics operators alert on (#35.4): the edge request-duration histogram by route and
+    /// status class (cumulative buckets past the longest timeout, `_count` equal to the
+    /// requests counted), `process_*` as the Prometheus clients name them, and the expiry of
+    /// each certificate a TLS listener serves.
+    @Test func durationHistogramProcessMetricsAndCertificateExpiry() throws {
+        let pki = try TestPKI()
+        let leaf = try pki.leaf(["api.test"], endDays: 30)
+        let upstream = try EchoUpstream()
+        let g = try GatewayProcess("""
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /open, upstream: app, auth: none}
+          - {path: /api, upstream: app, auth: required}
+        """, adminToken: Self.adminToken, listen: "  - {address: \"127.0.0.1:PORT\", tls: {certificates: [{certificate: \"\(leaf.certificate)\", private_key: \"\(leaf.key)\"}]}}")
+        let base = ["-k", "--resolve", "api.test:\(g.port):127.0.0.1"]
+        for _ in 0..<5 { #expect(E2E.curl(base + ["https://api.test:\(g.port)/open/x"]).status == 200) }
+        for _ in 0..<3 { #expect(E2E.curl(base + ["https://api.test:\(g.port)/api/x"]).status == 401) }
+        #expect(E2E.curl(base + ["https://api.test:\(g.port)/open/slow/300"]).status == 200)
+        let scrape = Self.scrape(g)
+        let s = scrape.series
+        #expect(scrape.body.contains("# TYPE portcullis_request_duration_seconds histogram"), "\(scrape.body.prefix(400))")
+        let ok = #"route="/open",code_class="2xx""#, refused = #"route="/api",code_class="4xx""#
+        #expect(s["portcullis_request_duration_seconds_count{\(ok)}"] == 6 && s["portcullis_request_duration_seconds_count{\(refused)}"] == 3,
+                "\(scrape.body.split(separator: "\n").filter { $0.contains("duration_seconds") })")
+        #expect(s["portcullis_request_duration_seconds_bucket{\(ok),le=\"+Inf\"}"] == 6)
+        #expect(s["portcullis_request_duration_seconds_bucket{\(ok),le=\"300\"}"] == 6)
+        // The 300 ms request is past the 250 ms bucket, within the 500 ms one.
+        let below = s["portcullis_request_duration_seconds_bucket{\(ok),le=\"0.25\"}"] ?? -1
+        let within = s["portcullis_request_duration_seconds_bucket{\(ok),le=\"0.5\"}"] ?? -1
+        #expect(below <= 5 && within == 6, "\(below) \(within)")
+        #expect((s["portcullis_request_duration_seconds_sum{\(ok)}"] ?? 0) >= 0.3)
+        #expect(s[#"portcullis_requests_total{route="/open",code="200"}"#] == 6)
+        // process_*.
+        #expect((s["process_open_fds"] ?? 0) > 5 && (s["process_max_fds"] ?? 0) > (s["process_open_fds"] ?? 0))
+        #expect((s["process_resident_memory_bytes"] ?? 0) > 1_000_000 && (s["process_cpu_seconds_total"] ?? 0) > 0)
+        let start = s["process_start_time_seconds"] ?? 0
+        #expect(abs(start - Date().timeIntervalSince1970) < 600, "\(start)")
+        // The served certificate's expiry: 30 days out.
+        let expiry = s["portcullis_certificate_expiry_timestamp_seconds{listener=\"127.0.0.1:\(g.port)\",certificate=\"\(leaf.certificate)\"}"] ?? 0
+        #expect(abs(expiry - Date().addingTimeInterval(30 * 86_400).timeIntervalSince1970) < 2 * 86_400, "\(expiry)")
+    }
+
     /// Two Authorization fields on the admin listener are refused, never read as the last one.
     @Test func theAdminListenerRefusesTwoAuthorizationFields() throws {
         let upstream = try EchoUpstream()

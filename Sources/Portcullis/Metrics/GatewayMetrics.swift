@@ -72,6 +72,13 @@ public final class GatewayMetrics: Sendable {
         var sha256 = ""
         /// Session endpoint events by name (nil: `sessions:` is off).
         var sessionEvents: (@Sendable () -> [String: Int])?
+        /// The certificates the TLS listeners serve now: listener, file, expiry.
+        var certificates: (@Sendable () -> [(listener: String, file: String, notAfter: Double)])?
+    }
+
+    /// The served certificates to publish (the runtime's, following reloads).
+    func attach(certificates: @escaping @Sendable () -> [(listener: String, file: String, notAfter: Double)]) {
+        sources.withLock { $0.certificates = certificates }
     }
 
     /// The session counters to publish (kept across reloads by the runtime).
@@ -142,7 +149,8 @@ public final class GatewayMetrics: Sendable {
                     publish(proxySnapshot, authSnapshot, sources)
                     gauge("portcullis_scrape_duration_seconds", [],
                           Double(MonotonicClock.nowNanoseconds() &- started) / 1e9)
-                    completion(registry.emitToString())
+                    completion(registry.emitToString() + ExtraExposition.durations(proxySnapshot?.durations ?? [])
+                               + ExtraExposition.certificates(sources.certificates?() ?? []) + ExtraExposition.process())
                 }
             }
         }

@@ -875,7 +875,9 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
         guard phase != .idle else { return }
         enter(.idle)
         context.activeRequests -= 1
-        serving.metrics?.countRequest(loopIndex: loop.index, routeSlot: routeSlot, status: responseStatus, transport: transport)
+        // The duration from the request's head to its end, at the loop's clock (no clock call).
+        serving.metrics?.countRequest(loopIndex: loop.index, routeSlot: routeSlot, status: responseStatus, transport: transport,
+                                      nanoseconds: loop.lastNow &- startedAt)
         if let log = serving.accessLog {
             log.record(AccessRecord(
                 time: wallStart, requestId: requestId.readable, method: logMethod, path: logPath,

@@ -463,6 +463,15 @@ public final class ProxyServer: @unchecked Sendable {
                 for kind in HTTP2Abuse.allCases where kind.rawValue < totals.http2Abuse.count {
                     snapshot.http2Abuse.append((kind.name, totals.http2Abuse[kind.rawValue]))
                 }
+                let cells = ProxyMetrics.durationCells
+                for (row, sum) in totals.durationSums.enumerated() where (row + 1) * cells <= totals.durations.count {
+                    let buckets = Array(totals.durations[(row * cells)..<((row + 1) * cells)])
+                    guard buckets.contains(where: { $0 != 0 }) else { continue }
+                    let route = row / ProxyMetrics.statusClasses
+                    guard route <= routeLabels.count else { continue }
+                    snapshot.durations.append((route == 0 ? nil : routeLabels[route - 1], "\(row % ProxyMetrics.statusClasses + 1)xx",
+                                               buckets, Double(sum) / 1e9))
+                }
                 for (slot, count) in totals.requests.enumerated() where count != 0 {
                     let route = slot / ProxyMetrics.statusSlots
                     guard route <= routeLabels.count else { continue }

@@ -16,6 +16,14 @@ public final class ProxyMetrics: @unchecked Sendable {
     // @unchecked Sendable: `labels` is under its lock; each `LoopCounts` is confined to its loop.
     /// Status codes 100...599 each have a slot.
     static let statusSlots = 500
+    /// `portcullis_request_duration_seconds` buckets (upper bounds, seconds): from 5 ms to past
+    /// the longest default timeout (the upstream response timeout, 60 s; `+Inf` after).
+    public static let durationBuckets: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
+    static let durationBucketNanos: [UInt64] = durationBuckets.map { UInt64($0 * 1e9) }
+    /// Cells per route and status class: the buckets and `+Inf`.
+    static let durationCells = durationBuckets.count + 1
+    /// Status classes 1xx…5xx.
+    static let statusClasses = 5
 
     /// One loop's request counts: `requests[routeSlot * statusSlots + status - 100]`,
     /// route slot 0 = no route matched (404, or refused before routing).
@@ -30,10 +38,23 @@ public final class ProxyMetrics: @unchecked Sendable {
         var outOfPhaseEvents = 0
         /// HTTP/2 streams refused past SETTINGS_MAX_CONCURRENT_STREAMS.
         var http2RefusedStreams = 0
-        init(routeSlots: Int) { requests = [Int](repeating: 0, count: routeSlots * ProxyMetrics.statusSlots) }
+        /// Edge request durations: `durations[(routeSlot * 5 + class) * durationCells + bucket]`
+        /// (not cumulative here), and their sums in nanoseconds by `routeSlot * 5 + class`.
+        var durations: [Int]
+        var durationSums: [Int]
+        init(routeSlots: Int) {
+            requests = [Int](repeating: 0, count: routeSlots * ProxyMetrics.statusSlots)
+            durations = [Int](repeating: 0, count: routeSlots * ProxyMetrics.statusClasses * ProxyMetrics.durationCells)
+            durationSums = [Int](repeating: 0, count: routeSlots * ProxyMetrics.statusClasses)
+        }
         func grow(to routeSlots: Int) {
             let cells = routeSlots * ProxyMetrics.statusSlots
             if requests.count < cells { requests += repeatElement(0, count: cells - requests.count) }
+            let classes = routeSlots * ProxyMetrics.statusClasses
+            if durationSums.count < classes {
+                durationSums += repeatElement(0, count: classes - durationSums.count)
+                durations += repeatElement(0, count: classes * ProxyMetrics.durationCells - durations.count)
+            }
         }
     }
 
@@ -44,10 +65,14 @@ public final class ProxyMetrics: @unchecked Sendable {
         var http2Abuse: [Int] = []
         var outOfPhaseEvents = 0
         var http2RefusedStreams = 0
+        var durations: [Int] = []
+        var durationSums: [Int] = []
 
         /// Adds one loop's counts. On that loop's queue.
         mutating func add(_ loop: LoopCounts) {
             Self.add(loop.requests, into: &requests)
+            Self.add(loop.durations, into: &durations)
+            Self.add(loop.durationSums, into: &durationSums)
             Self.add(loop.protocols, into: &protocols)
             Self.add(loop.http2Abuse, into: &http2Abuse)
             outOfPhaseEvents &+= loop.outOfPhaseEvents
@@ -111,12 +136,19 @@ public final class ProxyMetrics: @unchecked Sendable {
     }
 
     /// Counts one finished request. On `loopIndex`'s queue.
+    /// `nanoseconds`: from the request's head to its answer, as the gateway saw it.
     @inline(__always)
-    func countRequest(loopIndex: Int, routeSlot: Int, status: Int, transport: RequestProtocol) {
+    func countRequest(loopIndex: Int, routeSlot: Int, status: Int, transport: RequestProtocol, nanoseconds: UInt64) {
         guard status >= 100, status < 600 else { return }
         let counts = loops[loopIndex]
         counts.requests[routeSlot &* Self.statusSlots &+ status &- 100] &+= 1
         counts.protocols[transport.slot] &+= 1
+        let row = routeSlot &* Self.statusClasses &+ status / 100 &- 1
+        var bucket = 0
+        let bounds = Self.durationBucketNanos
+        while bucket < bounds.count && nanoseconds > bounds[bucket] { bucket &+= 1 }
+        counts.durations[row &* Self.durationCells &+ bucket] &+= 1
+        counts.durationSums[row] &+= Int(truncatingIfNeeded: nanoseconds)
     }
 
     /// Counts an HTTP/2 connection ended for `abuse`. On `loopIndex`'s queue.
@@ -149,6 +181,10 @@ public struct ProxySnapshot: Sendable {
     public var outOfPhaseEvents = 0
     /// HTTP/2 streams refused (REFUSED_STREAM) past SETTINGS_MAX_CONCURRENT_STREAMS since start.
     public var http2RefusedStreams = 0
+    /// Edge request durations by route (nil: none matched) and status class ("2xx"…): counts
+    /// per bucket of `ProxyMetrics.durationBuckets` and `+Inf` (not cumulative), and the sum
+    /// in seconds. Only rows that saw a request.
+    public var durations: [(route: String?, statusClass: String, buckets: [Int], sum: Double)] = []
 }
 
 /// One upstream's connections now, summed over the loops' pools.

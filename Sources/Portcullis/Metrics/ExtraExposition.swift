@@ -1,0 +1,95 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import PortcullisCore
+import PortcullisProxy
+
+/// Series `/metrics` writes itself, after the registry's: the edge request-duration
+/// histogram (made from the loops' bucket counts at scrape time: nothing is recorded through
+/// a lock on the request path) and the standard `process_*` metrics Prometheus' client
+/// libraries export (read from the kernel at scrape time).
+enum ExtraExposition {
+    static let processStart = WallClock.nowSeconds()
+
+    /// `portcullis_request_duration_seconds{route, code_class}`: from the request's head to its
+    /// answer's end as the gateway saw it; buckets past the longest default timeout.
+    static func durations(_ rows: [(route: String?, statusClass: String, buckets: [Int], sum: Double)]) -> String {
+        guard !rows.isEmpty else { return "" }
+        var out = "# HELP portcullis_request_duration_seconds Requests answered by the gateway listeners, from the request head to the end "
+            + "of the answer, by route (\"unmatched\" when none matched) and status class (2xx, 4xx…).\n"
+            + "# TYPE portcullis_request_duration_seconds histogram\n"
+        let bounds = ProxyMetrics.durationBuckets.map { format($0) } + ["+Inf"]
+        for row in rows.sorted(by: { ($0.route ?? "", $0.statusClass) < ($1.route ?? "", $1.statusClass) }) {
+            let labels = "route=\"\(escape(row.route ?? "unmatched"))\",code_class=\"\(row.statusClass)\""
+            var cumulative = 0
+            for (index, count) in row.buckets.enumerated() where index < bounds.count {
+                cumulative += count
+                out += "portcullis_request_duration_seconds_bucket{\(labels),le=\"\(bounds[index])\"} \(cumulative)\n"
+            }
+            out += "portcullis_request_duration_seconds_sum{\(labels)} \(row.sum)\n"
+            out += "portcullis_request_duration_seconds_count{\(labels)} \(cumulative)\n"
+        }
+        return out
+    }
+
+    /// `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`,
+    /// `process_open_fds`, `process_max_fds`, `process_start_time_seconds`, as the Prometheus
+    /// client libraries name them.
+    static func process() -> String {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
+            + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+        let page = Double(sysconf(Int32(_SC_PAGESIZE)))
+        let statm = ((try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8)) ?? "").split(separator: " ")
+        let virtual = statm.count > 1 ? (Double(statm[0]) ?? 0) * page : 0
+        let resident = statm.count > 1 ? (Double(statm[1]) ?? 0) * page : 0
+        let fds = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).count
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        return """
+        # HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.
+        # TYPE process_cpu_seconds_total counter
+        process_cpu_seconds_total \(cpu)
+        # HELP process_resident_memory_bytes Resident memory size in bytes.
+        # TYPE process_resident_memory_bytes gauge
+        process_resident_memory_bytes \(Int(resident))
+        # HELP process_virtual_memory_bytes Virtual memory size in bytes.
+        # TYPE process_virtual_memory_bytes gauge
+        process_virtual_memory_bytes \(Int(virtual))
+        # HELP process_open_fds Number of open file descriptors.
+        # TYPE process_open_fds gauge
+        process_open_fds \(fds)
+        # HELP process_max_fds Maximum number of open file descriptors.
+        # TYPE process_max_fds gauge
+        process_max_fds \(limit.rlim_cur == rlim_t.max ? Int64(-1) : Int64(limit.rlim_cur))
+        # HELP process_start_time_seconds Start time of the process since unix epoch in seconds.
+        # TYPE process_start_time_seconds gauge
+        process_start_time_seconds \(processStart)
+
+        """
+    }
+
+    /// `portcullis_certificate_expiry_timestamp_seconds{listener, certificate}`: when each served
+    /// certificate expires (alert on `… - time() < 14 * 86400`).
+    static func certificates(_ served: [(listener: String, file: String, notAfter: Double)]) -> String {
+        guard !served.isEmpty else { return "" }
+        var out = "# HELP portcullis_certificate_expiry_timestamp_seconds When each certificate a TLS listener serves expires "
+            + "(seconds since the epoch), by listener address and certificate file.\n"
+            + "# TYPE portcullis_certificate_expiry_timestamp_seconds gauge\n"
+        for entry in served {
+            out += "portcullis_certificate_expiry_timestamp_seconds{listener=\"\(escape(entry.listener))\",certificate=\"\(escape(entry.file))\"} \(Int(entry.notAfter))\n"
+        }
+        return out
+    }
+
+    static func format(_ bound: Double) -> String {
+        bound == bound.rounded() ? String(Int(bound)) : String(bound)
+    }
+
+    static func escape(_ text: String) -> String {
+        text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+            .replacingOccurrences(of: "\n", with: "\\n")
+    }
+}
