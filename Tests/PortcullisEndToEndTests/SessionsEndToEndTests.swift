@@ -771,12 +771,8 @@ import Glibc
     /// a bad answer or a dead app is 503.
     @Test func theLookupHookLetsTheAppNameItsUser() throws {
         let upstream = try EchoUpstream()
-        let port = Loopback.freePort()
-        let log = NSTemporaryDirectory() + "lookup-\(UUID().uuidString).jsonl"
-        let app = try RedisProcess.spawn(["/usr/bin/python3", E2E.packageRoot.appendingPathComponent(
-            "Tests/PortcullisEndToEndTests/Fixtures/lookup_app.py").path, "\(port)", log], stdout: nil)
-        defer { kill(app, SIGKILL); var s: Int32 = 0; waitpid(app, &s, 0) }
-        #expect(Loopback.waitForPort(port))
+        let app = try LookupApp()
+        let (port, log) = (app.port, app.log)
         let g = try GatewayProcess("""
         \(AuthFixtures.providers.replacingOccurrences(of: "claims: {email: X-User-Email}", with: "claims: {email: X-User-Email, plan: X-User-Plan}"))
         sessions:
@@ -838,7 +834,7 @@ import Glibc
         #expect(blocked.0 == 403 && blocked.1.contains("access_denied"), "\(blocked)")
         let broken = try Self.exchange(g, sub: "broken")
         #expect(broken.0 == 503 && broken.1.contains("temporarily_unavailable"), "\(broken)")
-        kill(app, SIGKILL)
+        app.stop()
         let down = try Self.exchange(g, sub: "118")
         #expect(down.0 == 503, "\(down)")
         #expect(g.log.contains("session lookup failed"))
@@ -906,13 +902,8 @@ import Glibc
     /// `<provider>:<subject>`, `aud` the upstream, `purpose: session_lookup` (no route's
     /// assertion has it), so the app can tell the gateway's own request from any other.
     @Test func theLookupHooksRequestCarriesAnAssertionTheAppVerifies() throws {
-        let upstream = try EchoUpstream()
-        let port = Loopback.freePort()
-        let log = NSTemporaryDirectory() + "lookup-assert-\(UUID().uuidString).jsonl"
-        let app = try RedisProcess.spawn(["/usr/bin/python3", E2E.packageRoot.appendingPathComponent(
-            "Tests/PortcullisEndToEndTests/Fixtures/lookup_app.py").path, "\(port)", log], stdout: nil)
-        defer { kill(app, SIGKILL); var s: Int32 = 0; waitpid(app, &s, 0) }
-        #expect(Loopback.waitForPort(port))
+        let app = try LookupApp()
+        let (port, log) = (app.port, app.log)
         let g = try GatewayProcess("""
         \(AuthFixtures.providers.replacingOccurrences(of: "claims: {email: X-User-Email}}",
                                                      with: "claims: {email: X-User-Email}, assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}"))
@@ -949,13 +940,8 @@ import Glibc
         let server = try pki.leaf(["localhost", "IP:127.0.0.1"])
         // A client certificate with a CN only (no subjectAltName), as golfai's nginx CA issues it.
         let client = try pki.leaf([], clientAuth: true)
-        let port = Loopback.freePort()
-        let log = NSTemporaryDirectory() + "lookup-mtls-\(UUID().uuidString).jsonl"
-        let app = try RedisProcess.spawn(["/usr/bin/python3", E2E.packageRoot.appendingPathComponent(
-            "Tests/PortcullisEndToEndTests/Fixtures/lookup_app.py").path, "\(port)", log, server.certificate, server.key,
-            pki.caCertificate], stdout: nil)
-        defer { kill(app, SIGKILL); var s: Int32 = 0; waitpid(app, &s, 0) }
-        #expect(Loopback.waitForPort(port))
+        let app = try LookupApp(tls: [server.certificate, server.key, pki.caCertificate])
+        let (port, log) = (app.port, app.log)
         func config(withCertificate: Bool, port: UInt16 = port) -> String {
             let certificate = withCertificate ? ", client_certificate: \"\(client.certificate)\", client_private_key: \"\(client.key)\"" : ""
             return """
@@ -1006,12 +992,8 @@ import Glibc
     /// an unknown placeholder or that is not a JSON object is refused at start.
     @Test func theExchangeAnswersInTheShapeTheClientsDecode() throws {
         let upstream = try EchoUpstream()
-        let port = Loopback.freePort()
-        let log = NSTemporaryDirectory() + "lookup-shape-\(UUID().uuidString).jsonl"
-        let app = try RedisProcess.spawn(["/usr/bin/python3", E2E.packageRoot.appendingPathComponent(
-            "Tests/PortcullisEndToEndTests/Fixtures/lookup_app.py").path, "\(port)", log], stdout: nil)
-        defer { kill(app, SIGKILL); var s: Int32 = 0; waitpid(app, &s, 0) }
-        #expect(Loopback.waitForPort(port))
+        let app = try LookupApp()
+        let port = app.port
         let template = #"'{"success": true, "user": {"id": {user_id}, "email": {claim.email}, "plan": {claim.plan}}, "sessionToken": {access_token}, "expiresIn": {expires_in}, "refreshToken": {refresh_token}, "is_new_user": {lookup.is_new_user}, "user_profile": {lookup.user}}'"#
         let config = """
         \(AuthFixtures.providers)
@@ -1107,4 +1089,28 @@ enum TokenPayload {
         guard let data = Data(base64Encoded: text) else { return nil }
         return try? JSONSerialization.jsonObject(with: data) as? [String: Any]
     }
+}
+
+/// The app's user lookup (`Fixtures/lookup_app.py`) on a free port, its requests logged as
+/// JSON lines in `log`; `tls`: certificate, key and, for mutual TLS, the client CA.
+final class LookupApp {
+    let port = Loopback.freePort()
+    let log = NSTemporaryDirectory() + "lookup-\(UUID().uuidString).jsonl"
+    private var pid: pid_t = 0
+
+    init(tls: [String] = []) throws {
+        pid = try RedisProcess.spawn(["/usr/bin/python3", E2E.packageRoot.appendingPathComponent(
+            "Tests/PortcullisEndToEndTests/Fixtures/lookup_app.py").path, "\(port)", log] + tls, stdout: nil)
+        guard Loopback.waitForPort(port) else { stop(); throw TestFailure("lookup_app.py did not listen on \(port)") }
+    }
+
+    func stop() {
+        guard pid != 0 else { return }
+        kill(pid, SIGKILL)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        pid = 0
+    }
+
+    deinit { stop() }
 }
