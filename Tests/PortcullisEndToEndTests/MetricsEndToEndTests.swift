@@ -129,6 +129,10 @@ struct MetricsEndToEndTests {
         let before = Self.scrape(g)
         #expect(before.status == 200)
         #expect(before.series[#"portcullis_keys_health{provider="corp",state="fresh"}"#] == 1)
+        // Fetched moments ago; the inline provider's keys have no age.
+        let age = before.series[#"portcullis_keys_age_seconds{provider="corp"}"#] ?? -1
+        #expect(age >= 0 && age < 30, "\(age)")
+        #expect(before.series[#"portcullis_keys_age_seconds{provider="app"}"#] == nil)
         #expect(before.series[#"portcullis_key_fetches_total{provider="corp",result="ok"}"#] == 1)
         #expect(before.series[#"portcullis_key_fetches_total{provider="corp",result="error"}"#] == 0)
         let openBefore = before.series[#"portcullis_requests_total{route="/open",code="200"}"#] ?? 0

@@ -41,6 +41,7 @@ public final class GatewayMetrics: Sendable {
         "portcullis_key_unknown_kid_refetches_total": "Refetches asked for by tokens naming an unknown kid, by provider and result (started, coalesced, throttled, followed: another instance fetched).",
         "portcullis_key_changes_total": "Key installs that changed a provider's keys (each drops its cached verifications).",
         "portcullis_keys_health": "1 for the provider's current key state (pending, fresh, stale, unavailable), 0 for the others.",
+        "portcullis_keys_age_seconds": "Seconds since the provider's keys in use were fetched (or loaded from the shared cache); none for inline keys.",
         "portcullis_store_health": "1 for the revocation store's current state (ok, degraded, unavailable), 0 for the others.",
         "portcullis_trace_spans_total": "Request spans with tracing on, by result (exported to the collector; dropped: the loop's queue was full; failed: the collector did not take them).",
         "portcullis_config_generation": "The configuration generation serving: 1 at start, one more per applied reload.",
@@ -212,6 +213,11 @@ public final class GatewayMetrics: Sendable {
                 counter("portcullis_key_changes_total", [("provider", p)], c.keyChanges)
                 for health in ["pending", "fresh", "stale", "unavailable"] {
                     gauge("portcullis_keys_health", [("provider", p), ("state", health)], status.health.rawValue == health ? 1 : 0)
+                }
+                // How old the keys in use are (fetched, or taken from the shared cache): alert
+                // when a provider's keys stop being refreshed. Inline keys have none.
+                if let fetchedAt = status.fetchedAt {
+                    gauge("portcullis_keys_age_seconds", [("provider", p)], max(0, WallClock.nowSeconds() - fetchedAt))
                 }
             }
         }
