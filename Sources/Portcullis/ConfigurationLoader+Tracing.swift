@@ -6,26 +6,39 @@ import PortcullisProxy
 extension ConfigurationLoader {
     static func tracing(_ tracingNode: ConfigNode?) throws(ConfigurationError) -> TracingSettings? {
         guard var node = tracingNode else { return nil }
-        let endpointNode = try node.required("endpoint")
-        let text = try endpointNode.string()
+        // The OpenTelemetry SDK variables fill what the file leaves out (the file wins):
+        // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as is) or OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces),
+        // OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, OTEL_SERVICE_NAME.
+        let environment = node.environment
+        func env(_ name: String) -> String? { environment[name].flatMap { $0.isEmpty ? nil : $0 } }
+        let endpointNode = try node.optional("endpoint")
+        let text: String
+        if let endpointNode { text = try endpointNode.string() } else if let traces = env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+            text = traces
+        } else if let base = env("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            text = (base.hasSuffix("/") ? String(base.dropLast()) : base) + "/v1/traces"
+        } else {
+            throw node.error("is required (or OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)", key: "endpoint")
+        }
+        let endpointNode2 = endpointNode ?? node
         // The path goes into the request line to the collector as written: no space, control
         // byte or non-ASCII byte (raw or percent-encoded) may reach it.
         guard !text.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7F }) else {
-            throw endpointNode.error("must not contain spaces, control characters or non-ASCII bytes")
+            throw endpointNode2.error("must not contain spaces, control characters or non-ASCII bytes")
         }
         guard let components = URLComponents(string: text), components.scheme?.lowercased() == "http",
               let host = components.host, !host.isEmpty, components.user == nil, components.query == nil,
               components.fragment == nil, !components.path.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7F }) else {
-            throw endpointNode.error("expected http://host:port/path (OTLP/HTTP traces endpoint; https is not supported), got '\(text)'")
+            throw endpointNode2.error("expected http://host:port/path (OTLP/HTTP traces endpoint; https is not supported), got '\(text)'")
         }
         let port = components.port ?? 4318
-        guard (1...65535).contains(port) else { throw endpointNode.error("invalid port in '\(text)'") }
+        guard (1...65535).contains(port) else { throw endpointNode2.error("invalid port in '\(text)'") }
         let literal = host == "localhost" ? "127.0.0.1" : host
         let address: SocketAddress
         do {
             address = try SocketAddress(parsing: literal.contains(":") ? "[\(literal)]:\(port)" : "\(literal):\(port)")
         } catch {
-            throw endpointNode.error("the collector's host must be an IP address or localhost, got '\(host)'")
+            throw endpointNode2.error("the collector's host must be an IP address or localhost, got '\(host)'")
         }
         var settings = TracingSettings(collectorHost: host, collectorPort: UInt16(port),
                                        collectorPath: components.path.isEmpty ? "/v1/traces" : components.path,
@@ -47,6 +60,31 @@ extension ConfigurationLoader {
             let name = try n.string()
             guard !name.isEmpty else { throw n.error("must not be empty") }
             settings.serviceName = name
+        } else if let name = env("OTEL_SERVICE_NAME") {
+            settings.serviceName = name
+        }
+        if let n = try node.optional("headers") {
+            for (name, value) in try n.entries() {
+                guard isHeaderName(name), !["host", "content-length", "content-type", "connection", "transfer-encoding"].contains(name.lowercased()) else {
+                    throw value.error("'\(name)' is not a header the gateway lets you set")
+                }
+                settings.headers.append(.init(name: name, value: try value.secret(bare: true)))
+            }
+        } else if let list = env("OTEL_EXPORTER_OTLP_TRACES_HEADERS") ?? env("OTEL_EXPORTER_OTLP_HEADERS") {
+            // "key1=value1,key2=value2", values percent-encoded (the OTLP exporter specification).
+            for pair in list.split(separator: ",") {
+                let parts = pair.split(separator: "=", maxSplits: 1)
+                let name = parts.first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+                guard parts.count == 2, isHeaderName(name) else {
+                    throw node.error("OTEL_EXPORTER_OTLP_HEADERS: expected key=value pairs separated by commas", key: "headers")
+                }
+                let raw = parts[1].trimmingCharacters(in: .whitespaces)
+                let value = raw.removingPercentEncoding ?? raw
+                guard !value.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+                    throw node.error("OTEL_EXPORTER_OTLP_HEADERS: a value holds a control character", key: "headers")
+                }
+                settings.headers.append(.init(name: name, value: value))
+            }
         }
         if let n = try node.optional("max_queued_spans") { settings.maxQueuedSpans = try n.int(min: 1, max: 1_000_000) }
         if let n = try node.optional("export_interval") {

@@ -298,6 +298,47 @@ final class OTLPReceiver {
         for i in 0..<10 { #expect(E2E.curl(["\(g.url)/gone\(i)"]).status == 200) }
     }
 
+    /// Tracing as collectors expect (#35.6): the OpenTelemetry SDK variables fill what the file
+    /// leaves out (endpoint, headers, service name), spans carry the HTTP semantic-convention
+    /// attributes and are named `GET /route` (`GET` when no route matched), and spans the
+    /// collector refused are kept and sent again once it answers.
+    @Test func otelVariablesSemanticConventionsAndRetry() throws {
+        let upstream = try EchoUpstream()
+        let receiver = try OTLPReceiver()
+        try receiver.answer(503)
+        let g = try GatewayProcess("""
+        tracing: {export_interval: 100ms}
+        providers:
+          - {name: app, type: hs256, secret: "tracing-test-secret-0123456789abcdef0123"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: none}
+        """, adminToken: Self.token, environment: [
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(receiver.port)",
+            "OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=k%20123,x-tenant=edge",
+            "OTEL_SERVICE_NAME": "edge-from-env",
+        ])
+        #expect(E2E.curl(["-A", "SemConv/1.0", "\(g.url)/api/visits"]).status == 200)
+        #expect(E2E.curl(["\(g.url)/nowhere"]).status == 404)
+        #expect(waitUntil(5) { g.log.contains("trace export failing") }, "\(g.log.suffix(600))")
+        try receiver.answer(200)
+        // Kept while the collector refused them, sent once it answers (backoff 1 s, 2 s, …).
+        #expect(waitUntil(15) { receiver.spans().count >= 2 }, "\(g.log.suffix(600))")
+        let spans = receiver.spans()
+        let api = try #require(spans.first { Self.attribute($0, "url.path") == "/api/visits" })
+        let lost = try #require(spans.first { Self.attribute($0, "url.path") == "/nowhere" })
+        #expect(api["name"] as? String == "GET /api" && lost["name"] as? String == "GET", "\(api["name"] ?? "") \(lost["name"] ?? "")")
+        for (key, value) in [("url.scheme", "http"), ("network.protocol.name", "http"), ("network.protocol.version", "1.1"),
+                             ("server.address", "127.0.0.1"), ("client.address", "127.0.0.1"), ("user_agent.original", "SemConv/1.0"),
+                             ("http.request.method", "GET"), ("http.route", "/api")] {
+            #expect(Self.attribute(api, key) == value, "\(key): \(Self.attribute(api, key) ?? "-")")
+        }
+        #expect(receiver.serviceName() == "edge-from-env")
+        let headers = (try? String(contentsOfFile: receiver.output + ".headers", encoding: .utf8)) ?? ""
+        #expect(headers.contains("('x-api-key', 'k 123')") && headers.contains("('x-tenant', 'edge')"), "\(headers)")
+    }
+
     @Test func checkConfigNamesBadTracingSettings() throws {
         let cases: [(String, String)] = [
             ("tracing: {endpoint: \"https://127.0.0.1:4318/v1/traces\"}", "tracing.endpoint"),
@@ -305,6 +346,7 @@ final class OTLPReceiver {
             ("tracing: {endpoint: \"http://127.0.0.1:4318\", sample_ratio: 2}", "tracing.sample_ratio"),
             ("tracing: {endpoint: \"http://127.0.0.1:4318\", accept_parent: sometimes}", "expected always, trusted_proxies or never"),
             ("tracing: {sample_ratio: 0.5}", "tracing.endpoint"),
+            ("tracing: {endpoint: \"http://127.0.0.1:4318\", headers: {host: x}}", "tracing.headers.host"),
             ("tracing: {endpoint: \"http://127.0.0.1:4318\", sampling: 0.5}", "unknown key"),
         ]
         for (section, expected) in cases {

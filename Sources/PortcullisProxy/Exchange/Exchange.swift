@@ -274,9 +274,12 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
     }
 
     /// The request's Host (`:authority`) and User-Agent, copied for its access log line
-    /// while the head is at hand (only the fields the log carries).
-    private func noteForLog(_ view: RequestView) {
-        let fields = serving.configuration.accessLogFields
+    /// while the head is at hand (only the fields the log carries; `all`: both, for a sampled
+    /// span's `server.address` and `user_agent.original`).
+    private func noteForLog(_ view: RequestView, all: Bool = false) {
+        let fields = all ? AccessLogFields.all : serving.configuration.accessLogFields
+        logHost.clear()
+        logUserAgent.clear()
         if fields.contains(.host), let host = view.host() { logHost.append(host) }
         if fields.contains(.userAgent) {
             var seen = false
@@ -303,7 +306,10 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             readBodyFirst(view, purpose: .local, limit: Self.localHandlerBodyLimit)
             return
         }
-        if let tracer = serving.tracer { beginTrace(view, tracer) }
+        if let tracer = serving.tracer {
+            beginTrace(view, tracer)
+            if trace?.sampled == true { noteForLog(view, all: true) }
+        }
         if view.path.utf8.count == serving.publishedPathLength, let published = serving.published, view.path == published.path {
             reject(published.answer(method: view.methodBytes))
             return
@@ -1048,7 +1054,9 @@ extension Exchange {
                                 status: responseStatus, transport: "\(transport.name)",
                                 requestId: String(decoding: requestId.readable, as: UTF8.self),
                                 authDecision: tracedRoute == nil ? "none" : tracedDecision, authReason: tracedReason,
-                                provider: tracedProvider)
+                                provider: tracedProvider, scheme: isSecure ? "https" : "http",
+                                serverAddress: String(decoding: logHost.readable, as: UTF8.self), clientAddress: peerText,
+                                userAgent: String(decoding: logUserAgent.readable, as: UTF8.self))
         tracer.record(span, loopIndex: loop.index, limit: serving.traceQueueLimit)
     }
 }

@@ -38,6 +38,12 @@ struct FinishedSpan: Sendable {
     var authDecision: String
     var authReason: String?
     var provider: String?
+    /// OpenTelemetry HTTP server attributes: `url.scheme`, `server.address`, `client.address`,
+    /// `user_agent.original` (empty: not known).
+    var scheme: String = ""
+    var serverAddress: String = ""
+    var clientAddress: String = ""
+    var userAgent: String = ""
     /// Set for a child span of a request (a wait for signing keys, a revocation store call);
     /// nil for the request's server span.
     var child: ChildSpan? = nil
@@ -119,6 +125,10 @@ public final class Tracer: @unchecked Sendable {
     private let queue = DispatchQueue(label: "portcullis.tracing.export")
     private var pending: [FinishedSpan] = []
     private var failing = false
+    /// After a failed POST the batch is kept (bounded by `maxQueuedSpans` per loop) and sent
+    /// again no sooner than this (monotonic ns), the wait doubling from 1 s to 32 s.
+    private var retryAt: UInt64 = 0
+    private var retryDelay: Double = 0
 
     public init(loops: [EventLoop], logger: Logger) {
         eventLoops = loops
@@ -210,18 +220,26 @@ public final class Tracer: @unchecked Sendable {
 
     private func send() {
         guard let settings = lock.withLock({ settings }) else { pending.removeAll(); return }
+        // Kept while the collector fails, bounded: past the bound the oldest are dropped, counted as failed.
+        let bound = settings.maxQueuedSpans * max(1, eventLoops.count)
+        if pending.count > bound {
+            let lost = pending.count - bound
+            pending.removeFirst(lost)
+            lock.withLock { totalsValue.failed += lost }
+        }
+        guard MonotonicClock.nowNanoseconds() >= retryAt else { return }  // backing off
         while !pending.isEmpty {
             let batch = Array(pending.prefix(settings.batchSize))
-            pending.removeFirst(batch.count)
             let body = OTLPJSON.encode(batch, serviceName: settings.serviceName)
             let result = OTLPHTTPPost.send(body, to: settings)
-            lock.withLock {
-                if result == nil { totalsValue.exported += batch.count } else { totalsValue.failed += batch.count }
+            if result == nil {
+                pending.removeFirst(batch.count)
+                lock.withLock { totalsValue.exported += batch.count }
             }
             switch (result, failing) {
             case (let reason?, false):
                 failing = true
-                logger.error("trace export failing; spans are dropped until the collector answers", metadata: [
+                logger.error("trace export failing; spans are kept and sent again with backoff (1 s doubling to 32 s)", metadata: [
                     "endpoint": "\(settings.endpoint)", "reason": "\(reason)"])
             case (nil, true):
                 failing = false
@@ -229,7 +247,14 @@ public final class Tracer: @unchecked Sendable {
             default:
                 break
             }
-            if result != nil { pending.removeAll(); return }  // the rest would fail the same way now
+            if result != nil {
+                // Retried later with the rest; the wait doubles (1 s … 32 s) until one POST works.
+                retryDelay = min(32, max(1, retryDelay * 2))
+                retryAt = MonotonicClock.nowNanoseconds() &+ UInt64(retryDelay * 1e9)
+                return
+            }
+            retryDelay = 0
+            retryAt = 0
         }
     }
 }
@@ -306,7 +331,9 @@ enum OTLPJSON {
                 out += "],\"status\":{\"code\":\(child.failed ? 2 : 0)}}"
                 continue
             }
-            out += ",\"name\":\(JSONText.quoted("\(span.method) \(span.route ?? "unmatched")"))"
+            // OpenTelemetry's HTTP server span name: "{method} {http.route}", the method alone
+            // when no route matched.
+            out += ",\"name\":\(JSONText.quoted(span.route.map { "\(span.method) \($0)" } ?? span.method))"
             out += ",\"kind\":2,\"startTimeUnixNano\":\"\(span.startNanos)\",\"endTimeUnixNano\":\"\(span.endNanos)\",\"attributes\":["
             var attributes: [String] = []
             func string(_ key: String, _ value: String) {
@@ -316,7 +343,14 @@ enum OTLPJSON {
             string("url.path", span.path)
             if let route = span.route { string("http.route", route) }
             attributes.append("{\"key\":\"http.response.status_code\",\"value\":{\"intValue\":\"\(span.status)\"}}")
-            string("network.protocol.name", span.transport)
+            string("network.protocol.name", "http")
+            string("network.protocol.version", Self.protocolVersion(span.transport))
+            string("portcullis.transport", span.transport)
+            if !span.scheme.isEmpty { string("url.scheme", span.scheme) }
+            if !span.serverAddress.isEmpty { string("server.address", span.serverAddress) }
+            if !span.clientAddress.isEmpty { string("client.address", span.clientAddress) }
+            if !span.userAgent.isEmpty { string("user_agent.original", span.userAgent) }
+            if span.status >= 500 { string("error.type", String(span.status)) }
             string("portcullis.request_id", span.requestId)
             string("portcullis.auth.decision", span.authDecision)
             if let reason = span.authReason { string("portcullis.auth.reason", reason) }
@@ -327,6 +361,13 @@ enum OTLPJSON {
         }
         out += "]}]}]}"
         return Array(out.utf8)
+    }
+
+    /// `network.protocol.version` of a transport name (`http/1.1` → `1.1`, `h2`/`h2c` → `2`).
+    static func protocolVersion(_ transport: String) -> String {
+        if transport.hasPrefix("h2") { return "2" }
+        if transport.hasPrefix("http/") { return String(transport.dropFirst(5)) }
+        return transport
     }
 }
 
@@ -342,7 +383,8 @@ enum OTLPHTTPPost {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let connected = address.withSockAddr { pointer, length in Glibc.connect(fd, pointer, length) }
         guard connected == 0 else { return "connect: \(String(cString: strerror(errno)))" }
-        var request = Array("POST \(settings.collectorPath) HTTP/1.1\r\nhost: \(settings.collectorHost):\(settings.collectorPort)\r\ncontent-type: application/json\r\ncontent-length: \(body.count)\r\nconnection: close\r\n\r\n".utf8)
+        let extra = settings.headers.map { "\($0.name): \($0.value)\r\n" }.joined()
+        var request = Array("POST \(settings.collectorPath) HTTP/1.1\r\nhost: \(settings.collectorHost):\(settings.collectorPort)\r\ncontent-type: application/json\r\ncontent-length: \(body.count)\r\n\(extra)connection: close\r\n\r\n".utf8)
         request += body
         var sent = 0
         while sent < request.count {

@@ -27,6 +27,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if status == 200:
             with LOCK, open(OUTPUT, "ab") as out:
                 out.write(body.replace(b"\n", b" ") + b"\n")
+            with LOCK, open(OUTPUT + ".headers", "a") as out:
+                out.write(repr(sorted((k.lower(), v) for k, v in self.headers.items())) + "\n")
         self.send_response(status)
         self.send_header("Content-Length", "0")
         self.end_headers()
