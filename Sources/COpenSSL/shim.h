@@ -55,6 +55,12 @@ static inline uint64_t portcullis_ssl_default_options(void) {
 }
 static inline uint64_t portcullis_ssl_op_server_preference(void) { return SSL_OP_CIPHER_SERVER_PREFERENCE; }
 static inline int portcullis_ssl_is_server(SSL *ssl) { return SSL_is_server(ssl); }
+// The reason code of the oldest error in this thread's queue (0: none), for classifying a
+// failed handshake without building its text.
+static inline int portcullis_err_peek_reason(void) {
+    unsigned long e = ERR_peek_error();
+    return e == 0 ? 0 : ERR_GET_REASON(e);
+}
 static inline long portcullis_ssl_session_reused(SSL *ssl) { return SSL_session_reused(ssl); }
 static inline void portcullis_bio_set_retry_read(BIO *b) { BIO_set_retry_read(b); }
 static inline void portcullis_bio_clear_retry_flags(BIO *b) { BIO_clear_retry_flags(b); }

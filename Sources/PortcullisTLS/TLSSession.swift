@@ -70,6 +70,19 @@ public final class TLSSession: StreamSecurity {
     /// that used http:// on the TLS port): the owner may answer 400 in plain text.
     public private(set) var sawPlaintextHTTP = false
     private var receivedAny = false
+    /// Why a server handshake failed, as OpenSSL's error queue said (nil: it did not fail
+    /// inside OpenSSL).
+    private var serverHandshakeFailure: TLSHandshakeFailure?
+
+    /// Why the handshake of this server session did not complete, for
+    /// `portcullis_tls_handshake_failures_total` (the owner asks when it closes a connection
+    /// whose handshake never completed; `timedOut`: its handshake deadline passed).
+    public func handshakeFailure(timedOut: Bool) -> TLSHandshakeFailure {
+        if sawPlaintextHTTP { return .plaintextHTTP }
+        if let serverHandshakeFailure { return serverHandshakeFailure }
+        if timedOut { return .timeout }
+        return receivedAny ? .closed : .empty
+    }
 
     private init(ssl: OpaquePointer, socket: StreamSocket, context: AnyObject) {
         self.ssl = ssl
@@ -233,6 +246,9 @@ public final class TLSSession: StreamSecurity {
             failed(ssl, .described(TLSError(handshakeDone ? operation : "handshake", reason: "connection closed")))
             return .failed
         default:
+            if !handshakeDone && portcullisIsServer(ssl) {
+                serverHandshakeFailure = TLSHandshakeFailure(openSSLReason: portcullis_err_peek_reason())
+            }
             let verify = SSL_get_verify_result(ssl)
             if verify != X509_V_OK && !portcullisIsServer(ssl) {
                 let text = X509_verify_cert_error_string(verify).map { String(cString: $0) } ?? "code \(verify)"

@@ -95,6 +95,79 @@ struct MetricsEndToEndTests {
         #expect(abs(expiry - Date().addingTimeInterval(30 * 86_400).timeIntervalSince1970) < 2 * 86_400, "\(expiry)")
     }
 
+    /// Connections by listener and protocol, TLS handshake failures by reason, Redis command
+    /// latency (#35.4): each failure made by a real client (curl, openssl s_client, a raw
+    /// socket), each connection held open while the scrape counts it.
+    @Test func connectionsHandshakeFailuresAndRedisLatency() throws {
+        let pki = try TestPKI()
+        let leaf = try pki.leaf(["api.test"])
+        let upstream = try EchoUpstream()
+        let redis = try RedisProcess()
+        let g = try GatewayProcess("""
+        store: {redis: "redis://127.0.0.1:\(redis.port)/0"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        """, adminToken: Self.adminToken,
+             listen: "  - {address: \"127.0.0.1:PORT\", tls: {min_version: \"1.3\", handshake_timeout: 1s, certificates: [{certificate: \"\(leaf.certificate)\", private_key: \"\(leaf.key)\"}]}}")
+        let listener = "127.0.0.1:\(g.port)"
+        /// Scrapes until `done` holds (bounded), returning the last scrape's series.
+        func scrape(until done: ([String: Double]) -> Bool) -> [String: Double] {
+            var series: [String: Double] = [:]
+            for _ in 0..<100 {
+                series = Self.scrape(g).series
+                if done(series) { break }
+                usleep(100_000)
+            }
+            return series
+        }
+        func connections(_ proto: String, _ s: [String: Double], at address: String? = nil) -> Double? {
+            s["portcullis_connections{listener=\"\(address ?? listener)\",protocol=\"\(proto)\"}"]
+        }
+        func failures(_ reason: String, _ s: [String: Double]) -> Double {
+            s["portcullis_tls_handshake_failures_total{listener=\"\(listener)\",reason=\"\(reason)\"}"] ?? 0
+        }
+
+        // Held: a connection that never starts its handshake, and an HTTP/2 one (ALPN h2,
+        // held by s_client reading its standard input for a while).
+        let idle = try RawConnection(port: g.port)
+        let h2 = try RedisProcess.spawn(["/bin/sh", "-c", "sleep 20 | openssl s_client -alpn h2 -servername api.test -connect \(listener)"], stdout: nil)
+        defer { kill(h2, SIGKILL) }
+        let held = scrape { connections("handshake", $0) == 1 && connections("h2", $0) == 1 }
+        #expect(connections("handshake", held) == 1 && connections("h2", held) == 1 && connections("websocket", held) == 0,
+                "\(held.filter { $0.key.hasPrefix("portcullis_connections") })")
+        // The scrape's own connection on the admin listener.
+        #expect((connections("http1", held, at: "127.0.0.1:\(g.adminPort)") ?? 0) >= 1)
+        // An HTTP/1.1 request over TLS completes: nothing counted as a failure.
+        #expect(E2E.curl(["-k", "--resolve", "api.test:\(g.port):127.0.0.1", "https://api.test:\(g.port)/x"]).status == 200)
+
+        // Failures, one per reason: the held connection times out (handshake_timeout 1s);
+        // plain HTTP on the TLS port; TLS 1.2 against min_version 1.3; a client that does not
+        // trust the certificate (an unknown-CA alert); a ClientHello cut short; a TCP
+        // connection closed without a byte (a health check).
+        #expect(E2E.curl(["http://127.0.0.1:\(g.port)/x"]).status == 400)
+        _ = TLSEndToEndTests.sClient(g.port, ["-tls1_2", "-servername", "api.test"])
+        let stranger = try TestPKI()  // a CA that did not issue the gateway's certificate
+        _ = TLSEndToEndTests.sClient(g.port, ["-servername", "api.test", "-verify_return_error", "-CAfile", stranger.caCertificate])
+        let cut = try RawConnection(port: g.port)
+        cut.send(bytes: [0x16, 0x03, 0x01, 0x00, 0x80, 0x01, 0x00])
+        cut.close()
+        try RawConnection(port: g.port).close()
+        let expected = ["timeout", "plaintext_http", "protocol_version", "certificate_rejected", "closed", "empty"]
+        let s = scrape { s in expected.allSatisfy { failures($0, s) >= 1 } }
+        let counted = s.filter { $0.key.hasPrefix("portcullis_tls_handshake_failures_total") }
+        for reason in expected { #expect(failures(reason, s) >= 1, "\(reason): \(counted)") }
+        #expect(counted.values.reduce(0, +) == Double(expected.count), "one failure each, the good handshakes none: \(counted)")
+        #expect(connections("handshake", s) == 0, "the timed-out handshake left")
+        _ = idle
+
+        // Redis: the store's commands (its start-up sync at least) have round trips counted.
+        let scrapeBody = Self.scrape(g).body
+        #expect(scrapeBody.contains("# TYPE portcullis_redis_command_duration_seconds histogram"))
+        #expect((Self.scrape(g).series["portcullis_redis_command_duration_seconds_count"] ?? 0) >= 1)
+    }
+
     /// Two Authorization fields on the admin listener are refused, never read as the last one.
     @Test func theAdminListenerRefusesTwoAuthorizationFields() throws {
         let upstream = try EchoUpstream()
@@ -171,7 +244,8 @@ struct MetricsEndToEndTests {
         // Routes with auth: none never look at credentials, so /open adds nothing above.
         #expect(s[#"portcullis_upstream_response_seconds_count{upstream="app"}"#] == 4 + 1 + openBefore)
         #expect(s[#"portcullis_upstream_connections{upstream="app",state="open"}"#].map { $0 >= 1 } == true)
-        #expect(s[#"portcullis_upstream_connections{upstream="app",state="max"}"#].map { $0 >= 1 } == true)
+        #expect(s[#"portcullis_upstream_connections_limit{upstream="app"}"#].map { $0 >= 1 } == true)
+        #expect(s[#"portcullis_upstream_connections{upstream="app",state="max"}"#] == nil, "the limit is its own gauge")
         #expect(s[#"portcullis_upstream_waiting_requests{upstream="app"}"#] == 0)
         #expect(s[#"portcullis_store_health{state="ok"}"#] == 1)
         #expect(s[#"portcullis_key_fetches_total{provider="corp",result="ok"}"#] == 1)

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import PortcullisCore
 import PortcullisProxy
+import PortcullisRedis
 
 /// Series `/metrics` writes itself, after the registry's: the edge request-duration
 /// histogram (made from the loops' bucket counts at scrape time: nothing is recorded through
@@ -15,20 +16,41 @@ enum ExtraExposition {
     /// `portcullis_request_duration_seconds{route, code_class}`: from the request's head to its
     /// answer's end as the gateway saw it; buckets past the longest default timeout.
     static func durations(_ rows: [(route: String?, statusClass: String, buckets: [Int], sum: Double)]) -> String {
+        histogram("portcullis_request_duration_seconds",
+                  help: "Requests answered by the gateway listeners, from the request head to the end of the answer, "
+                      + "by route (\"unmatched\" when none matched) and status class (2xx, 4xx…).",
+                  bounds: ProxyMetrics.durationBuckets,
+                  rows: rows.sorted { ($0.route ?? "", $0.statusClass) < ($1.route ?? "", $1.statusClass) }.map {
+                      ("route=\"\(escape($0.route ?? "unmatched"))\",code_class=\"\($0.statusClass)\"", $0.buckets, $0.sum)
+                  })
+    }
+
+    /// `portcullis_redis_command_duration_seconds`: every Redis command's round trip (nothing
+    /// when no command was sent: no Redis store).
+    static func redisCommands(_ timings: (buckets: [Int], sum: Double)) -> String {
+        guard timings.buckets.contains(where: { $0 != 0 }) else { return "" }
+        return histogram("portcullis_redis_command_duration_seconds",
+                         help: "Redis commands the gateway sent (revocations, sessions, key sharing, sync), "
+                             + "from queueing on the connection to the reply.",
+                         bounds: RedisCommandTimings.buckets, rows: [("", timings.buckets, timings.sum)])
+    }
+
+    /// A Prometheus histogram from per-bucket counts (not cumulative; the last is `+Inf`).
+    static func histogram(_ name: String, help: String, bounds: [Double],
+                          rows: [(labels: String, buckets: [Int], sum: Double)]) -> String {
         guard !rows.isEmpty else { return "" }
-        var out = "# HELP portcullis_request_duration_seconds Requests answered by the gateway listeners, from the request head to the end "
-            + "of the answer, by route (\"unmatched\" when none matched) and status class (2xx, 4xx…).\n"
-            + "# TYPE portcullis_request_duration_seconds histogram\n"
-        let bounds = ProxyMetrics.durationBuckets.map { format($0) } + ["+Inf"]
-        for row in rows.sorted(by: { ($0.route ?? "", $0.statusClass) < ($1.route ?? "", $1.statusClass) }) {
-            let labels = "route=\"\(escape(row.route ?? "unmatched"))\",code_class=\"\(row.statusClass)\""
+        var out = "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
+        let bounds = bounds.map { format($0) } + ["+Inf"]
+        for row in rows {
+            let prefix = row.labels.isEmpty ? "" : row.labels + ","
+            let labels = row.labels.isEmpty ? "" : "{\(row.labels)}"
             var cumulative = 0
             for (index, count) in row.buckets.enumerated() where index < bounds.count {
                 cumulative += count
-                out += "portcullis_request_duration_seconds_bucket{\(labels),le=\"\(bounds[index])\"} \(cumulative)\n"
+                out += "\(name)_bucket{\(prefix)le=\"\(bounds[index])\"} \(cumulative)\n"
             }
-            out += "portcullis_request_duration_seconds_sum{\(labels)} \(row.sum)\n"
-            out += "portcullis_request_duration_seconds_count{\(labels)} \(cumulative)\n"
+            out += "\(name)_sum\(labels) \(row.sum)\n"
+            out += "\(name)_count\(labels) \(cumulative)\n"
         }
         return out
     }

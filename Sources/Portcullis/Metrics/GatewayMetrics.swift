@@ -6,6 +6,7 @@ import PortcullisCore
 import PortcullisIO
 import PortcullisKeys
 import PortcullisProxy
+import PortcullisRedis
 import PortcullisStore
 import Prometheus
 
@@ -28,7 +29,10 @@ public final class GatewayMetrics: Sendable {
         "portcullis_exchange_out_of_phase_events_total": "Events a request's exchange ignored because its phase did not expect them (a late upstream read after the client left); anything but a few is a bug to report.",
         "portcullis_http2_abuse_total": "HTTP/2 connections ended with GOAWAY ENHANCE_YOUR_CALM, by what the client did (rapid_reset, continuation_flood, oversized_headers, settings_flood, ping_flood, priority_flood, window_update_flood, empty_data_flood, protocol_errors, outbound_flood, stalled_window).",
         "portcullis_upstream_response_seconds": "Time from handing a request to an upstream pool to receiving the response head, by upstream.",
-        "portcullis_upstream_connections": "Upstream connections now, by upstream and state (open, idle, max).",
+        "portcullis_upstream_connections": "Upstream connections now, by upstream and state (open: every connection, in use or idle; idle: the idle ones among them).",
+        "portcullis_upstream_connections_limit": "The most connections an upstream's pool opens (max_connections), by upstream: the limit, apart from the usage.",
+        "portcullis_connections": "Client connections now, by listener address and protocol (handshake: TLS not done yet, http1, h2: HTTP/2 and h2c, websocket).",
+        "portcullis_tls_handshake_failures_total": "Client TLS handshakes that did not complete, by listener address and reason (plaintext_http, protocol_version, no_shared_cipher, no_application_protocol, client_certificate, certificate_rejected: the client refused the gateway's certificate, timeout, closed, empty: closed without a byte, as a TCP health check, other).",
         "portcullis_upstream_waiting_requests": "Requests queued for an upstream connection now.",
         "portcullis_upstream_pool_exhausted_total": "Requests answered 503 because the upstream's connections and queue were full.",
         "portcullis_auth_decisions_total": "Credential decisions on protected routes, by provider (\"none\" when none was selected) and outcome (verified, no_credential, store_unavailable, or the refusal reason).",
@@ -151,6 +155,7 @@ public final class GatewayMetrics: Sendable {
                     gauge("portcullis_scrape_duration_seconds", [],
                           Double(MonotonicClock.nowNanoseconds() &- started) / 1e9)
                     completion(registry.emitToString() + ExtraExposition.durations(proxySnapshot?.durations ?? [])
+                               + ExtraExposition.redisCommands(RedisCommandTimings.shared.snapshot())
                                + ExtraExposition.certificates(sources.certificates?() ?? []) + ExtraExposition.process())
                 }
             }
@@ -177,10 +182,23 @@ public final class GatewayMetrics: Sendable {
                 counter("portcullis_trace_spans_total", [("result", "failed")], totals.failed)
             }
             counter("portcullis_http2_refused_streams_total", [], proxy.http2RefusedStreams)
+            var seen = Set<SeriesKey>()
+            for row in proxy.connections {
+                let labels = [("listener", row.listener), ("protocol", row.protocol)]
+                seen.insert(SeriesKey(name: "portcullis_connections", labels: labels.flatMap { [$0.0, $0.1] }))
+                gauge("portcullis_connections", labels, Double(row.count))
+            }
+            // A listener a reload removed (its last connection gone): 0, not its last value.
+            for (key, meter) in gauges.withLock({ $0 }) where key.name == "portcullis_connections" && !seen.contains(key) {
+                meter.set(0.0)
+            }
+            for row in proxy.tlsHandshakeFailures {
+                counter("portcullis_tls_handshake_failures_total", [("listener", row.listener), ("reason", row.reason)], row.count)
+            }
             for pool in proxy.pools {
                 gauge("portcullis_upstream_connections", [("upstream", pool.upstream), ("state", "open")], Double(pool.open))
                 gauge("portcullis_upstream_connections", [("upstream", pool.upstream), ("state", "idle")], Double(pool.idle))
-                gauge("portcullis_upstream_connections", [("upstream", pool.upstream), ("state", "max")], Double(pool.maxConnections))
+                gauge("portcullis_upstream_connections_limit", [("upstream", pool.upstream)], Double(pool.maxConnections))
                 gauge("portcullis_upstream_waiting_requests", [("upstream", pool.upstream)], Double(pool.waiting))
                 counter("portcullis_upstream_pool_exhausted_total", [("upstream", pool.upstream)], pool.exhausted)
                 counter("portcullis_upstream_unexpected_bytes_total", [("upstream", pool.upstream)], pool.unexpectedBytes)

@@ -103,6 +103,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
             // Until the handshake completes only `handshake_timeout` applies: a flood of
             // half-open handshakes is cut off early and never holds keep-alive time.
             awaitingHandshake = true
+            context.handshaking += 1
             setDeadline(tls.settings.handshakeTimeout)
         } else {
             setDeadline(context.serving.configuration.timeouts.idle)
@@ -114,7 +115,18 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
 
     private func handshakeCompleted() {
         awaitingHandshake = false
+        context.handshaking -= 1
         if phase == .idle { setDeadline(context.serving.configuration.timeouts.idle) }
+    }
+
+    /// The connection ends before its TLS handshake completed: counted by reason
+    /// (`portcullis_tls_handshake_failures_total`). Before the socket closes (the session
+    /// knows why).
+    private func handshakeFailed(timedOut: Bool) {
+        awaitingHandshake = false
+        context.handshaking -= 1
+        let reason = (socket.security as? TLSSession)?.handshakeFailure(timedOut: timedOut) ?? .other
+        context.handshakeFailures[reason.rawValue] &+= 1
     }
 
     private func setDeadline(_ seconds: Double) {
@@ -612,6 +624,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
         ownDeadline = 0
         switch phase {
         case .idle:
+            if awaitingHandshake { handshakeFailed(timedOut: true) }
             close()
         case .head:
             keepAlive = false
@@ -655,6 +668,7 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     /// handlers, the other cycle) and leaves the loop's deadline watch.
     private func close() {
         guard !isClosed else { return }
+        if awaitingHandshake { handshakeFailed(timedOut: false) }
         exchange.responderClosed()
         isClosed = true
         if corked {

@@ -116,6 +116,10 @@ public final class ListenerContext: @unchecked Sendable {
     let incoming = Atomic<Int>(0)
     /// What the balancer compares: open connections plus those on their way.
     var load: Int { openConnections + incoming.load(ordering: .relaxed) }
+    /// Connections on this loop whose TLS handshake has not completed yet.
+    var handshaking = 0
+    /// Client TLS handshakes on this loop that did not complete, by `TLSHandshakeFailure.rawValue`.
+    var handshakeFailures = [Int](repeating: 0, count: TLSHandshakeFailure.allCases.count)
     /// Requests in flight (for graceful shutdown).
     public internal(set) var activeRequests = 0
     /// True once shutdown began (or a reload removed the listener): keep-alive is turned

@@ -449,12 +449,15 @@ public final class ProxyServer: @unchecked Sendable {
     /// on the last loop's queue.
     public func snapshot(completion: @escaping @Sendable (ProxySnapshot) -> Void) {
         let loops = group.loops
-        let upstreams = lock.withLock { state.upstreams }
+        let (upstreams, slots) = lock.withLock { (state.upstreams, state.slots + state.retired) }
+        let listeners = slots.map { (label: $0.spec.address.description, contexts: $0.contexts) }
         let metrics = self.metrics
         let routeLabels = metrics?.routeLabels ?? []
-        @Sendable func visit(_ index: Int, _ totals: ProxyMetrics.Totals, _ usage: [UpstreamPoolUsage]) {
+        @Sendable func visit(_ index: Int, _ totals: ProxyMetrics.Totals, _ usage: [UpstreamPoolUsage],
+                             _ connections: ListenerConnectionTotals) {
             guard index < loops.count else {
                 var snapshot = ProxySnapshot(pools: usage)
+                connections.publish(into: &snapshot)
                 for (slot, name) in RequestProtocol.allCases.enumerated() where slot < totals.protocols.count {
                     snapshot.protocols.append(("\(name.name)", totals.protocols[slot]))
                 }
@@ -494,10 +497,15 @@ public final class ProxyServer: @unchecked Sendable {
                     usage[position].exhausted += pool.exhaustedCount
                     usage[position].unexpectedBytes += pool.unexpectedBytesCount
                 }
-                visit(index + 1, totals, usage)
+                var connections = connections
+                for listener in listeners where index < listener.contexts.count {
+                    connections.add(listener.contexts[index], listener: listener.label)
+                }
+                visit(index + 1, totals, usage, connections)
             }
         }
-        visit(0, ProxyMetrics.Totals(), upstreams.map { UpstreamPoolUsage(upstream: $0.target.configuration.name) })
+        visit(0, ProxyMetrics.Totals(), upstreams.map { UpstreamPoolUsage(upstream: $0.target.configuration.name) },
+              ListenerConnectionTotals())
     }
 
     /// Stops accepting, waits for in-flight requests (up to `gracePeriod` seconds),

@@ -1,6 +1,7 @@
 import CoreMetrics
 import PortcullisCore
 import PortcullisIO
+import PortcullisTLS
 
 /// What the proxy counts for `/metrics`, kept so that the request path pays
 /// no atomics and takes no locks for counters:
@@ -185,6 +186,13 @@ public struct ProxySnapshot: Sendable {
     /// per bucket of `ProxyMetrics.durationBuckets` and `+Inf` (not cumulative), and the sum
     /// in seconds. Only rows that saw a request.
     public var durations: [(route: String?, statusClass: String, buckets: [Int], sum: Double)] = []
+    /// Client connections now, by listener address and protocol (`handshake`: TLS not done
+    /// yet; `http1`; `h2`: HTTP/2 and h2c; `websocket`: upgraded tunnels), every protocol of
+    /// every listener serving (or still draining after a reload removed it).
+    public var connections: [(listener: String, protocol: String, count: Int)] = []
+    /// Client TLS handshakes that did not complete since start, by listener address and
+    /// `TLSHandshakeFailure.name`. Only non-zero rows.
+    public var tlsHandshakeFailures: [(listener: String, reason: String, count: Int)] = []
 }
 
 /// One upstream's connections now, summed over the loops' pools.
@@ -201,4 +209,35 @@ public struct UpstreamPoolUsage: Sendable, Equatable {
     public var exhausted = 0
     /// Connections closed because the upstream sent bytes no request asked for (since start).
     public var unexpectedBytes = 0
+}
+
+/// Client connections and failed TLS handshakes per listener, summed over the loops at
+/// scrape time (each loop's `ListenerContext` read on its own queue).
+struct ListenerConnectionTotals: Sendable {
+    static let protocols = ["handshake", "http1", "h2", "websocket"]
+    /// By listener label: connections by `protocols` index, handshake failures by reason.
+    private var rows: [String: (connections: [Int], failures: [Int])] = [:]
+
+    /// Adds one loop's context of `listener`. On that context's loop queue.
+    mutating func add(_ context: ListenerContext, listener: String) {
+        var row = rows[listener] ?? ([0, 0, 0, 0], [Int](repeating: 0, count: TLSHandshakeFailure.allCases.count))
+        let h2 = context.http2Connections.count, tunnels = context.tunnels.count
+        row.connections[0] += context.handshaking
+        row.connections[1] += max(0, context.openConnections - context.handshaking - h2 - tunnels)
+        row.connections[2] += h2
+        row.connections[3] += tunnels
+        for (reason, count) in context.handshakeFailures.enumerated() { row.failures[reason] += count }
+        rows[listener] = row
+    }
+
+    func publish(into snapshot: inout ProxySnapshot) {
+        for (listener, row) in rows.sorted(by: { $0.key < $1.key }) {
+            for (index, count) in row.connections.enumerated() {
+                snapshot.connections.append((listener, Self.protocols[index], count))
+            }
+            for reason in TLSHandshakeFailure.allCases where row.failures[reason.rawValue] > 0 {
+                snapshot.tlsHandshakeFailures.append((listener, reason.name, row.failures[reason.rawValue]))
+            }
+        }
+    }
 }

@@ -161,8 +161,9 @@ final class RedisConnection: @unchecked Sendable {
         }
         arguments.encode(into: &output)
         guard let handler else { return }
-        let deadline = MonotonicClock.nowNanoseconds() &+ Self.nanoseconds(timeout)
-        inFlight.append(.init(handler: handler, deadline: deadline))
+        let now = MonotonicClock.nowNanoseconds()
+        let deadline = now &+ Self.nanoseconds(timeout)
+        inFlight.append(.init(handler: handler, deadline: deadline, sentAt: now))
         armTimer(for: deadline)
     }
 
@@ -231,6 +232,7 @@ final class RedisConnection: @unchecked Sendable {
                 close(.protocolViolation("reply from \(address) with no command waiting"))
                 return
             }
+            RedisCommandTimings.shared.record(nanoseconds: MonotonicClock.nowNanoseconds() &- entry.sentAt)
             guard let handler = entry.handler else { continue }  // timed out earlier
             if case .error(let text) = reply { handler(.failure(.server(text))) } else { handler(.success(reply)) }
         }

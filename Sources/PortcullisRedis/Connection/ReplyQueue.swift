@@ -9,6 +9,8 @@ struct ReplyQueue {
         var handler: ReplyHandler?
         /// Monotonic nanoseconds.
         var deadline: UInt64
+        /// When the command was queued (monotonic nanoseconds), for `RedisCommandTimings`.
+        var sentAt: UInt64
     }
 
     private var items: [Entry] = []
