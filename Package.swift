@@ -31,6 +31,9 @@ var package = Package(
                        providers: [.apt(["libnghttp2-dev"])]),
         .systemLibrary(name: "CHiredis", pkgConfig: "hiredis",
                        providers: [.apt(["libhiredis-dev"])]),
+        // gzip for request bodies the gateway sends (OTLP traces); zlib ships with every Debian.
+        .systemLibrary(name: "CZlib", pkgConfig: "zlib",
+                       providers: [.apt(["zlib1g-dev"])]),
         // The few POSIX calls Glibc's Swift module does not export.
         .target(name: "CPortcullisSystem"),
 
@@ -57,16 +60,21 @@ var package = Package(
         .target(name: "PortcullisStore", dependencies: [
             "PortcullisRedis", "PortcullisCore", "PortcullisIO",
         ], exclude: ["REDIS-SCHEMA.md"]),
+        // The one outbound HTTP client (key documents, the session lookup hook, trace export):
+        // http and https, egress proxies (HTTPS_PROXY/NO_PROXY), gzip request bodies.
+        .target(name: "PortcullisOutbound", dependencies: [
+            "CZlib", "PortcullisCore", "PortcullisHTTP", "PortcullisIO", "PortcullisTLS",
+        ]),
         // Routing, upstream pools, forwarding, header hygiene.
         .target(name: "PortcullisProxy", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisTLS", "CNGHTTP2",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisTLS", "CNGHTTP2", "PortcullisOutbound",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
             .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
         ]),
         // Signing keys: outbound GET client (plain and TLS through PortcullisTLS), key fetch / refresh / shared cache.
         .target(name: "PortcullisKeys", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth", "PortcullisTLS",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth", "PortcullisTLS", "PortcullisOutbound",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // The edge-auth policy: per route, which credential is looked for and where, the
@@ -81,12 +89,12 @@ var package = Package(
         // the device list, the lookup hook; the embedded and the Redis session stores.
         .target(name: "PortcullisSessions", dependencies: [
             "PortcullisCore", "PortcullisIO", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore",
-            "PortcullisKeys", "PortcullisEdgeAuth",
+            "PortcullisKeys", "PortcullisEdgeAuth", "PortcullisOutbound",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // Configuration, wiring, admin endpoints, lifecycle.
         .target(name: "Portcullis", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth", "PortcullisSessions", "PortcullisVersion",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth", "PortcullisSessions", "PortcullisVersion", "PortcullisOutbound",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -126,7 +134,7 @@ var package = Package(
         .testTarget(name: "PortcullisSessionsTests", dependencies: [
             "PortcullisSessions", "PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisAuth", "PortcullisTestSupport",
         ]),
-        .testTarget(name: "PortcullisKeysTests", dependencies: ["PortcullisKeys", "PortcullisAuth", "PortcullisIO", "PortcullisTestSupport"],
+        .testTarget(name: "PortcullisKeysTests", dependencies: ["PortcullisKeys", "PortcullisOutbound", "PortcullisAuth", "PortcullisIO", "PortcullisTestSupport"],
                     resources: [.copy("Fixtures")]),
     ]
 )

@@ -2,7 +2,7 @@
 # Installs what Portcullis needs on Debian 12 (run as root, or with sudo available):
 # the C libraries it links, and the real peers its tests and benchmarks drive.
 set -euo pipefail
-packages=(pkg-config libssl-dev libnghttp2-dev libhiredis-dev python3 python3-venv python3-jwt python3-cryptography python3-h2 curl wrk redis-server nginx-light haproxy nghttp2-client openssl)
+packages=(pkg-config libssl-dev libnghttp2-dev libhiredis-dev zlib1g-dev python3 python3-venv python3-jwt python3-cryptography python3-h2 curl wrk redis-server nginx-light haproxy nghttp2-client openssl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

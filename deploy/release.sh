@@ -2,7 +2,7 @@
 # Builds the release tarball: portcullis-<version>-linux-<arch>.tar.gz in .build/dist/, with
 #   bin/portcullis         the release binary, Swift's runtime and Foundation linked in
 #                          (--static-swift-stdlib): it needs only Debian 12's libssl3,
-#                          libnghttp2-14 and libhiredis0.14 (apt-get install those three)
+#                          libnghttp2-14, libhiredis0.14 and zlib1g (on every Debian already)
 #   etc/                   Config/portcullis.yaml (the commented reference), demo.yaml, examples/
 #   systemd/portcullis.service
 #   README.md LICENSE CHANGELOG.md SECURITY.md

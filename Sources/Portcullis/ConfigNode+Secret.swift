@@ -1,4 +1,5 @@
 import Foundation
+import PortcullisTLS
 
 extension ConfigNode {
     /// A secret, in one of the forms every secret of the file takes:
@@ -55,5 +56,15 @@ extension ConfigNode {
         // Not `string()`: a literal stays literal (no `${VAR}` substitution).
         guard case .scalar(let s) = value!.node else { throw value!.error("expected a string") }
         return s.string
+    }
+}
+
+extension ConfigNode {
+    /// A `ca_file`: a PEM file of trusted roots, loaded once here so a missing or unreadable
+    /// file, or one without a certificate, fails at start with this key's line.
+    func caFile() throws(ConfigurationError) -> String {
+        let path = try string()
+        do { _ = try TLSClientContext(caFile: path) } catch { throw self.error(error.description) }
+        return path
     }
 }

@@ -22,11 +22,7 @@ extension ConfigurationLoader {
                 // TLS to Redis (and the sentinels): implied by rediss://, needed here only to
                 // name a CA file or a server name, or for TLS with sentinel.
                 var tls = RedisConfiguration.TLS()
-                if let ca = try n.optional("ca_file") {
-                    let path = try ca.string()
-                    do { _ = try TLSClientContext(caFile: path) } catch { throw ca.error(error.description) }
-                    tls.caFile = path
-                }
+                if let ca = try n.optional("ca_file") { tls.caFile = try ca.caFile() }
                 tls.serverName = try n.optional("server_name")?.string()
                 try n.finish()
                 store.redisTLS = tls

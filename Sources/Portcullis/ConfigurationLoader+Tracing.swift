@@ -1,6 +1,8 @@
 import Foundation
 import PortcullisIO
+import PortcullisOutbound
 import PortcullisProxy
+import PortcullisTLS
 
 /// `tracing` (see `TracingSettings` and the README's Tracing section).
 extension ConfigurationLoader {
@@ -26,23 +28,54 @@ extension ConfigurationLoader {
         guard !text.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7F }) else {
             throw endpointNode2.error("must not contain spaces, control characters or non-ASCII bytes")
         }
-        guard let components = URLComponents(string: text), components.scheme?.lowercased() == "http",
-              let host = components.host, !host.isEmpty, components.user == nil, components.query == nil,
-              components.fragment == nil, !components.path.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7F }) else {
-            throw endpointNode2.error("expected http://host:port/path (OTLP/HTTP traces endpoint; https is not supported), got '\(text)'")
+        guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
+              scheme == "http" || scheme == "https", let host = components.host, !host.isEmpty,
+              components.user == nil, components.query == nil, components.fragment == nil,
+              !components.path.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7F }) else {
+            throw endpointNode2.error("expected http(s)://host:port/path (an OTLP/HTTP traces endpoint), got '\(text)'")
         }
-        let port = components.port ?? 4318
-        guard (1...65535).contains(port) else { throw endpointNode2.error("invalid port in '\(text)'") }
-        let literal = host == "localhost" ? "127.0.0.1" : host
-        let address: SocketAddress
-        do {
-            address = try SocketAddress(parsing: literal.contains(":") ? "[\(literal)]:\(port)" : "\(literal):\(port)")
-        } catch {
-            throw endpointNode2.error("the collector's host must be an IP address or localhost, got '\(host)'")
+        if let port = components.port, !(1...65535).contains(port) { throw endpointNode2.error("invalid port in '\(text)'") }
+        // OTLP/HTTP's default port (4318) when none is written; the traces path when none is.
+        var normalized = components
+        if components.port == nil { normalized.port = 4318 }
+        if components.path.isEmpty { normalized.path = "/v1/traces" }
+        let endpoint = normalized.string ?? text
+        do { _ = try FetchURL(parsing: endpoint) } catch { throw endpointNode2.error("\(error)") }
+        var settings = TracingSettings(endpoint: endpoint)
+        if let n = try node.optional("compression") {
+            let value = try n.string()
+            guard let compression = TracingSettings.Compression(rawValue: value) else {
+                throw n.error("expected gzip or none, got '\(value)'")
+            }
+            settings.compression = compression
+        } else if let value = env("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION") ?? env("OTEL_EXPORTER_OTLP_COMPRESSION") {
+            guard let compression = TracingSettings.Compression(rawValue: value.lowercased()) else {
+                throw node.error("OTEL_EXPORTER_OTLP_COMPRESSION: expected gzip or none, got '\(value)'", key: "compression")
+            }
+            settings.compression = compression
         }
-        var settings = TracingSettings(collectorHost: host, collectorPort: UInt16(port),
-                                       collectorPath: components.path.isEmpty ? "/v1/traces" : components.path,
-                                       collectorAddress: address)
+        if let n = try node.optional("ca_file") {
+            settings.caFile = try n.caFile()
+        } else if let path = env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE") ?? env("OTEL_EXPORTER_OTLP_CERTIFICATE") {
+            do { _ = try TLSClientContext(caFile: path) } catch {
+                throw node.error("OTEL_EXPORTER_OTLP_CERTIFICATE: \(error)", key: "ca_file")
+            }
+            settings.caFile = path
+        }
+        if settings.caFile != nil && scheme != "https" {
+            throw node.error("a CA file is for an https:// endpoint", key: "ca_file")
+        }
+        if let n = try node.optional("timeout") {
+            let seconds = try n.duration()
+            guard seconds >= 0.1, seconds <= 60 else { throw n.error("expected 100ms to 60s") }
+            settings.timeout = seconds
+        } else if let value = env("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") ?? env("OTEL_EXPORTER_OTLP_TIMEOUT") {
+            // Milliseconds, as the OpenTelemetry specification writes it.
+            guard let ms = Double(value), ms >= 100, ms <= 60_000 else {
+                throw node.error("OTEL_EXPORTER_OTLP_TIMEOUT: expected milliseconds from 100 to 60000, got '\(value)'", key: "timeout")
+            }
+            settings.timeout = ms / 1000
+        }
         if let n = try node.optional("sample_ratio") {
             guard let ratio = Double(try n.string()), ratio >= 0, ratio <= 1 else {
                 throw n.error("expected a number from 0 to 1 (0.01 samples 1 % of new traces)")

@@ -31,9 +31,7 @@ extension ConfigurationLoader {
         var upstream = UpstreamConfiguration(name: name, url: url)
         if let n = try node.optional("ca_file") {
             guard url.secure else { throw n.error("ca_file applies to https:// upstreams only") }
-            let path = try n.string()
-            do { _ = try TLSClientContext(caFile: path) } catch { throw n.error(error.description) }
-            upstream.caFile = path
+            upstream.caFile = try n.caFile()
         }
         let certificateNode = try node.optional("client_certificate")
         let keyNode = try node.optional("client_private_key")

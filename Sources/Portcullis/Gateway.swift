@@ -11,6 +11,7 @@ import PortcullisKeys
 import PortcullisProxy
 import PortcullisRedis
 import PortcullisTLS
+import PortcullisOutbound
 
 /// Starts everything a configuration describes and runs until SIGTERM/SIGINT.
 public enum Gateway {

@@ -7,6 +7,7 @@ import PortcullisIO
 import PortcullisKeys
 import PortcullisProxy
 import PortcullisStore
+import PortcullisOutbound
 
 /// The session endpoints (#27) and what they share: the signing key of the access tokens,
 /// the refresh tokens' MAC key, the session store and the revocation path (ending a session

@@ -166,7 +166,7 @@ import Glibc
             """)
         }
         for bad in ["http://127.0.0.1:4318/v1/tr aces", "http://127.0.0.1:4318/v1/traces%0d%0aX-Injected:%20yes",
-                    "http://127.0.0.1:4318/v1/\\u0007bell", "https://127.0.0.1:4318/v1/traces", "ftp://127.0.0.1/x",
+                    "http://127.0.0.1:4318/v1/\\u0007bell", "http://user@127.0.0.1:4318/v1/traces", "ftp://127.0.0.1/x",
                     "http://127.0.0.1:4318/v1/traces#frag", "http://127.0.0.1:4318/v1/caf%C3%A9"] {
             #expect(errors(bad).contains("tracing.endpoint"), "\(bad) → \(errors(bad))")
         }

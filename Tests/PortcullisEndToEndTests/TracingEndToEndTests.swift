@@ -11,18 +11,25 @@ final class OTLPReceiver {
     let output: String
     let process = Process()
 
-    init() throws {
+    let secure: Bool
+
+    /// - Parameter tls: a certificate and key: the receiver serves https.
+    init(tls: TestPKI.Leaf? = nil) throws {
         port = Loopback.freePort()
         output = RedisProcess.makeDirectory() + "/spans.jsonl"
+        secure = tls != nil
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", E2E.packageRoot.appendingPathComponent("Tests/PortcullisEndToEndTests/Fixtures/otlp_receiver.py").path,
-                             "\(port)", output]
+                             "\(port)", output] + (tls.map { [$0.certificate, $0.key] } ?? [])
         process.standardOutput = FileHandle.nullDevice
         try process.run()
         guard Loopback.waitForPort(port) else { throw TestFailure("the OTLP receiver did not start") }
     }
 
-    var endpoint: String { "http://127.0.0.1:\(port)/v1/traces" }
+    var endpoint: String { "\(secure ? "https" : "http")://127.0.0.1:\(port)/v1/traces" }
+
+    /// The header fields of every request taken, one line each.
+    var headers: String { (try? String(contentsOfFile: output + ".headers", encoding: .utf8)) ?? "" }
 
     /// Every span received so far (flattened out of the OTLP requests).
     func spans() -> [[String: Any]] {
@@ -339,10 +346,57 @@ final class OTLPReceiver {
         #expect(headers.contains("('x-api-key', 'k 123')") && headers.contains("('x-tenant', 'edge')"), "\(headers)")
     }
 
+    /// OTLP over https (#35.6), through the gateway's one outbound client: the collector's
+    /// certificate checked against `ca_file` (a collector it does not vouch for gets nothing),
+    /// bodies gzip-compressed by default (`Content-Encoding: gzip`, decoded by the receiver),
+    /// `compression: none` sends them plain; a batch the collector refuses (400) is dropped
+    /// and counted, never sent again; a host name is resolved at export.
+    @Test func httpsCollectorGzipAndRefusedBatches() throws {
+        let pki = try TestPKI()
+        let leaf = try pki.leaf(["localhost"])
+        let upstream = try EchoUpstream()
+        let receiver = try OTLPReceiver(tls: leaf)
+        let endpoint = "https://localhost:\(receiver.port)/v1/traces"
+        let g = try GatewayProcess(Self.config(upstream, receiver, tracing: "ca_file: \"\(pki.caCertificate)\"")
+            .replacingOccurrences(of: receiver.endpoint, with: endpoint), adminToken: Self.token)
+        #expect(E2E.curl(["\(g.url)/over-https"]).status == 200)
+        #expect(waitUntil(10) { receiver.spans().contains { Self.attribute($0, "url.path") == "/over-https" } }, "\(g.log.suffix(600))")
+        #expect(receiver.headers.contains("('content-encoding', 'gzip')"), "\(receiver.headers)")
+        #expect(!g.log.contains("trace export failing"))
+
+        // A collector whose certificate the gateway's trust store does not vouch for.
+        let stranger = try TestPKI()
+        let other = try OTLPReceiver(tls: try stranger.leaf(["localhost"]))
+        let h = try GatewayProcess(Self.config(upstream, other, tracing: "ca_file: \"\(pki.caCertificate)\", compression: none")
+            .replacingOccurrences(of: other.endpoint, with: "https://localhost:\(other.port)/v1/traces"), adminToken: Self.token)
+        #expect(E2E.curl(["\(h.url)/untrusted"]).status == 200)
+        #expect(waitUntil(10) { h.log.contains("trace export failing") }, "\(h.log.suffix(600))")
+        #expect(h.log.contains("certificate"), "the reason names the certificate: \(h.log.suffix(600))")
+        #expect(other.spans().isEmpty)
+
+        // Plain http with compression: none; then a collector that refuses batches outright.
+        let plain = try OTLPReceiver()
+        let p = try GatewayProcess(Self.config(upstream, plain, tracing: "compression: none"), adminToken: Self.token)
+        #expect(E2E.curl(["\(p.url)/plain"]).status == 200)
+        #expect(waitUntil(10) { plain.spans().contains { Self.attribute($0, "url.path") == "/plain" } })
+        #expect(!plain.headers.contains("content-encoding"), "\(plain.headers)")
+        try plain.answer(400)
+        #expect(E2E.curl(["\(p.url)/refused"]).status == 200)
+        #expect(waitUntil(10) { p.log.contains("the collector refused a batch") }, "\(p.log.suffix(600))")
+        let metrics = { E2E.curl(["-H", "authorization: Bearer \(Self.token)", "http://127.0.0.1:\(p.adminPort)/metrics"]).body }
+        #expect(waitUntil(5) { MetricsEndToEndTests.parse(metrics())["portcullis_trace_spans_total{result=\"failed\"}"] == 1 })
+        try plain.answer(200)
+        #expect(E2E.curl(["\(p.url)/after"]).status == 200)
+        #expect(waitUntil(10) { plain.spans().contains { Self.attribute($0, "url.path") == "/after" } })
+        #expect(!plain.spans().contains { Self.attribute($0, "url.path") == "/refused" }, "a refused batch is never resent")
+    }
+
     @Test func checkConfigNamesBadTracingSettings() throws {
         let cases: [(String, String)] = [
-            ("tracing: {endpoint: \"https://127.0.0.1:4318/v1/traces\"}", "tracing.endpoint"),
-            ("tracing: {endpoint: \"http://collector.example:4318\"}", "host must be an IP address or localhost"),
+            ("tracing: {endpoint: \"ftp://127.0.0.1:4318/v1/traces\"}", "tracing.endpoint"),
+            ("tracing: {endpoint: \"http://127.0.0.1:4318\", compression: brotli}", "expected gzip or none"),
+            ("tracing: {endpoint: \"http://127.0.0.1:4318\", ca_file: /etc/hostname}", "tracing.ca_file"),
+            ("tracing: {endpoint: \"https://127.0.0.1:4318\", ca_file: /nonexistent/ca.pem}", "tracing.ca_file"),
             ("tracing: {endpoint: \"http://127.0.0.1:4318\", sample_ratio: 2}", "tracing.sample_ratio"),
             ("tracing: {endpoint: \"http://127.0.0.1:4318\", accept_parent: sometimes}", "expected always, trusted_proxies or never"),
             ("tracing: {sample_ratio: 0.5}", "tracing.endpoint"),

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import PortcullisKeys
+@testable import PortcullisOutbound
 
 /// Key fetches (and the lookup hook, which uses the same client) through an egress proxy
 /// (#35.7): `HTTPS_PROXY` tunnels with CONNECT (TLS end to end with the key host, its name

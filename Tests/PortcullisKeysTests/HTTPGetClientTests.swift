@@ -3,6 +3,7 @@ import Testing
 import PortcullisIO
 import PortcullisTestSupport
 @testable import PortcullisKeys
+@testable import PortcullisOutbound
 
 extension PortcullisKeysTests {
     @Suite struct HTTPGetClientTests {

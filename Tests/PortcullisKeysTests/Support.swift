@@ -4,6 +4,7 @@ import PortcullisAuth
 import PortcullisCore
 import PortcullisIO
 @testable import PortcullisKeys
+@testable import PortcullisOutbound
 
 /// A real key host: Fixtures/key_server.py in its own process on 127.0.0.1.
 /// It exits when this process closes its stdin (at `stop()` or on our exit).

@@ -4,6 +4,7 @@ import Foundation
 import PortcullisAuth
 import PortcullisKeys
 import Yams
+import PortcullisOutbound
 
 /// Reading `providers:`, `keys:` and the auth keys of routes. Every key and its
 /// default is listed in `Config/portcullis.yaml`.

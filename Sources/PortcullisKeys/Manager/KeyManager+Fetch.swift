@@ -2,6 +2,7 @@ import Dispatch
 import Logging
 import PortcullisAuth
 import PortcullisCore
+import PortcullisOutbound
 
 // Loading, fetching and installing documents. Everything here runs on `queue`.
 extension KeyManager {

@@ -3,6 +3,7 @@ import Logging
 import PortcullisAuth
 import PortcullisCore
 import PortcullisIO
+import PortcullisOutbound
 
 /// Keeps the signing keys of every JWKS / PEM provider current in a
 /// `CredentialVerifier`, sharing fetched documents with other instances

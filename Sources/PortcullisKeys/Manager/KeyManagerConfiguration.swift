@@ -1,3 +1,4 @@
+import PortcullisOutbound
 /// Timing and limits for `KeyManager`. Every value has a default; the YAML
 /// keys are given for the configuration loader (durations in seconds).
 public struct KeyManagerConfiguration: Sendable, Equatable {

@@ -1,4 +1,5 @@
 import PortcullisAuth
+import PortcullisOutbound
 
 /// Why a key document could not be refreshed. Kept as the provider's
 /// `lastError` and reported through events and `status()`.

@@ -1,4 +1,5 @@
 import PortcullisAuth
+import PortcullisOutbound
 
 /// Where a provider's signing keys come from.
 public enum KeySource: Sendable, Equatable {

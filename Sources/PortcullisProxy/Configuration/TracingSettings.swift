@@ -1,7 +1,8 @@
 import PortcullisIO
 
 /// `tracing:` — W3C Trace Context in and out, one server span per request exported over
-/// OTLP/HTTP (JSON) to a collector. Off when the section is absent.
+/// OTLP/HTTP (JSON, gzip) to a collector, through the gateway's one outbound HTTP client
+/// (`HTTPGetClient`: http or https, `HTTPS_PROXY`/`NO_PROXY`). Off when the section is absent.
 public struct TracingSettings: Sendable, Equatable {
     /// Whose `traceparent` the gateway continues (`accept_parent`).
     public enum ParentPolicy: String, Sendable, CaseIterable {
@@ -15,13 +16,16 @@ public struct TracingSettings: Sendable, Equatable {
         case never
     }
 
-    /// The collector's OTLP/HTTP traces endpoint (`endpoint`), `http://host:port/path`
-    /// (default path `/v1/traces`).
-    public var collectorHost: String
-    public var collectorPort: UInt16
-    public var collectorPath: String
-    /// Resolved collector address (an IP literal or `localhost`; resolved at start).
-    public var collectorAddress: SocketAddress
+    /// The collector's OTLP/HTTP traces endpoint (`endpoint`): `http://` or `https://`, a
+    /// host name or an address (resolved on every export), default path `/v1/traces`.
+    public var endpoint: String
+    /// Request bodies gzip-compressed (`compression: gzip`, the default) or not (`none`).
+    public var compression: Compression = .gzip
+    public enum Compression: String, Sendable, CaseIterable { case gzip, none }
+    /// Trusted roots for an `https://` collector (`ca_file`; nil: the system store).
+    public var caFile: String?
+    /// Seconds one export may take, connect included (`timeout`, default 10 s).
+    public var timeout: Double = 10
     /// Probability that a request starting a new trace is sampled (`sample_ratio`, 0...1).
     /// A continued trace follows its parent's sampled flag (parent-based sampling).
     public var sampleRatio: Double = 1
@@ -47,13 +51,7 @@ public struct TracingSettings: Sendable, Equatable {
     /// Spans per OTLP request at most.
     public var batchSize = 512
 
-    public init(collectorHost: String, collectorPort: UInt16, collectorPath: String, collectorAddress: SocketAddress) {
-        self.collectorHost = collectorHost
-        self.collectorPort = collectorPort
-        self.collectorPath = collectorPath
-        self.collectorAddress = collectorAddress
+    public init(endpoint: String) {
+        self.endpoint = endpoint
     }
-
-    /// `endpoint` as configured, for logs.
-    public var endpoint: String { "http://\(collectorHost):\(collectorPort)\(collectorPath)" }
 }

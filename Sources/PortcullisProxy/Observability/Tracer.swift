@@ -2,6 +2,7 @@ import Dispatch
 import Logging
 import PortcullisCore
 import PortcullisIO
+import PortcullisOutbound
 import W3CTraceContext
 #if canImport(Glibc)
 import Glibc
@@ -93,13 +94,16 @@ public struct ChildSpans: Sendable {
 /// system call) and its own bounded queue of finished spans; a request that is not sampled
 /// costs two ids and the `traceparent` line it forwards. The exporter (its own queue, never
 /// a loop) takes each loop's spans every `export_interval` with a block queued on that loop,
-/// as a metrics scrape does, and sends them to the collector as OTLP/HTTP JSON in batches of
-/// `batchSize`, one blocking POST at a time with 2 s timeouts. A full queue drops the new
-/// span and counts it (`portcullis_trace_spans_total{result="dropped"}`); a failed POST
-/// drops its batch, counted as `failed` and logged once per change of state.
+/// as a metrics scrape does, and sends them to the collector as OTLP/HTTP JSON (gzip) in
+/// batches of `batchSize`, one POST at a time through the gateway's outbound client
+/// (non-blocking, on the last loop; `timeout` per POST). A full queue drops the new span and
+/// counts it (`portcullis_trace_spans_total{result="dropped"}`); a POST that fails or is
+/// answered 429/502/503/504 keeps its batch for a retry with backoff; one the collector
+/// refuses (another status) drops it, counted as `failed`. Logged once per change of state.
 public final class Tracer: @unchecked Sendable {
     // @unchecked Sendable: each `LoopState` is confined to its loop; `totals`, `settings`
-    // and `exporting` are behind `lock`; `pending` is confined to `queue`.
+    // and `client` are behind `lock`; `pending`, `exporting` and the retry state are
+    // confined to `queue`.
 
     final class LoopState: @unchecked Sendable {
         // @unchecked Sendable: confined to its loop's queue.
@@ -129,6 +133,10 @@ public final class Tracer: @unchecked Sendable {
     /// again no sooner than this (monotonic ns), the wait doubling from 1 s to 32 s.
     private var retryAt: UInt64 = 0
     private var retryDelay: Double = 0
+    /// A POST is out (one at a time, in order); its answer arrives on `queue`.
+    private var exporting = false
+    /// The outbound client for the settings serving (behind `lock`; remade when they change).
+    private var client: HTTPGetClient?
 
     public init(loops: [EventLoop], logger: Logger) {
         eventLoops = loops
@@ -145,6 +153,9 @@ public final class Tracer: @unchecked Sendable {
         let (start, stop) = lock.withLock { () -> (Bool, DispatchSourceTimer?) in
             let old = settings
             settings = next
+            if let next, client == nil || old?.caFile != next.caFile || old?.timeout != next.timeout {
+                client = Self.client(for: next)
+            }
             if next == nil, let timer { self.timer = nil; return (false, timer) }
             return (next != nil && (old == nil || timer == nil), nil)
         }
@@ -218,8 +229,22 @@ public final class Tracer: @unchecked Sendable {
         visit(0, [], 0)
     }
 
+    /// The one outbound HTTP client (keys and the lookup hook use it too): http or https,
+    /// `HTTPS_PROXY`/`NO_PROXY`, a host name resolved on each export.
+    static func client(for settings: TracingSettings) -> HTTPGetClient {
+        var options = HTTPFetchOptions(connectTimeout: min(2, settings.timeout), totalTimeout: settings.timeout,
+                                       maxBodyBytes: 64 * 1024, userAgent: "portcullis-otlp/1", caFile: settings.caFile)
+        options.proxies = .process
+        return HTTPGetClient(options: options)
+    }
+
+    /// Sends the oldest batch (one POST at a time); its answer continues in `exported`.
     private func send() {
-        guard let settings = lock.withLock({ settings }) else { pending.removeAll(); return }
+        guard !exporting else { return }
+        guard let (settings, client) = lock.withLock({ settings.flatMap { s in client.map { (s, $0) } } }) else {
+            pending.removeAll()
+            return
+        }
         // Kept while the collector fails, bounded: past the bound the oldest are dropped, counted as failed.
         let bound = settings.maxQueuedSpans * max(1, eventLoops.count)
         if pending.count > bound {
@@ -227,35 +252,77 @@ public final class Tracer: @unchecked Sendable {
             pending.removeFirst(lost)
             lock.withLock { totalsValue.failed += lost }
         }
-        guard MonotonicClock.nowNanoseconds() >= retryAt else { return }  // backing off
-        while !pending.isEmpty {
-            let batch = Array(pending.prefix(settings.batchSize))
-            let body = OTLPJSON.encode(batch, serviceName: settings.serviceName)
-            let result = OTLPHTTPPost.send(body, to: settings)
-            if result == nil {
-                pending.removeFirst(batch.count)
-                lock.withLock { totalsValue.exported += batch.count }
-            }
-            switch (result, failing) {
-            case (let reason?, false):
-                failing = true
-                logger.error("trace export failing; spans are kept and sent again with backoff (1 s doubling to 32 s)", metadata: [
-                    "endpoint": "\(settings.endpoint)", "reason": "\(reason)"])
-            case (nil, true):
-                failing = false
-                logger.notice("trace export works again", metadata: ["endpoint": "\(settings.endpoint)"])
-            default:
-                break
-            }
-            if result != nil {
-                // Retried later with the rest; the wait doubles (1 s … 32 s) until one POST works.
-                retryDelay = min(32, max(1, retryDelay * 2))
-                retryAt = MonotonicClock.nowNanoseconds() &+ UInt64(retryDelay * 1e9)
-                return
-            }
-            retryDelay = 0
-            retryAt = 0
+        guard !pending.isEmpty, MonotonicClock.nowNanoseconds() >= retryAt else { return }  // nothing, or backing off
+        let batch = min(pending.count, settings.batchSize)
+        var body = OTLPJSON.encode(Array(pending.prefix(batch)), serviceName: settings.serviceName)
+        var headers = settings.headers.map { (name: $0.name, value: $0.value) }
+        if settings.compression == .gzip, let compressed = Gzip.compress(body) {
+            body = compressed
+            headers.append((name: "Content-Encoding", value: "gzip"))
         }
+        exporting = true
+        let loop = eventLoops[eventLoops.count - 1]
+        client.post(settings.endpoint, body: body, headers: headers, on: loop) { [self] result in
+            let outcome: ExportOutcome
+            switch result {
+            case .success(let response) where (200..<300).contains(response.status): outcome = .exported
+            // Retryable answers (OTLP/HTTP specification): throttled or the collector unavailable.
+            case .success(let response) where [429, 502, 503, 504].contains(response.status): outcome = .retry("answered \(response.status)")
+            case .success(let response): outcome = .rejected("answered \(response.status)")
+            case .failure(let error): outcome = .retry("\(error)")
+            }
+            queue.async { [self] in exported(batch, outcome, settings) }
+        }
+    }
+
+    enum ExportOutcome {
+        case exported
+        /// Kept and sent again after the backoff.
+        case retry(String)
+        /// The collector refused the batch itself (400…): dropped, counted as failed, never resent.
+        case rejected(String)
+    }
+
+    /// A POST's answer, on `queue`: the batch leaves the queue (exported or refused) or stays
+    /// for the retry; the failing state is logged once per change.
+    private func exported(_ batch: Int, _ outcome: ExportOutcome, _ settings: TracingSettings) {
+        exporting = false
+        var reason: String?
+        switch outcome {
+        case .exported:
+            pending.removeFirst(min(batch, pending.count))
+            lock.withLock { totalsValue.exported += batch }
+        case .rejected(let why):
+            pending.removeFirst(min(batch, pending.count))
+            lock.withLock { totalsValue.failed += batch }
+            reason = why
+        case .retry(let why):
+            reason = why
+        }
+        switch (reason, failing) {
+        case (let reason?, false):
+            failing = true
+            let what = if case .retry = outcome {
+                "trace export failing; spans are kept and sent again with backoff (1 s doubling to 32 s)"
+            } else {
+                "trace export failing: the collector refused a batch (dropped, counted as failed)"
+            }
+            logger.error("\(what)", metadata: ["endpoint": "\(settings.endpoint)", "reason": "\(reason)"])
+        case (nil, true):
+            failing = false
+            logger.notice("trace export works again", metadata: ["endpoint": "\(settings.endpoint)"])
+        default:
+            break
+        }
+        if case .retry = outcome {
+            // Retried later with the rest; the wait doubles (1 s … 32 s) until one POST works.
+            retryDelay = min(32, max(1, retryDelay * 2))
+            retryAt = MonotonicClock.nowNanoseconds() &+ UInt64(retryDelay * 1e9)
+            return
+        }
+        retryDelay = 0
+        retryAt = 0
+        send()  // the rest, if any
     }
 }
 
@@ -368,34 +435,5 @@ enum OTLPJSON {
         if transport.hasPrefix("h2") { return "2" }
         if transport.hasPrefix("http/") { return String(transport.dropFirst(5)) }
         return transport
-    }
-}
-
-/// One blocking POST (on the exporter's queue): nil when the collector answered 2xx, else why not.
-enum OTLPHTTPPost {
-    static func send(_ body: [UInt8], to settings: TracingSettings) -> String? {
-        let address = settings.collectorAddress
-        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return "socket: \(String(cString: strerror(errno)))" }
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: 2, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let connected = address.withSockAddr { pointer, length in Glibc.connect(fd, pointer, length) }
-        guard connected == 0 else { return "connect: \(String(cString: strerror(errno)))" }
-        let extra = settings.headers.map { "\($0.name): \($0.value)\r\n" }.joined()
-        var request = Array("POST \(settings.collectorPath) HTTP/1.1\r\nhost: \(settings.collectorHost):\(settings.collectorPort)\r\ncontent-type: application/json\r\ncontent-length: \(body.count)\r\n\(extra)connection: close\r\n\r\n".utf8)
-        request += body
-        var sent = 0
-        while sent < request.count {
-            let n = request.withUnsafeBytes { write(fd, $0.baseAddress! + sent, $0.count - sent) }
-            guard n > 0 else { return "write: \(String(cString: strerror(errno)))" }
-            sent += n
-        }
-        var reply = [UInt8](repeating: 0, count: 512)
-        let n = reply.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
-        guard n > 12 else { return "no answer" }
-        let status = String(decoding: reply[9..<12], as: UTF8.self)
-        return status.first == "2" ? nil : "answered \(status)"
     }
 }

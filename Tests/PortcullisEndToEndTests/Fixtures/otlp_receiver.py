@@ -1,8 +1,11 @@
-"""A local OTLP/HTTP receiver for tests: every POST body (OTLP JSON) is appended, one per
-line, to the output file, and answered 200 (or the status in the `status` file beside it).
-Usage: otlp_receiver.py PORT OUTPUT"""
+"""A local OTLP/HTTP receiver for tests: every POST body (OTLP JSON; gunzipped when sent
+with Content-Encoding: gzip) is appended, one per line, to the output file, and answered 200
+(or the status in the `status` file beside it). With CERT and KEY it serves https.
+Usage: otlp_receiver.py PORT OUTPUT [CERT KEY]"""
+import gzip
 import http.server
 import os
+import ssl
 import sys
 import threading
 
@@ -20,18 +23,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0") or "0")
         body = self.rfile.read(length)
+        if self.headers.get("Content-Encoding", "").lower() == "gzip":
+            body = gzip.decompress(body)
         status = 200
         override = OUTPUT + ".status"
         if os.path.exists(override):
             status = int(open(override).read().strip() or "200")
         if status == 200:
-            with LOCK, open(OUTPUT, "ab") as out:
-                out.write(body.replace(b"\n", b" ") + b"\n")
-            with LOCK, open(OUTPUT + ".headers", "a") as out:
-                out.write(repr(sorted((k.lower(), v) for k, v in self.headers.items())) + "\n")
+            # Header fields first: a test that saw the spans may read them at once.
+            with LOCK:
+                with open(OUTPUT + ".headers", "a") as out:
+                    out.write(repr(sorted((k.lower(), v) for k, v in self.headers.items())) + "\n")
+                with open(OUTPUT, "ab") as out:
+                    out.write(body.replace(b"\n", b" ") + b"\n")
         self.send_response(status)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
 
-http.server.ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
+server = http.server.ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
+if len(sys.argv) > 4:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[3], sys.argv[4])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
