@@ -93,7 +93,13 @@ public enum ConfigurationLoader {
         }
         let providersNode = try top.optional("providers")
         var providers: [ProviderSettings] = read([]) { () throws(ConfigurationError) in
-            do throws(ConfigurationError) { return try providersNode.map { node throws(ConfigurationError) in try Self.providers(node) } ?? [] } catch {
+            guard let providersNode else { return [] }
+            var providerErrors: [ConfigurationError] = []
+            do throws(ConfigurationError) {
+                let good = try Self.providers(providersNode, errors: &providerErrors)
+                if !providerErrors.isEmpty { providersFine = false; errors += providerErrors }
+                return good
+            } catch {
                 providersFine = false
                 throw error
             }
@@ -120,9 +126,15 @@ public enum ConfigurationLoader {
         let routesNode = try top.optional("routes")
         if routesNode == nil { errors.append(top.error("is required", key: "routes")) }
         do { try top.finish() } catch { errors.append(error) }
-        // The sections that need others, only on good ones.
-        guard errors.isEmpty || (upstreamsFine && providersFine) else { throw Self.combined(errors) }
-        let sessions: SessionSettings? = read(nil) { () throws(ConfigurationError) in
+        // The routes are checked against every upstream and provider the file declares (a bad
+        // one was reported above; a route naming it is not an error of its own); `sessions`,
+        // which needs the real ones, only when those sections were fine.
+        let declaredUpstreams = Set(((try? upstreamsNode?.entries()) ?? []).map(\.0))
+        var declaredProviders = Set(((try? providersNode?.sequence()) ?? []).compactMap { item -> String? in
+            var item = item
+            return try? item.optional("name")?.string()
+        })
+        let sessions: SessionSettings? = !(upstreamsFine && providersFine) ? nil : read(nil) { () throws(ConfigurationError) in
             let sessions = try Self.sessions(sessionsNode, providers: providers, upstreams: upstreams)
             if let sessionsNode, let sessions, store.usesRedis, sessions.signingKeyFiles.isEmpty {
                 throw sessionsNode.error("access_token.signing_keys is required with store.redis: every instance signs "
@@ -138,9 +150,13 @@ public enum ConfigurationLoader {
             }
             providers.append(Self.sessionProvider(sessions))
         }
+        if sessions != nil || sessionsNode != nil && !(upstreamsFine && providersFine) {
+            declaredProviders.insert(SessionSettings.providerName)
+        }
         guard let routesNode else { throw Self.combined(errors) }
         var (routes, routeAuth): ([RouteConfiguration], [RouteAuthSettings]) = read(([], [])) { () throws(ConfigurationError) in
-            try Self.routes(routesNode, file: file, upstreams: upstreams, providerNames: Set(providers.map(\.configuration.name)))
+            try Self.routes(routesNode, file: file, upstreamNames: declaredUpstreams,
+                            providerNames: providersFine ? Set(providers.map(\.configuration.name)) : declaredProviders)
         }
         let routeLines = (try? routesNode.sequence().map(\.line)) ?? []
         // The lookup hook is the gateway's alone: no client request reaches it through a route.
@@ -153,8 +169,21 @@ public enum ConfigurationLoader {
                                           file: file, routeLines: routeLines, pathsLine: sessionsNode?.line)
             } ?? []
         } : []
+        // Every provider rule and inline key checked now, each provider on its own (one run
+        // names each bad one).
+        let providerItems = (try? providersNode?.sequence()) ?? []
+        for provider in providers where provider.configuration.name != SessionSettings.providerName {
+            do { _ = try CredentialVerifier(providers: [provider.configuration], keys: [provider].inlineKeys) } catch {
+                let position = providerItems.firstIndex { item in
+                    var item = item
+                    return (try? item.optional("name")?.string()) == provider.configuration.name
+                }
+                errors.append(ConfigurationError(file: file, key: position.map { "providers[\($0)]" } ?? "providers",
+                                                 line: position.map { providerItems[$0].line } ?? providersNode?.line,
+                                                 reason: error.description))
+            }
+        }
         if !errors.isEmpty { throw Self.combined(errors) }
-
 
         // Claims the gateway reads (headers, route rules) are forwarded by every provider.
         let neededClaims = Set(identity.claimHeaders.map(\.claim) + routeAuth.flatMap { $0.requiredClaims.map(\.claim) })

@@ -20,8 +20,11 @@ func loadOrExit(_ file: String) -> GatewayConfiguration {
     do {
         return try ConfigurationLoader.load(file: file)
     } catch {
-        // Every error found, one line each (`FILE:LINE: KEY: REASON`), as `haproxy -c` lists them.
-        let all = error.all
+        // Every error found, one line each (`FILE:LINE: KEY: REASON`), in the file's order, as
+        // `haproxy -c` lists them (an error without a line last, in the order found).
+        let all = error.all.enumerated().sorted { a, b in
+            (a.element.line ?? Int.max, a.offset) < (b.element.line ?? Int.max, b.offset)
+        }.map(\.element)
         for one in all { Console.error("portcullis: invalid configuration: \(one)\n") }
         if all.count > 1 { Console.error("portcullis: \(all.count) errors in \(file)\n") }
         Foundation.exit(2)

@@ -141,9 +141,10 @@ import Testing
         }
     }
 
-    /// `check-config` like `haproxy -c` (#35.8): every error of the file in one run, each with
-    /// file, line, key and reason, and the count; a port two listeners share is one; an error
-    /// that only follows from another (a route naming a broken upstream) is not.
+    /// `check-config` like `haproxy -c` (#35.8): every error of the file in one run, in the
+    /// file's order, each with file, line, key and reason, and the count: each bad provider
+    /// (its rules checked on its own), each bad route; a port two listeners share is one; an
+    /// error that only follows from another (a route naming a broken upstream or provider) is not.
     @Test func checkConfigNamesEveryErrorInOneRun() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("every-\(UUID().uuidString).yaml").path
         try """
@@ -156,8 +157,17 @@ import Testing
           other: {url: "http://127.0.0.1:1", max_connections: -1}
         providers:
           - {name: app, type: hs256, secret: "short"}
+          - {name: g, type: google, audiences: []}
+          - {name: x, type: nosuch}
+          - {name: ok, type: hs256, secret: "\(AuthFixtures.appSecret)"}
         routes:
           - {path: /, upstream: app, auth: required}
+          - {path: nope, upstream: other}
+          - {path: /b, upstream: gone}
+          - {path: /c, upstream: other, auth: maybe}
+          - {path: /d, upstream: other, providers: [ok, g]}
+          - {path: /e, upstream: other, providers: [nobody]}
+          - {path: /d, upstream: other}
         tracng: {}
         """.write(toFile: path, atomically: true, encoding: .utf8)
         let (status, out, err) = E2E.run(E2E.binary, ["check-config", path])
@@ -170,7 +180,14 @@ import Testing
             (6, "upstreams.app.url", "ftp://x"),
             (7, "upstreams.other.max_connections", "must be at least 1"),
             (9, "providers[0].secret", "at least 32 bytes"),
-            (12, "tracng", "did you mean 'tracing'?"),
+            (10, "providers[1]", "audiences is required"),
+            (11, "providers[2].type", "got 'nosuch'"),
+            (15, "routes[1].path", "must be a normalized path prefix"),
+            (16, "routes[2].upstream", "names no upstream"),
+            (17, "routes[3].auth", "got 'maybe'"),
+            (19, "routes[5].providers", "nobody"),
+            (20, "routes[6].path", "duplicates an earlier route"),
+            (21, "tracng", "did you mean 'tracing'?"),
         ]
         for (line, key, reason) in expected {
             #expect(lines.contains { $0.hasPrefix("portcullis: invalid configuration: \(path):\(line): \(key): ") && $0.contains(reason) },
@@ -178,6 +195,12 @@ import Testing
         }
         #expect(lines.last == "portcullis: \(expected.count) errors in \(path)", "\(err)")
         #expect(!err.contains("routes[0]"), "a route naming the broken upstream is not another error: \(err)")
+        #expect(!err.contains("routes[4]"), "nor one naming a broken provider: \(err)")
+        // In the file's order.
+        let numbers = lines.dropLast().compactMap { line -> Int? in
+            line.components(separatedBy: "\(path):").dropFirst().first.flatMap { Int($0.prefix { $0.isNumber }) }
+        }
+        #expect(numbers == numbers.sorted() && numbers.count == expected.count, "\(numbers)")
     }
 
     @Test func checkConfigPointsAtTheKeyMeant() throws {

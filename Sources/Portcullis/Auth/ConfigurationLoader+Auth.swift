@@ -9,121 +9,128 @@ import PortcullisOutbound
 /// Reading `providers:`, `keys:` and the auth keys of routes. Every key and its
 /// default is listed in `Config/portcullis.yaml`.
 extension ConfigurationLoader {
-    static func providers(_ listNode: ConfigNode) throws(ConfigurationError) -> [ProviderSettings] {
+    /// The providers read without error; each bad one's errors are added to `errors` (the
+    /// good ones are still checked further, so one run names every bad provider).
+    static func providers(_ listNode: ConfigNode, errors: inout [ConfigurationError]) throws(ConfigurationError) -> [ProviderSettings] {
         var result: [ProviderSettings] = []
         var names = Set<String>()
         for item in try listNode.sequence() {
-            var node = item
-            let nameNode = try node.required("name")
-            let name = try nameNode.string()
-            guard !name.isEmpty, name.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D || $0 == 0x5F }) else {
-                throw nameNode.error("provider names use lower-case letters, digits, '-' and '_'")
-            }
-            guard names.insert(name).inserted else { throw nameNode.error("provider \(name) is defined twice") }
-            // Reserved whether or not `sessions:` is on: a route or a revocation naming
-            // "session" must always mean the gateway's own session tokens.
-            if name == SessionSettings.providerName {
-                throw nameNode.error("'\(name)' is reserved for the gateway's own session access tokens (sessions:); choose another name")
-            }
-            let typeNode = try node.required("type")
-            let typeText = try typeNode.string()
-            guard let kind = ProviderConfiguration.Kind(rawValue: typeText) else {
-                throw typeNode.error("expected hs256, google, apple, firebase, firebase_session, oidc, nextauth or authjs; got '\(typeText)'")
-            }
-            var c = ProviderConfiguration(name: name, kind: kind)
-            if let n = try node.optional("secret") {
-                c.secret = try n.secret(bare: true)
-                if c.secret!.utf8.count < 32 && (kind == .hs256 || kind == .nextauth || kind == .authjs) {
-                    throw n.error("must be at least 32 bytes (HS256 keys shorter than the hash are refused; generate one with `openssl rand -base64 32`)")
+            // Each provider's error is reported; the others are still read (check-config lists all).
+            do throws(ConfigurationError) {
+                var node = item
+                let nameNode = try node.required("name")
+                let name = try nameNode.string()
+                guard !name.isEmpty, name.utf8.allSatisfy({ ($0 >= 0x61 && $0 <= 0x7A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2D || $0 == 0x5F }) else {
+                    throw nameNode.error("provider names use lower-case letters, digits, '-' and '_'")
                 }
-            }
-            if let n = try node.optional("secrets") {
-                c.secrets = try n.sequence().map { item throws(ConfigurationError) in try item.secret(bare: true) }
-            }
-            if let n = try node.optional("audiences") { c.audiences = try n.stringList() }
-            if let n = try node.optional("audience") { c.audiences.append(try n.string()) }
-            if let n = try node.optional("issuer") { c.issuer = try n.string() }
-            if let n = try node.optional("project_id") { c.projectID = try n.string() }
-            if let n = try node.optional("algorithms") { c.algorithms = try n.stringList() }
-            if let n = try node.optional("required_claims") {
-                for rule in try claimRules(n) { c.requiredClaims[rule.claim] = rule.requirement }
-            }
-            if let n = try node.optional("leeway") { c.leewaySeconds = Int(try n.duration()) }
-            if let n = try node.optional("cookie_name") {
-                guard kind.readsCookies else {
-                    throw n.error("has no effect: \(kind.rawValue) providers read no cookie (nextauth, authjs and firebase_session do)")
+                guard names.insert(name).inserted else { throw nameNode.error("provider \(name) is defined twice") }
+                // Reserved whether or not `sessions:` is on: a route or a revocation naming
+                // "session" must always mean the gateway's own session tokens.
+                if name == SessionSettings.providerName {
+                    throw nameNode.error("'\(name)' is reserved for the gateway's own session access tokens (sessions:); choose another name")
                 }
-                c.cookieName = try n.string()
-            }
-            if let n = try node.optional("hosted_domain") { c.hostedDomain = try n.string() }
-            if let n = try node.optional("max_lifetime") { c.maxLifetimeSeconds = Int(try n.duration()) }
-            if let n = try node.optional("forward_claims") {
-                c.forwardedClaims = try n.stringList()
-                for claim in c.forwardedClaims { try checkClaimPath(claim, n) }
-            }
-            if let n = try node.optional("user_id_claim") { c.userIdClaim = try n.string() }
-            if let n = try node.optional("key_id") { c.keyID = try n.string() }
-            if let n = try node.optional("accepted_types") { c.acceptedTypes = try n.stringList() }
+                let typeNode = try node.required("type")
+                let typeText = try typeNode.string()
+                guard let kind = ProviderConfiguration.Kind(rawValue: typeText) else {
+                    throw typeNode.error("expected hs256, google, apple, firebase, firebase_session, oidc, nextauth or authjs; got '\(typeText)'")
+                }
+                var c = ProviderConfiguration(name: name, kind: kind)
+                if let n = try node.optional("secret") {
+                    c.secret = try n.secret(bare: true)
+                    if c.secret!.utf8.count < 32 && (kind == .hs256 || kind == .nextauth || kind == .authjs) {
+                        throw n.error("must be at least 32 bytes (HS256 keys shorter than the hash are refused; generate one with `openssl rand -base64 32`)")
+                    }
+                }
+                if let n = try node.optional("secrets") {
+                    c.secrets = try n.sequence().map { item throws(ConfigurationError) in try item.secret(bare: true) }
+                }
+                if let n = try node.optional("audiences") { c.audiences = try n.stringList() }
+                if let n = try node.optional("audience") { c.audiences.append(try n.string()) }
+                if let n = try node.optional("issuer") { c.issuer = try n.string() }
+                if let n = try node.optional("project_id") { c.projectID = try n.string() }
+                if let n = try node.optional("algorithms") { c.algorithms = try n.stringList() }
+                if let n = try node.optional("required_claims") {
+                    for rule in try claimRules(n) { c.requiredClaims[rule.claim] = rule.requirement }
+                }
+                if let n = try node.optional("leeway") { c.leewaySeconds = Int(try n.duration()) }
+                if let n = try node.optional("cookie_name") {
+                    guard kind.readsCookies else {
+                        throw n.error("has no effect: \(kind.rawValue) providers read no cookie (nextauth, authjs and firebase_session do)")
+                    }
+                    c.cookieName = try n.string()
+                }
+                if let n = try node.optional("hosted_domain") { c.hostedDomain = try n.string() }
+                if let n = try node.optional("max_lifetime") { c.maxLifetimeSeconds = Int(try n.duration()) }
+                if let n = try node.optional("forward_claims") {
+                    c.forwardedClaims = try n.stringList()
+                    for claim in c.forwardedClaims { try checkClaimPath(claim, n) }
+                }
+                if let n = try node.optional("user_id_claim") { c.userIdClaim = try n.string() }
+                if let n = try node.optional("key_id") { c.keyID = try n.string() }
+                if let n = try node.optional("accepted_types") { c.acceptedTypes = try n.stringList() }
 
-            // Keys: at most one source.
-            var keys: KeySourceSetting
-            switch kind {
-            case .hs256, .nextauth, .authjs: keys = .secret
-            case .google: keys = .url(KeySource.googleURL)
-            case .apple: keys = .url(KeySource.appleURL)
-            case .firebase: keys = .url(KeySource.firebaseURL)
-            case .firebaseSession: keys = .url(KeySource.firebaseSessionURL)
-            case .oidc: keys = .secret  // replaced below; oidc must name its keys
-            }
-            var given: [String] = []
-            if let n = try node.optional("jwks_url") {
-                given.append("jwks_url")
-                keys = .url(try keyURL(n))
-            }
-            if let n = try node.optional("jwks") {
-                given.append("jwks")
-                keys = .inline(try keySet(n, Array(try n.string().utf8)))
-            }
-            if let n = try node.optional("jwks_file") {
-                given.append("jwks_file")
-                keys = .inline(try keySet(n, try fileBytes(n)))
-            }
-            if let n = try node.optional("public_key") {
-                given.append("public_key")
-                let pem = String(decoding: try fileBytes(n), as: UTF8.self)
-                do {
-                    keys = .inline(try KeySet(pemPublicKey: pem, keyID: c.keyID,
-                                              algorithm: c.algorithms.first.flatMap(JWSAlgorithm.init(rawValue:))))
-                } catch {
-                    throw n.error("\(error)")
+                // Keys: at most one source.
+                var keys: KeySourceSetting
+                switch kind {
+                case .hs256, .nextauth, .authjs: keys = .secret
+                case .google: keys = .url(KeySource.googleURL)
+                case .apple: keys = .url(KeySource.appleURL)
+                case .firebase: keys = .url(KeySource.firebaseURL)
+                case .firebaseSession: keys = .url(KeySource.firebaseSessionURL)
+                case .oidc: keys = .secret  // replaced below; oidc must name its keys
                 }
-            }
-            if given.count > 1 {
-                throw node.error("give only one of jwks_url, jwks, jwks_file, public_key (got \(given.joined(separator: ", ")))")
-            }
-            if !given.isEmpty && (kind == .hs256 || kind == .nextauth || kind == .authjs) {
-                throw node.error("\(kind.rawValue) providers verify with their secret; \(given[0]) does not apply")
-            }
-            if kind == .oidc && given.isEmpty {
-                throw node.error("oidc providers need jwks_url, jwks, jwks_file or public_key", key: "jwks_url")
-            }
-            try node.finish()
+                var given: [String] = []
+                if let n = try node.optional("jwks_url") {
+                    given.append("jwks_url")
+                    keys = .url(try keyURL(n))
+                }
+                if let n = try node.optional("jwks") {
+                    given.append("jwks")
+                    keys = .inline(try keySet(n, Array(try n.string().utf8)))
+                }
+                if let n = try node.optional("jwks_file") {
+                    given.append("jwks_file")
+                    keys = .inline(try keySet(n, try fileBytes(n)))
+                }
+                if let n = try node.optional("public_key") {
+                    given.append("public_key")
+                    let pem = String(decoding: try fileBytes(n), as: UTF8.self)
+                    do {
+                        keys = .inline(try KeySet(pemPublicKey: pem, keyID: c.keyID,
+                                                  algorithm: c.algorithms.first.flatMap(JWSAlgorithm.init(rawValue:))))
+                    } catch {
+                        throw n.error("\(error)")
+                    }
+                }
+                if given.count > 1 {
+                    throw node.error("give only one of jwks_url, jwks, jwks_file, public_key (got \(given.joined(separator: ", ")))")
+                }
+                if !given.isEmpty && (kind == .hs256 || kind == .nextauth || kind == .authjs) {
+                    throw node.error("\(kind.rawValue) providers verify with their secret; \(given[0]) does not apply")
+                }
+                if kind == .oidc && given.isEmpty {
+                    throw node.error("oidc providers need jwks_url, jwks, jwks_file or public_key", key: "jwks_url")
+                }
+                try node.finish()
 
-            let cookieNames: [String]
-            switch kind {
-            case .nextauth:
-                let base = c.cookieName ?? "next-auth.session-token"
-                cookieNames = [base, "__Secure-" + base]
-            case .authjs:
-                let base = c.cookieName ?? "authjs.session-token"
-                cookieNames = [base, "__Secure-" + base]
-            case .firebaseSession:
-                // Firebase Hosting forwards only the cookie named __session to the app.
-                cookieNames = [c.cookieName ?? ProviderConfiguration.firebaseSessionCookie]
-            default:
-                cookieNames = []
+                let cookieNames: [String]
+                switch kind {
+                case .nextauth:
+                    let base = c.cookieName ?? "next-auth.session-token"
+                    cookieNames = [base, "__Secure-" + base]
+                case .authjs:
+                    let base = c.cookieName ?? "authjs.session-token"
+                    cookieNames = [base, "__Secure-" + base]
+                case .firebaseSession:
+                    // Firebase Hosting forwards only the cookie named __session to the app.
+                    cookieNames = [c.cookieName ?? ProviderConfiguration.firebaseSessionCookie]
+                default:
+                    cookieNames = []
+                }
+                result.append(ProviderSettings(configuration: c, keys: keys, sessionCookieNames: cookieNames))
+            } catch {
+                errors += error.all
             }
-            result.append(ProviderSettings(configuration: c, keys: keys, sessionCookieNames: cookieNames))
         }
         return result
     }
