@@ -65,6 +65,8 @@ var package = Package(
         .target(name: "PortcullisOutbound", dependencies: [
             "CZlib", "PortcullisCore", "PortcullisHTTP", "PortcullisIO", "PortcullisTLS",
         ]),
+        // Prometheus text the gateway writes itself (histograms from its own counts, process_*).
+        .target(name: "PortcullisMetrics", dependencies: ["PortcullisCore"]),
         // Routing, upstream pools, forwarding, header hygiene.
         .target(name: "PortcullisProxy", dependencies: [
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisTLS", "CNGHTTP2", "PortcullisOutbound",
@@ -94,7 +96,7 @@ var package = Package(
         ]),
         // Configuration, wiring, admin endpoints, lifecycle.
         .target(name: "Portcullis", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth", "PortcullisSessions", "PortcullisVersion", "PortcullisOutbound",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth", "PortcullisSessions", "PortcullisVersion", "PortcullisOutbound", "PortcullisMetrics",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -131,8 +133,9 @@ var package = Package(
                     exclude: ["Fixtures"]),
         .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisStoreTests", dependencies: ["PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
+        .testTarget(name: "PortcullisMetricsTests", dependencies: ["PortcullisMetrics"]),
         .testTarget(name: "PortcullisSessionsTests", dependencies: [
-            "PortcullisSessions", "PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisAuth", "PortcullisTestSupport",
+            "PortcullisSessions", "PortcullisProxy", "PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisAuth", "PortcullisTestSupport",
         ]),
         .testTarget(name: "PortcullisKeysTests", dependencies: ["PortcullisKeys", "PortcullisOutbound", "PortcullisAuth", "PortcullisIO", "PortcullisTestSupport"],
                     resources: [.copy("Fixtures")]),

@@ -162,3 +162,17 @@ public struct StoreSettings: Sendable {
         return nil
     }
 }
+
+extension GatewayConfiguration {
+    /// Every certificate file this configuration serves or presents, for `certificate_check`.
+    var certificateFiles: CertificateFiles {
+        var files: [String] = []
+        for listen in listen {
+            for pair in listen.tls?.certificates ?? [] { files += [pair.certificate, pair.privateKey] }
+        }
+        for upstream in proxy.upstreams {
+            files += [upstream.clientCertificate, upstream.clientPrivateKey, upstream.caFile].compactMap { $0 }
+        }
+        return CertificateFiles(files)
+    }
+}

@@ -69,7 +69,7 @@ public final class GatewayRuntime: @unchecked Sendable {
     private var reloadsRefused = 0
     /// The certificate files as the serving generation loaded them (`certificate_check`);
     /// on the reload queue only, after `init`.
-    private var certificates: CertificateWatch
+    private var certificates: CertificateFiles
     /// The session endpoints' service (nil without `sessions:`); its store outlives reloads.
     /// Written on the reload queue, read by the admin API: behind `lock`.
     private var sessions: SessionService?
@@ -122,7 +122,7 @@ public final class GatewayRuntime: @unchecked Sendable {
             throw Gateway.StartupError(description: "\(error)")
         }
         let serving = generation.configuration
-        certificates = CertificateWatch(serving)
+        certificates = serving.certificateFiles
         current = Parts(configuration: serving, store: store, revocations: revocations, keys: generation.built.keys,
                         verifier: generation.built.verifier, assertionKeys: generation.assertionKeys,
                         tlsEndpoints: generation.tlsEndpoints, accessLogFD: generation.accessLogFD)
@@ -340,7 +340,7 @@ public final class GatewayRuntime: @unchecked Sendable {
         queue.asyncAfter(deadline: .now() + interval) { [weak self] in
             guard let self else { return }
             let serving = self.parts.configuration
-            let now = CertificateWatch(serving)
+            let now = serving.certificateFiles
             let changed = self.certificates.changed(in: now)
             self.certificates = now
             if !changed.isEmpty {
@@ -530,7 +530,7 @@ public final class GatewayRuntime: @unchecked Sendable {
             "routes": "\(next.proxy.routes.count)", "upstreams": "\(next.proxy.upstreams.count)",
             "changes": "\(changes.isEmpty ? "settings only" : changes.joined(separator: "; "))"])
         scheduleSessionKeyRetirement()
-        certificates = CertificateWatch(next)
+        certificates = next.certificateFiles
         // The check loop stops when `certificate_check: off`; a reload that turns it on starts it.
         if old.configuration.certificateCheckInterval == nil, next.certificateCheckInterval != nil { scheduleCertificateCheck() }
         // A log file moved away since (logrotate without SIGUSR1) is written at its path again.

@@ -397,6 +397,22 @@ extension SessionLookup {
     /// upstream's client certificate, an HTTP answer)? A `GET` of the hook's path, so the
     /// app's find-or-create never runs; any status but 404 counts as reached (a POST-only
     /// route answers 405, a locked one 401 or 403). Nil when reached; else the reason.
+    /// `probe`, waited for (up to the hook's timeout and a second): for `check-config --probe`,
+    /// a command's thread, never a loop's. Nil when reached; else why not, naming `upstream`.
+    public func probeWaiting(upstream: String) -> String? {
+        let done = DispatchSemaphore(value: 0)
+        let outcome = LockedValue<String?>(nil)
+        probe { failure in
+            outcome.withLock { $0 = failure }
+            done.signal()
+        }
+        let timeout = client.options.totalTimeout
+        if done.wait(timeout: .now() + timeout + 1) == .timedOut {
+            return "sessions.user.lookup: upstreams.\(upstream) did not answer \(url) within \(Int(timeout)) s"
+        }
+        return outcome.withLock { $0 }.map { "sessions.user.lookup: upstreams.\(upstream) cannot be reached: \($0)" }
+    }
+
     public func probe(completion: @escaping @Sendable (String?) -> Void) {
         client.get(url, on: loop) { result in
             switch result {

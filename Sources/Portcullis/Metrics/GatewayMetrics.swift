@@ -5,6 +5,7 @@ import PortcullisAuth
 import PortcullisCore
 import PortcullisIO
 import PortcullisKeys
+import PortcullisMetrics
 import PortcullisProxy
 import PortcullisRedis
 import PortcullisStore
@@ -154,9 +155,10 @@ public final class GatewayMetrics: Sendable {
                     publish(proxySnapshot, authSnapshot, sources)
                     gauge("portcullis_scrape_duration_seconds", [],
                           Double(MonotonicClock.nowNanoseconds() &- started) / 1e9)
-                    completion(registry.emitToString() + ExtraExposition.durations(proxySnapshot?.durations ?? [])
-                               + ExtraExposition.redisCommands(RedisCommandTimings.shared.snapshot())
-                               + ExtraExposition.certificates(sources.certificates?() ?? []) + ExtraExposition.process())
+                    completion(registry.emitToString()
+                               + PrometheusText.durations(proxySnapshot?.durations ?? [], bounds: ProxyMetrics.durationBuckets)
+                               + PrometheusText.redisCommands(RedisCommandTimings.shared.snapshot(), bounds: RedisCommandTimings.buckets)
+                               + PrometheusText.certificates(sources.certificates?() ?? []) + PrometheusText.process())
                 }
             }
         }

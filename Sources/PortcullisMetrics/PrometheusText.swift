@@ -3,23 +3,37 @@ import Glibc
 #endif
 import Foundation
 import PortcullisCore
-import PortcullisProxy
-import PortcullisRedis
 
-/// Series `/metrics` writes itself, after the registry's: the edge request-duration
-/// histogram (made from the loops' bucket counts at scrape time: nothing is recorded through
-/// a lock on the request path) and the standard `process_*` metrics Prometheus' client
-/// libraries export (read from the kernel at scrape time).
-enum ExtraExposition {
-    static let processStart = WallClock.nowSeconds()
+/// Series `/metrics` writes itself in the Prometheus text format, after the registry's:
+/// histograms made from bucket counts kept elsewhere (the loops' request durations, Redis
+/// round trips: nothing recorded through a registry lock on the request path), certificate
+/// expiry, and the standard `process_*` metrics Prometheus' client libraries export (read from
+/// the kernel at scrape time).
+public enum PrometheusText {
+    /// When this process started (seconds since the epoch), as the Prometheus client libraries
+    /// read it: the kernel's boot time (`btime` in /proc/stat) plus the process's start in
+    /// clock ticks after boot (field 22 of /proc/self/stat). The first call's clock if the
+    /// kernel says nothing (not Linux).
+    public static let processStart: Double = {
+        let stat = (try? String(contentsOfFile: "/proc/self/stat", encoding: .utf8)) ?? ""
+        let boot = ((try? String(contentsOfFile: "/proc/stat", encoding: .utf8)) ?? "").split(separator: "\n")
+            .first { $0.hasPrefix("btime ") }.flatMap { Double($0.dropFirst(6).trimmingCharacters(in: .whitespaces)) }
+        // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+        guard let close = stat.lastIndex(of: ")"), let boot else { return WallClock.nowSeconds() }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // fields[0] is field 3 (state): field 22 (starttime) is fields[19].
+        guard fields.count > 19, let ticks = Double(fields[19]) else { return WallClock.nowSeconds() }
+        return boot + ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }()
 
     /// `portcullis_request_duration_seconds{route, code_class}`: from the request's head to its
-    /// answer's end as the gateway saw it; buckets past the longest default timeout.
-    static func durations(_ rows: [(route: String?, statusClass: String, buckets: [Int], sum: Double)]) -> String {
+    /// answer's end as the gateway saw it; `bounds`: the buckets' upper bounds.
+    public static func durations(_ rows: [(route: String?, statusClass: String, buckets: [Int], sum: Double)],
+                                 bounds: [Double]) -> String {
         histogram("portcullis_request_duration_seconds",
                   help: "Requests answered by the gateway listeners, from the request head to the end of the answer, "
                       + "by route (\"unmatched\" when none matched) and status class (2xx, 4xx…).",
-                  bounds: ProxyMetrics.durationBuckets,
+                  bounds: bounds,
                   rows: rows.sorted { ($0.route ?? "", $0.statusClass) < ($1.route ?? "", $1.statusClass) }.map {
                       ("route=\"\(escape($0.route ?? "unmatched"))\",code_class=\"\($0.statusClass)\"", $0.buckets, $0.sum)
                   })
@@ -27,16 +41,16 @@ enum ExtraExposition {
 
     /// `portcullis_redis_command_duration_seconds`: every Redis command's round trip (nothing
     /// when no command was sent: no Redis store).
-    static func redisCommands(_ timings: (buckets: [Int], sum: Double)) -> String {
+    public static func redisCommands(_ timings: (buckets: [Int], sum: Double), bounds: [Double]) -> String {
         guard timings.buckets.contains(where: { $0 != 0 }) else { return "" }
         return histogram("portcullis_redis_command_duration_seconds",
                          help: "Redis commands the gateway sent (revocations, sessions, key sharing, sync), "
                              + "from queueing on the connection to the reply.",
-                         bounds: RedisCommandTimings.buckets, rows: [("", timings.buckets, timings.sum)])
+                         bounds: bounds, rows: [("", timings.buckets, timings.sum)])
     }
 
     /// A Prometheus histogram from per-bucket counts (not cumulative; the last is `+Inf`).
-    static func histogram(_ name: String, help: String, bounds: [Double],
+    public static func histogram(_ name: String, help: String, bounds: [Double],
                           rows: [(labels: String, buckets: [Int], sum: Double)]) -> String {
         guard !rows.isEmpty else { return "" }
         var out = "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
@@ -58,7 +72,7 @@ enum ExtraExposition {
     /// `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`,
     /// `process_open_fds`, `process_max_fds`, `process_start_time_seconds`, as the Prometheus
     /// client libraries name them.
-    static func process() -> String {
+    public static func process() -> String {
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
         let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
@@ -95,7 +109,7 @@ enum ExtraExposition {
 
     /// `portcullis_certificate_expiry_timestamp_seconds{listener, certificate}`: when each served
     /// certificate expires (alert on `… - time() < 14 * 86400`).
-    static func certificates(_ served: [(listener: String, file: String, notAfter: Double)]) -> String {
+    public static func certificates(_ served: [(listener: String, file: String, notAfter: Double)]) -> String {
         guard !served.isEmpty else { return "" }
         var out = "# HELP portcullis_certificate_expiry_timestamp_seconds When each certificate a TLS listener serves expires "
             + "(seconds since the epoch), by listener address and certificate file.\n"
