@@ -59,7 +59,7 @@ extension ConfigurationLoader {
                 if upstream.requestHeaders.contains(where: { HTTPBytes.identityName($0.name) == folded }) {
                     throw valueNode.error("set twice (names compare without case, with '-', '_' and '.' alike)")
                 }
-                upstream.requestHeaders.append(UpstreamSecretHeader(name: headerName, value: value))
+                upstream.requestHeaders.append(SecretHeader(name: headerName, value: value))
             }
         }
         if let n = try node.optional("host_header") {

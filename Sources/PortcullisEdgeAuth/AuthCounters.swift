@@ -31,11 +31,9 @@ public final class AuthCounters: Sendable {
     public static let outcomeLabels: [String] =
         ["verified", "no_credential", "store_unavailable"] + AuthFailure.Reason.allCases.map { snakeCase($0.rawValue) }
     static let reasons = Array(AuthFailure.Reason.allCases)
-    /// The access log's `auth_reason` for each refusal: the same snake-case labels as the
-    /// counters' (`expired`, `revoked`, …), made once.
-    static let reasonLabels: [AuthFailure.Reason: String] =
-        Dictionary(uniqueKeysWithValues: AuthFailure.Reason.allCases.map { ($0, snakeCase($0.rawValue)) })
-    static func label(_ reason: AuthFailure.Reason) -> String { reasonLabels[reason] ?? "internal_error" }
+    /// The access log's `auth_reason` for a refusal: the counters' own label (`expired`,
+    /// `revoked`, …), by the same column (no hashing).
+    static func label(_ reason: AuthFailure.Reason) -> String { outcomeLabels[Outcome.refused(reason).column] }
     static let noCredentialLabel = "no_credential"
     static let storeUnavailableLabel = "store_unavailable"
     public static let revocationLabels = ["allowed", "revoked", "unavailable"]

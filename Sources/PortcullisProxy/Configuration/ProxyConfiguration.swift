@@ -69,7 +69,7 @@ public struct UpstreamConfiguration: Sendable, Equatable {
     /// Set on every request to this upstream (a platform's secret header: Vercel's
     /// protection bypass, Cloudflare Access service tokens). Values are secrets: never
     /// logged or shown; the client's copies of these names are removed on every route.
-    public var requestHeaders: [UpstreamSecretHeader] = []
+    public var requestHeaders: [SecretHeader] = []
     /// A client certificate (PEM chain) and its key for an `https://` upstream that
     /// checks client certificates (mutual TLS); reloaded on SIGHUP.
     public var clientCertificate: String?
@@ -93,8 +93,9 @@ public struct UpstreamConfiguration: Sendable, Equatable {
     }
 }
 
-/// One `request_headers` entry. `description` never shows the value.
-public struct UpstreamSecretHeader: Sendable, Equatable, CustomStringConvertible {
+/// A header field whose value is a secret (an upstream's `request_headers`, `tracing.headers`):
+/// `description` never shows the value.
+public struct SecretHeader: Sendable, Equatable, CustomStringConvertible {
     public var name: String
     public var value: String
     public init(name: String, value: String) {

@@ -34,15 +34,7 @@ public struct TracingSettings: Sendable, Equatable {
     public var serviceName = "portcullis"
     /// Extra header fields of every POST to the collector (`headers`, or
     /// `OTEL_EXPORTER_OTLP_HEADERS`): an API key, a tenant.
-    public var headers: [Header] = []
-    public struct Header: Sendable, Equatable {
-        public var name: String
-        public var value: String
-        public init(name: String, value: String) {
-            self.name = name
-            self.value = value
-        }
-    }
+    public var headers: [SecretHeader] = []
     /// Spans waiting for export per loop (`max_queued_spans`); past it new spans are dropped
     /// and counted, never blocking a request.
     public var maxQueuedSpans = 2048

@@ -252,9 +252,11 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
             logProvider = nil
             logUpstreamAddress = nil
             answeredAtEdge = true
-            logHost.clear()
-            logUserAgent.clear()
         }
+        // The one reset of the copied Host and User-Agent (the access log's and a sampled
+        // span's): `noteForLog` only fills what is still empty.
+        logHost.clear()
+        logUserAgent.clear()
         upgradeForwarded = false
         requestId.clear()
         releaseHeldBody()
@@ -275,13 +277,12 @@ final class Exchange: DeferredDecisionTarget, @unchecked Sendable {
 
     /// The request's Host (`:authority`) and User-Agent, copied for its access log line
     /// while the head is at hand (only the fields the log carries; `all`: both, for a sampled
-    /// span's `server.address` and `user_agent.original`).
+    /// span's `server.address` and `user_agent.original`). A field copied already (a sampled
+    /// request the access log noted first) is not copied again.
     private func noteForLog(_ view: RequestView, all: Bool = false) {
         let fields = all ? AccessLogFields.all : serving.configuration.accessLogFields
-        logHost.clear()
-        logUserAgent.clear()
-        if fields.contains(.host), let host = view.host() { logHost.append(host) }
-        if fields.contains(.userAgent) {
+        if fields.contains(.host), logHost.isEmpty, let host = view.host() { logHost.append(host) }
+        if fields.contains(.userAgent), logUserAgent.isEmpty {
             var seen = false
             view.values(of: "user-agent") { value in
                 guard !seen else { return }
