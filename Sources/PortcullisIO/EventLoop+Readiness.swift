@@ -53,12 +53,17 @@ extension EventLoop {
     /// on `pollFD` and runs what is ready on the loop's queue with `queue.sync`, which
     /// libdispatch executes on the calling thread when the queue is free. The thread and
     /// the loop live as long as the process.
+    /// What the poller thread's argument is a handle in.
+    static let pollerHandles = CallbackHandles<EventLoop>()
+
     func startPolling() {
-        // Retained and never released: the thread runs as long as the process.
-        let loop = CallbackContext.retained(self)
+        // The thread's argument is a handle (`CallbackHandles`); the thread holds the loop once
+        // it found it, and runs as long as the process.
+        let loop = Self.pollerHandles.register(self)
         var thread = pthread_t()
         let rc = pthread_create(&thread, nil, { raw in
-            CallbackContext<EventLoop>.target(raw!).pollForever()
+            EventLoop.pollerHandles.target(raw)?.pollForever()
+            return nil
         }, loop)
         precondition(rc == 0, "cannot start the poller thread of loop: \(rc)")
         pthread_detach(thread)

@@ -50,13 +50,17 @@ public final class TLSClientContext: @unchecked Sendable {
             portcullis_ssl_ctx_note_certificate_requests(context)  // see `TLSSession.lastFailure`
         }
         _ = portcullis_ssl_ctx_set_session_cache_mode(context, Int(SSL_SESS_CACHE_CLIENT) | Int(SSL_SESS_CACHE_NO_INTERNAL_STORE))
-        // Unretained: this owns the SSL_CTX, and its callback runs only inside the handshake
-        // of an SSL made from it, whose `TLSSession` retains this context (see `CallbackContext`).
-        _ = SSL_CTX_set_ex_data(context, 0, CallbackContext.unretained(self))
+        // A handle, not a pointer (`CallbackHandles`): a callback after this is gone finds nil.
+        handle = Self.callbackHandles.register(self)
+        _ = SSL_CTX_set_ex_data(context, 0, handle)
         SSL_CTX_sess_set_new_cb(context, newSessionCallback)
     }
 
+    static let callbackHandles = CallbackHandles<TLSClientContext>()
+    private var handle: UnsafeMutableRawPointer?
+
     deinit {
+        if let handle { Self.callbackHandles.remove(handle) }
         if let session { SSL_SESSION_free(session) }
         SSL_CTX_free(context)
     }
@@ -100,7 +104,8 @@ public final class TLSClientContext: @unchecked Sendable {
 
 /// `SSL_CTX_sess_set_new_cb`: keep the newest ticket; returning 1 takes the reference.
 private let newSessionCallback: @convention(c) (OpaquePointer?, OpaquePointer?) -> Int32 = { ssl, session in
-    guard let ssl, let session, let ctx = SSL_get_SSL_CTX(ssl), let raw = SSL_CTX_get_ex_data(ctx, 0) else { return 0 }
-    CallbackContext<TLSClientContext>.target(raw).store(session)
+    guard let ssl, let session, let ctx = SSL_get_SSL_CTX(ssl),
+          let context = TLSClientContext.callbackHandles.target(SSL_CTX_get_ex_data(ctx, 0)) else { return 0 }
+    context.store(session)
     return 1
 }

@@ -105,13 +105,17 @@ public final class TLSServerContext: @unchecked Sendable {
         }
         self.contexts = contexts
         // SNI is decided on the context the handshake starts with: the default one.
-        // Unretained: this owns the SSL_CTX, and the callback runs only inside the handshake
-        // of an SSL made from it, whose `TLSSession` retains this context (see `CallbackContext`).
-        _ = portcullis_ssl_ctx_set_servername_callback(contexts[0], serverNameCallback, CallbackContext.unretained(self))
+        // A handle, not a pointer (`CallbackHandles`): a callback after this is gone finds nil.
+        handle = Self.callbackHandles.register(self)
+        _ = portcullis_ssl_ctx_set_servername_callback(contexts[0], serverNameCallback, handle)
         TicketKeys.shared.refresh()
     }
 
+    static let callbackHandles = CallbackHandles<TLSServerContext>()
+    private var handle: UnsafeMutableRawPointer?
+
     deinit {
+        if let handle { Self.callbackHandles.remove(handle) }
         contexts.forEach { SSL_CTX_free($0) }
         alpnList.deallocate()
     }
@@ -180,7 +184,7 @@ public final class TLSServerContext: @unchecked Sendable {
 
 /// `SSL_CTX_set_tlsext_servername_callback`: switch to the certificate the name selects.
 private let serverNameCallback: @convention(c) (OpaquePointer?, UnsafeMutablePointer<Int32>?, UnsafeMutableRawPointer?) -> Int32 = { ssl, _, arg in
-    guard let ssl, let arg else { return portcullis_ssl_tlsext_err_ok() }
-    CallbackContext<TLSServerContext>.target(arg).selectCertificate(ssl)
+    guard let ssl, let context = TLSServerContext.callbackHandles.target(arg) else { return portcullis_ssl_tlsext_err_ok() }
+    context.selectCertificate(ssl)
     return portcullis_ssl_tlsext_err_ok()
 }

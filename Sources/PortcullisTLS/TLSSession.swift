@@ -84,14 +84,23 @@ public final class TLSSession: StreamSecurity {
         return receivedAny ? .closed : .empty
     }
 
+    /// What the BIO's callbacks find this session by (`CallbackHandles`).
+    static let callbackHandles = CallbackHandles<TLSSession>()
+    private var handle: UnsafeMutableRawPointer?
+
+    deinit {
+        if let handle { Self.callbackHandles.remove(handle) }
+        if let ssl { SSL_free(ssl) }  // let go of without `close`
+    }
+
     private init(ssl: OpaquePointer, socket: StreamSocket, context: AnyObject) {
         self.ssl = ssl
         self.socket = socket
         self.retainedContext = context
         let bio = BIO_new(socketBIOMethod)!
-        // Unretained: the session owns the SSL, which owns the BIO, and the BIO is called only
-        // inside the session's own SSL calls (see `CallbackContext`).
-        BIO_set_data(bio, CallbackContext.unretained(self))
+        // A handle, not a pointer: a BIO call after the session is gone finds nil and fails.
+        handle = Self.callbackHandles.register(self, shardHint: socket.loop.index)
+        BIO_set_data(bio, handle)
         BIO_set_init(bio, 1)
         SSL_set_bio(ssl, bio, bio)  // the SSL owns the BIO (one reference for both directions)
     }
@@ -189,6 +198,10 @@ public final class TLSSession: StreamSecurity {
         guard let ssl else { return }
         self.ssl = nil
         SSL_free(ssl)
+        if let handle {
+            self.handle = nil
+            Self.callbackHandles.remove(handle)
+        }
         outbox.clear()
         outbox.releaseIfEmpty()
     }
@@ -319,16 +332,14 @@ public final class TLSSession: StreamSecurity {
 nonisolated(unsafe) private let socketBIOMethod: OpaquePointer = {  // immutable after creation; OpenSSL only reads it
     let method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "portcullis socket")!
     _ = BIO_meth_set_write_ex(method) { bio, data, length, written in
-        guard let bio, let data, let raw = BIO_get_data(bio) else { return 0 }
-        let session = CallbackContext<TLSSession>.target(raw)
+        guard let bio, let data, let session = TLSSession.callbackHandles.target(BIO_get_data(bio)) else { return 0 }
         portcullis_bio_clear_retry_flags(bio)
         guard session.transmit(UnsafeRawBufferPointer(start: data, count: length)) else { return 0 }
         written?.pointee = length
         return 1
     }
     _ = BIO_meth_set_read_ex(method) { bio, data, length, read in
-        guard let bio, let data, let raw = BIO_get_data(bio) else { return 0 }
-        let session = CallbackContext<TLSSession>.target(raw)
+        guard let bio, let data, let session = TLSSession.callbackHandles.target(BIO_get_data(bio)) else { return 0 }
         portcullis_bio_clear_retry_flags(bio)
         guard let n = session.receive(UnsafeMutableRawBufferPointer(start: data, count: length)) else {
             portcullis_bio_set_retry_read(bio)

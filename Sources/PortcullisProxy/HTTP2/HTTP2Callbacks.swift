@@ -2,8 +2,8 @@ import CNGHTTP2
 import PortcullisCore
 
 /// nghttp2's session callbacks, as C function pointers that find their
-/// `HTTP2ServerConnection` through the session's user data (a `CallbackContext` that holds
-/// the connection until the session was deleted).
+/// `HTTP2ServerConnection` through the session's user data: a `CallbackHandles` handle, so a
+/// callback for a connection that is gone finds nil and fails the session, never a freed object.
 ///
 /// Frame accounting for the flood budgets happens here: every frame that costs work but
 /// carries no request (SETTINGS, PING, PRIORITY, WINDOW_UPDATE, RST_STREAM, empty DATA)
@@ -16,8 +16,8 @@ enum HTTP2Callbacks {
     static let endStream: UInt8 = 0x1, ack: UInt8 = 0x1
 
     @inline(__always)
-    static func connection(_ user: UnsafeMutableRawPointer?) -> HTTP2ServerConnection {
-        CallbackContext<HTTP2ServerConnection>.target(user!)
+    static func connection(_ user: UnsafeMutableRawPointer?) -> HTTP2ServerConnection? {
+        HTTP2ServerConnection.callbackHandles.target(user)
     }
 
     static let callbackFailure = NGHTTP2_ERR_CALLBACK_FAILURE.rawValue
@@ -32,7 +32,8 @@ enum HTTP2Callbacks {
             guard let frame else { return 0 }
             let hd = frame.pointee.hd
             guard hd.type == HTTP2Callbacks.headers && frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST else { return 0 }
-            switch HTTP2Callbacks.connection(user).beginStream(hd.stream_id) {
+            guard let connection = HTTP2Callbacks.connection(user) else { return HTTP2Callbacks.callbackFailure }
+            switch connection.beginStream(hd.stream_id) {
             case .opened: return 0
             case .refused: return 0
             case .abusive: return HTTP2Callbacks.callbackFailure
@@ -41,7 +42,7 @@ enum HTTP2Callbacks {
 
         nghttp2_session_callbacks_set_on_header_callback(callbacks) { _, frame, name, nameLength, value, valueLength, _, user in
             guard let frame, let name, let value else { return 0 }
-            let connection = HTTP2Callbacks.connection(user)
+            guard let connection = HTTP2Callbacks.connection(user) else { return HTTP2Callbacks.callbackFailure }
             guard let stream = connection.stream(frame.pointee.hd.stream_id) else { return 0 }
             return stream.field(UnsafeRawBufferPointer(start: name, count: nameLength),
                                 UnsafeRawBufferPointer(start: value, count: valueLength),
@@ -52,17 +53,17 @@ enum HTTP2Callbacks {
         // characters, pseudo-header misuse): the stream is reset with PROTOCOL_ERROR, never
         // forwarded without the field.
         nghttp2_session_callbacks_set_on_invalid_header_callback(callbacks) { _, _, _, _, _, _, _, user in
-            guard HTTP2Callbacks.connection(user).allow(.protocolErrors) else { return HTTP2Callbacks.callbackFailure }
+            guard HTTP2Callbacks.connection(user)?.allow(.protocolErrors) == true else { return HTTP2Callbacks.callbackFailure }
             return HTTP2Callbacks.temporalFailure
         }
 
         nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks) { _, frame, _, user in
-            return HTTP2Callbacks.connection(user).allow(.protocolErrors) ? 0 : HTTP2Callbacks.callbackFailure
+            return HTTP2Callbacks.connection(user)?.allow(.protocolErrors) == true ? 0 : HTTP2Callbacks.callbackFailure
         }
 
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks) { _, frame, user in
             guard let frame else { return 0 }
-            let connection = HTTP2Callbacks.connection(user)
+            guard let connection = HTTP2Callbacks.connection(user) else { return HTTP2Callbacks.callbackFailure }
             let hd = frame.pointee.hd
             switch hd.type {
             case HTTP2Callbacks.data:
@@ -95,7 +96,7 @@ enum HTTP2Callbacks {
 
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks) { session, _, streamId, bytes, length, user in
             guard let bytes else { return 0 }
-            let connection = HTTP2Callbacks.connection(user)
+            guard let connection = HTTP2Callbacks.connection(user) else { return HTTP2Callbacks.callbackFailure }
             if let stream = connection.stream(streamId) {
                 stream.receiveBody(UnsafeRawBufferPointer(start: bytes, count: length))
             } else {
@@ -108,20 +109,20 @@ enum HTTP2Callbacks {
             guard let frame else { return 0 }
             let hd = frame.pointee.hd
             if (hd.type == HTTP2Callbacks.data || hd.type == HTTP2Callbacks.headers) && hd.flags & HTTP2Callbacks.endStream != 0 {
-                HTTP2Callbacks.connection(user).stream(hd.stream_id)?.responseSent()
+                HTTP2Callbacks.connection(user)?.stream(hd.stream_id)?.responseSent()
             }
             return 0
         }
 
         nghttp2_session_callbacks_set_on_stream_close_callback(callbacks) { _, streamId, _, user in
-            HTTP2Callbacks.connection(user).streamClosed(streamId)
+            HTTP2Callbacks.connection(user)?.streamClosed(streamId)
             return 0
         }
     }
 
     /// The response body's data source: the stream's queued bytes, copied into the frame.
     static let readBody: nghttp2_data_source_read_callback = { _, streamId, buffer, length, flags, _, user in
-        guard let buffer, let flags, let stream = HTTP2Callbacks.connection(user).stream(streamId) else {
+        guard let buffer, let flags, let stream = HTTP2Callbacks.connection(user)?.stream(streamId) else {
             return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
         }
         return stream.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: length), flags: flags)

@@ -35,8 +35,8 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     let transport: RequestProtocol
     /// nghttp2's session; owned here, deleted in `close()` (never inside one of its calls).
     private(set) var session: OpaquePointer?
-    /// The session's `user_data`: a strong reference to this connection (`CallbackContext`),
-    /// released right after the session is deleted.
+    /// The session's `user_data`: this connection's handle in `callbackHandles` (never a
+    /// pointer), ended right after the session is deleted.
     private var sessionContext: UnsafeMutableRawPointer?
     /// `close()` was asked for inside an nghttp2 call; it happens when that call returns.
     private var closeRequested = false
@@ -125,9 +125,9 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         nghttp2_option_set_max_settings(option, 32)
         nghttp2_option_set_max_continuations(option, 8)
         var created: OpaquePointer?
-        let user = CallbackContext.retained(self)
+        let user = Self.callbackHandles.register(self, shardHint: loop.index)
         guard nghttp2_session_server_new2(&created, callbacks, user, option) == 0, let created else {
-            CallbackContext<HTTP2ServerConnection>.release(user)
+            Self.callbackHandles.remove(user)
             return false
         }
         session = created
@@ -489,7 +489,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         outbound.releaseIfEmpty()
     }
 
-    /// Deletes the nghttp2 session, then gives back the reference its `user_data` held.
+    /// Deletes the nghttp2 session and ends the handle its `user_data` is.
     private func deleteSession() {
         if let session {
             nghttp2_session_del(session)
@@ -497,9 +497,16 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         }
         if let sessionContext {
             self.sessionContext = nil
-            CallbackContext<HTTP2ServerConnection>.release(sessionContext)
+            Self.callbackHandles.remove(sessionContext)
         }
     }
+
+    /// A connection let go of without its close path (nothing holds it: the listener context's
+    /// table and the socket's handlers hold it until `close`) still frees its session.
+    deinit { deleteSession() }
+
+    /// The handles nghttp2's callbacks find their connection by (see `HTTP2Callbacks`).
+    static let callbackHandles = CallbackHandles<HTTP2ServerConnection>()
 }
 
 /// SETTINGS_MAX_CONCURRENT_STREAMS as the client sees it, kept from nghttp2: nghttp2 treats
