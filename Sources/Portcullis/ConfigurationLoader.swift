@@ -130,10 +130,13 @@ public enum ConfigurationLoader {
         // one was reported above; a route naming it is not an error of its own); `sessions`,
         // which needs the real ones, only when those sections were fine.
         let declaredUpstreams = Set(((try? upstreamsNode?.entries()) ?? []).map(\.0))
-        var declaredProviders = Set(((try? providersNode?.sequence()) ?? []).compactMap { item -> String? in
+        // Each provider item's name (nil: none readable), in the file's order.
+        let providerItems = (try? providersNode?.sequence()) ?? []
+        let providerItemNames = providerItems.map { item -> String? in
             var item = item
             return try? item.optional("name")?.string()
-        })
+        }
+        var declaredProviders = Set(providerItemNames.compactMap { $0 })
         let sessions: SessionSettings? = !(upstreamsFine && providersFine) ? nil : read(nil) { () throws(ConfigurationError) in
             let sessions = try Self.sessions(sessionsNode, providers: providers, upstreams: upstreams)
             if let sessionsNode, let sessions, store.usesRedis, sessions.signingKeyFiles.isEmpty {
@@ -171,13 +174,9 @@ public enum ConfigurationLoader {
         } : []
         // Every provider rule and inline key checked now, each provider on its own (one run
         // names each bad one).
-        let providerItems = (try? providersNode?.sequence()) ?? []
         for provider in providers where provider.configuration.name != SessionSettings.providerName {
             do { _ = try CredentialVerifier(providers: [provider.configuration], keys: [provider].inlineKeys) } catch {
-                let position = providerItems.firstIndex { item in
-                    var item = item
-                    return (try? item.optional("name")?.string()) == provider.configuration.name
-                }
+                let position = providerItemNames.firstIndex(of: provider.configuration.name)
                 errors.append(ConfigurationError(file: file, key: position.map { "providers[\($0)]" } ?? "providers",
                                                  line: position.map { providerItems[$0].line } ?? providersNode?.line,
                                                  reason: error.description))

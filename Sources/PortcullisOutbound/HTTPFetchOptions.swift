@@ -30,3 +30,12 @@ public struct HTTPFetchOptions: Sendable, Equatable {
         self.userAgent = userAgent
     }
 }
+
+extension HTTPFetchOptions {
+    /// For a call the gateway makes on someone's behalf (the lookup hook, a trace export):
+    /// `timeout` for the whole call, at most 2 s of it to connect, a 64 KiB answer.
+    public static func call(timeout: Double, userAgent: String, caFile: String?) -> HTTPFetchOptions {
+        HTTPFetchOptions(connectTimeout: min(2, timeout), totalTimeout: timeout, maxBodyBytes: 64 * 1024,
+                         userAgent: userAgent, caFile: caFile)
+    }
+}

@@ -17,7 +17,6 @@ import PortcullisTLS
 public struct HTTPGetClient: Sendable {
     public let options: HTTPFetchOptions
     private let tls: TLSContextSlot
-    var tlsSlot: TLSContextSlot { tls }
 
     public init(options: HTTPFetchOptions = HTTPFetchOptions()) {
         self.options = options
@@ -37,6 +36,25 @@ public struct HTTPGetClient: Sendable {
     /// GETs `url`.
     public func get(_ url: FetchURL, on loop: EventLoop,
                     completion: @escaping @Sendable (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
+        start(url, post: nil, on: loop, completion: completion)
+    }
+
+    /// POSTs a JSON `body` (with extra `headers`) to `url`: the session lookup hook asks the
+    /// app who a verified identity is; trace batches go to the collector. Same connection
+    /// rules as `get`.
+    public func post(_ url: String, body: [UInt8], headers: [(name: String, value: String)], on loop: EventLoop,
+                     completion: @escaping @Sendable (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
+        do {
+            start(try FetchURL(parsing: url), post: (body, headers), on: loop, completion: completion)
+        } catch {
+            loop.execute { completion(.failure(error)) }
+        }
+    }
+
+    /// One exchange on `loop`: the TLS context made on first `https://` use, the proxy the
+    /// environment names for `url`.
+    private func start(_ url: FetchURL, post: (body: [UInt8], headers: [(name: String, value: String)])?, on loop: EventLoop,
+                       completion: @escaping @Sendable (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
         let options = self.options
         let tls = self.tls
         loop.execute {
@@ -48,33 +66,8 @@ public struct HTTPGetClient: Sendable {
                 case .failure(let error): completion(.failure(error)); return
                 }
             }
-            GetExchange(url: url, options: options, loop: loop, tls: context, proxy: options.proxies.proxy(for: url), completion: completion).start()
-        }
-    }
-}
-
-extension HTTPGetClient {
-    /// POSTs a JSON `body` (with extra `headers`) to `url`: the session lookup hook asks the
-    /// app who a verified identity is. Same connection rules as `get`.
-    public func post(_ url: String, body: [UInt8], headers: [(name: String, value: String)], on loop: EventLoop,
-                     completion: @escaping @Sendable (Result<HTTPFetchResponse, HTTPFetchError>) -> Void) {
-        let parsed: FetchURL
-        do { parsed = try FetchURL(parsing: url) } catch {
-            loop.execute { completion(.failure(error)) }
-            return
-        }
-        let options = self.options
-        let tls = self.tlsSlot
-        loop.execute {
-            var context: TLSClientContext?
-            if parsed.scheme == .https {
-                switch tls.context() {
-                case .success(let made): context = made
-                case .failure(.tlsFailed(_, let reason)): completion(.failure(.tlsFailed(url: parsed.description, reason: reason))); return
-                case .failure(let error): completion(.failure(error)); return
-                }
-            }
-            GetExchange(url: parsed, options: options, loop: loop, tls: context, proxy: options.proxies.proxy(for: parsed), post: (body, headers), completion: completion).start()
+            GetExchange(url: url, options: options, loop: loop, tls: context, proxy: options.proxies.proxy(for: url),
+                        post: post, completion: completion).start()
         }
     }
 }

@@ -333,8 +333,7 @@ public final class SessionLookup: @unchecked Sendable {
     public init(url: String, caFile: String?, clientCertificate: (certificate: String, key: String)? = nil,
          headers: [(name: String, value: String)], timeout: Double, loop: EventLoop,
          assertion: (@Sendable (String, String) -> (header: String, token: String)?)? = nil) {
-        var options = HTTPFetchOptions(connectTimeout: min(2, timeout), totalTimeout: timeout,
-                                       maxBodyBytes: 64 * 1024, userAgent: "portcullis-sessions/1", caFile: caFile)
+        var options = HTTPFetchOptions.call(timeout: timeout, userAgent: "portcullis-sessions/1", caFile: caFile)
         options.clientCertificate = clientCertificate
         client = HTTPGetClient(options: options)
         self.url = url

@@ -145,9 +145,7 @@ public final class ProxyMetrics: @unchecked Sendable {
         counts.requests[routeSlot &* Self.statusSlots &+ status &- 100] &+= 1
         counts.protocols[transport.slot] &+= 1
         let row = routeSlot &* Self.statusClasses &+ status / 100 &- 1
-        var bucket = 0
-        let bounds = Self.durationBucketNanos
-        while bucket < bounds.count && nanoseconds > bounds[bucket] { bucket &+= 1 }
+        let bucket = HistogramBucket.index(of: nanoseconds, in: Self.durationBucketNanos)
         counts.durations[row &* Self.durationCells &+ bucket] &+= 1
         counts.durationSums[row] &+= Int(truncatingIfNeeded: nanoseconds)
     }

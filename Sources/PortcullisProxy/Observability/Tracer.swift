@@ -232,10 +232,7 @@ public final class Tracer: @unchecked Sendable {
     /// The one outbound HTTP client (keys and the lookup hook use it too): http or https,
     /// `HTTPS_PROXY`/`NO_PROXY`, a host name resolved on each export.
     static func client(for settings: TracingSettings) -> HTTPGetClient {
-        var options = HTTPFetchOptions(connectTimeout: min(2, settings.timeout), totalTimeout: settings.timeout,
-                                       maxBodyBytes: 64 * 1024, userAgent: "portcullis-otlp/1", caFile: settings.caFile)
-        options.proxies = .process
-        return HTTPGetClient(options: options)
+        HTTPGetClient(options: .call(timeout: settings.timeout, userAgent: "portcullis-otlp/1", caFile: settings.caFile))
     }
 
     /// Sends the oldest batch (one POST at a time); its answer continues in `exported`.

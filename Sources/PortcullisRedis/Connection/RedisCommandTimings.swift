@@ -20,9 +20,7 @@ public final class RedisCommandTimings: Sendable {
         ([Int](repeating: 0, count: RedisCommandTimings.buckets.count + 1), 0))
 
     func record(nanoseconds: UInt64) {
-        var bucket = 0
-        let bounds = Self.bucketNanos
-        while bucket < bounds.count && nanoseconds > bounds[bucket] { bucket += 1 }
+        let bucket = HistogramBucket.index(of: nanoseconds, in: Self.bucketNanos)
         counts.withLock { counts in
             counts.buckets[bucket] &+= 1
             counts.sumNanos &+= nanoseconds
