@@ -27,13 +27,17 @@ usage: Benchmarks/load/auth.sh [options]
   --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold (default all)
   --target URL      measure only this URL with --tokens FILE (no local servers)
   --tokens FILE     header lines to rotate through (with --target)
+  --warmup S        unmeasured wrk run per row before round 1 (default $WARMUP or 2; 0 = none)
   --keep DIR        keep configs, tokens and raw wrk outputs
   --baseline BIN    add rows for another portcullis binary (e.g. main's build), same config, 1 and N tokens
+  --summary FILE    also append one JSON line per row (medians, CPU per request, per-round
+                    figures) to FILE, for all.sh or your own tooling (default $SUMMARY)
 USAGE
 }
 
 ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-10}"; CONNECTIONS="${CONNECTIONS:-64}"; WARMUP="${WARMUP:-2}"
 DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold"; TARGET=""; TOKENS=""; KEEP=""; BASELINE_BIN=""
+SUMMARY="${SUMMARY:-}"
 INVOCATION="$0 $*"
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -46,11 +50,13 @@ while [[ $# -gt 0 ]]; do
         --tokens) TOKENS="$2"; shift 2 ;;
         --keep) KEEP="$2"; shift 2 ;;
         --baseline) BASELINE_BIN="$2"; shift 2 ;;
+        --warmup) WARMUP="$2"; shift 2 ;;
+        --summary) SUMMARY="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
 done
-for n in "$ROUNDS" "$DURATION" "$CONNECTIONS" "$DISTINCT"; do
+for n in "$ROUNDS" "$DURATION" "$CONNECTIONS" "$DISTINCT" "$WARMUP"; do
     [[ "$n" =~ ^[0-9]+$ ]] || { echo "error: '$n' is not a whole number" >&2; exit 2; }
 done
 [[ -n "$TARGET" && -z "$TOKENS" ]] && { echo "error: --target needs --tokens FILE" >&2; exit 2; }
@@ -169,9 +175,11 @@ echo "- wrk per row: \`wrk -t1 -c$CONNECTIONS -d${DURATION}s --timeout 5s --late
 echo "- machine: nproc=$(nproc), $(haproxy -v | head -1 | cut -d' ' -f1-3), $(nginx -v 2>&1 | cut -d' ' -f3)"
 echo
 
-for row in "${ROW_NAMES[@]}"; do
-    wrk -t1 "-c$CONNECTIONS" "-d${WARMUP}s" --timeout 5s -s "${ROW_LUA[$row]}" "${ROW_URL[$row]}" > /dev/null 2>&1 || true
-done
+if (( WARMUP > 0 )); then
+    for row in "${ROW_NAMES[@]}"; do
+        wrk -t1 "-c$CONNECTIONS" "-d${WARMUP}s" --timeout 5s -s "${ROW_LUA[$row]}" "${ROW_URL[$row]}" > /dev/null 2>&1 || true
+    done
+fi
 RESULTS="$WORKDIR/results.jsonl"; : > "$RESULTS"
 for round in $(seq 1 "$ROUNDS"); do
     for row in "${ROW_NAMES[@]}"; do
@@ -190,4 +198,4 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 echo "Medians over $ROUNDS interleaved rounds (ratio column: to the first row):"
 echo
-$HELPER table "$RESULTS"
+$HELPER table "$RESULTS" ${SUMMARY:+--summary "$SUMMARY" --script auth.sh --section "$( [[ -n "$TARGET" ]] && echo target || echo auth)"}

@@ -23,8 +23,10 @@ usage: Benchmarks/load/h2.sh [options]
   --protocols P[,P]   h2 (over TLS), h2c (default both; the auth rows are h2)
   --keep DIR          copy configs, logs and raw h2load outputs to DIR (not the per-request logs)
   --baseline BIN      add rows for another portcullis binary (e.g. main's build), same configs
+  --summary FILE      also append one JSON line per row (medians, CPU per request, per-round
+                      figures; failed rows with their reason) to FILE (default $SUMMARY)
 Environment: PORTCULLIS_BIN (default .build/release/portcullis), ROUNDS, DURATION, WARMUP,
-CLIENTS, STREAMS.
+CLIENTS, STREAMS, SUMMARY.
 Exit status: 0 when every row was measured, 3 when some row failed (the table is printed).
 USAGE
 }
@@ -38,6 +40,7 @@ ONLY="nginx,haproxy,h2o,portcullis,auth"
 PROTOCOLS="h2,h2c"
 KEEP=""
 BASELINE_BIN=""
+SUMMARY="${SUMMARY:-}"
 INVOCATION="$0 $*"
 
 while [[ $# -gt 0 ]]; do
@@ -51,6 +54,7 @@ while [[ $# -gt 0 ]]; do
         --protocols) PROTOCOLS="$2"; shift 2 ;;
         --keep) KEEP="$2"; shift 2 ;;
         --baseline) BASELINE_BIN="$2"; shift 2 ;;
+        --summary) SUMMARY="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -335,7 +339,7 @@ for row in "${ROW_NAMES[@]}"; do
 done
 echo "Medians over $ROUNDS interleaved rounds (ratio: to the HAProxy row of the same protocol; the RS256 rows to HAProxy h2 over TLS):"
 echo
-$HELPER h2table "$ROWS_TSV" "$RESULTS"
+$HELPER h2table "$ROWS_TSV" "$RESULTS" ${SUMMARY:+--summary "$SUMMARY"}
 echo
 echo "p50/p99 are nearest-rank percentiles of the per-request times in h2load's --log-file (stream start to end of response, every request of the run). CPU is utime+stime from /proc/PID/stat (all threads and child processes) over the h2load run, divided by its 2xx responses. h2load itself shares the $(nproc) cores."
 

@@ -8,13 +8,24 @@ Subcommands:
   rss PID                    print VmRSS of PID in KiB
   wrk FILE                   parse one wrk output file, print JSON
   lua HEADER...              print a wrk Lua script that sets the given headers
-  table ROWSJSON             print the Markdown table from collected results
+  table ROWSJSON [--summary FILE --script NAME --section S]
+                             print the Markdown table from collected results
+                             (with --summary: also append one JSON line per row
+                             to FILE, see write_summary)
   h2run ROW ROUND OUT LOG PROTO CPU_TICKS HZ
                              h2.sh: parse one h2load run (stdout OUT, --log-file
                              LOG), print one JSON result line; exit 3 with the
                              reason on stderr if the run is not usable
-  h2table ROWS RESULTS       h2.sh: print its Markdown table (ROWS: tab-separated
+  h2table ROWS RESULTS [--summary FILE]
+                             h2.sh: print its Markdown table (ROWS: tab-separated
                              row, section, label, failure reason; RESULTS: h2run lines)
+  tlstable ROWS RESULTS DURATION SIGN X25519 [--summary FILE]
+                             tls.sh: print its Markdown table (ROWS: tab-separated
+                             row, label, failure reason; RESULTS: lines
+                             "row mode handshakes cpu_ticks hz resumed")
+  alltable DIR SECTION=RC... [--baseline]
+                             all.sh: one Markdown table from DIR/SECTION.summary.jsonl
+                             of every SECTION run (RC: the script's exit status)
 """
 import json
 import math
@@ -136,7 +147,49 @@ def _fmt(v, spec):
     return "—" if v is None else format(v, spec)
 
 
-def table(path):
+def _median(xs):
+    """Median of the figures that exist (None where nothing was measured)."""
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _options(args, flags=(), values=()):
+    """Split ARGS into positionals and --name options (values: take an argument)."""
+    pos, opts, i = [], {}, 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--") and a[2:] in values and i + 1 < len(args):
+            opts[a[2:]] = args[i + 1]
+            i += 2
+        elif a.startswith("--") and a[2:] in flags:
+            opts[a[2:]] = True
+            i += 1
+        else:
+            pos.append(a)
+            i += 1
+    return pos, opts
+
+
+def write_summary(path, script, entries):
+    """Append one JSON line per row to PATH (machine-readable, for all.sh and for you):
+    {"script", "section", "row" (a stable key: the row names of the script's --only and
+    table code), "label", "unit", "rate" (median req/s or handshakes/s; null when the row
+    failed), "cpu_us" (median server CPU µs per request or handshake), "rounds" (the
+    per-round rates), "p50", "p99" (ms, when measured), "errors", "failed" (the reason,
+    or null)}. The medians are the ones the script's own table prints."""
+    if not path:
+        return
+    with open(path, "a") as f:
+        for e in entries:
+            line = {"script": script, "section": e.get("section"), "row": e["row"],
+                    "label": e.get("label"), "unit": e.get("unit", "req/s"),
+                    "rate": e.get("rate"), "cpu_us": e.get("cpu_us"),
+                    "rounds": e.get("rounds", []), "p50": e.get("p50"), "p99": e.get("p99"),
+                    "errors": e.get("errors", 0), "failed": e.get("failed")}
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+
+def table(path, summary_path=None, script="run.sh", section=None):
     """path: JSON lines {row, label, round, wrk-file, cpu_ticks, hz}."""
     runs = {}
     order = []
@@ -149,10 +202,7 @@ def table(path):
                 order.append(r["row"])
             runs.setdefault(r["row"], []).append(w)
 
-    def med(xs):
-        xs = [x for x in xs if x is not None]
-        return statistics.median(xs) if xs else None
-
+    med = _median
     summary = {}
     for row in order:
         rs = runs[row]
@@ -202,6 +252,10 @@ def table(path):
         print("wrk reported errors:")
         for p in problems:
             print(f"- {p}")
+    write_summary(summary_path, script, [
+        {"section": section, "row": row, "label": summary[row]["label"], "rate": summary[row]["rps"],
+         "cpu_us": summary[row]["cpu"], "rounds": summary[row]["rps_all"], "p50": summary[row]["p50"],
+         "p99": summary[row]["p99"], "errors": summary[row]["errors"]} for row in order])
 
 
 def parse_h2load(path):
@@ -305,7 +359,7 @@ def _why(text):
     return True
 
 
-def h2table(rows_path, results_path):
+def h2table(rows_path, results_path, summary_path=None):
     rows = []
     with open(rows_path) as f:
         for line in f:
@@ -318,10 +372,7 @@ def h2table(rows_path, results_path):
                 r = json.loads(line)
                 runs.setdefault(r["row"], []).append(r)
 
-    def med(xs):
-        xs = [x for x in xs if x is not None]
-        return statistics.median(xs) if xs else None
-
+    med = _median
     summary = {}
     for r in rows:
         rs = runs.get(r["row"], [])
@@ -393,6 +444,238 @@ def h2table(rows_path, results_path):
         print("Rows that could not be measured:")
         for label, proto, reason in failed:
             print(f"- {proto}, {label}: {reason}")
+    entries = []
+    for r in rows:
+        s = summary.get(r["row"])
+        e = {"section": r["section"], "row": r["row"], "label": r["label"]}
+        if s is None:
+            e["failed"] = r["reason"] or "no measurement"
+        else:
+            e.update(rate=s["rps"], cpu_us=s["cpu"], rounds=s["rps_all"], p50=s["p50"], p99=s["p99"],
+                     errors=s["errors"])
+        entries.append(e)
+    write_summary(summary_path, "h2.sh", entries)
+
+
+def tlstable(rows_path, results_path, duration, sign, x25519, summary_path=None):
+    """tls.sh: ROWS lines "row<TAB>label<TAB>failure reason"; RESULTS lines
+    "row mode handshakes cpu_ticks hz resumed" (mode -new or -reuse, one line per run)."""
+    duration, sign, x = float(duration), float(sign or 0), float(x25519 or 0)
+    rows = []
+    with open(rows_path) as f:
+        for line in f:
+            row, label, reason = (line.rstrip("\n").split("\t") + ["", "", ""])[:3]
+            rows.append({"row": row, "label": label, "reason": reason})
+    runs = {}
+    if os.path.exists(results_path):
+        with open(results_path) as f:
+            for line in f:
+                row, mode, conns, ticks, hz, reused = line.split()
+                runs.setdefault((row, mode), []).append({
+                    "rate": int(conns) / duration, "conns": int(conns), "reused": int(reused),
+                    "cpu": int(ticks) / int(hz) * 1e6 / max(1, int(conns))})
+    modes = (("-new", "full", "full (TLS 1.3)"), ("-reuse", "resumed", "resumed (TLS 1.2 ticket)"))
+    summary = {}
+    for r in rows:
+        for mode, key, _ in modes:
+            rs = runs.get((r["row"], mode), [])
+            if r["reason"] or not rs:
+                continue
+            summary[(r["row"], mode)] = {
+                "rate": _median([x["rate"] for x in rs]), "cpu": _median([x["cpu"] for x in rs]),
+                "rates": [x["rate"] for x in rs], "conns": sum(x["conns"] for x in rs),
+                "reused": sum(x["reused"] for x in rs)}
+    limit = 1 / (1 / sign + 2 / x) if sign and x else None
+    print("| handshake | server | per s | ratio to nginx | server CPU µs per handshake |")
+    print("|---|---|---:|---:|---:|")
+    for mode, _, name in modes:
+        base = summary.get(("nginx", mode), {}).get("rate")
+        for r in rows:
+            s = summary.get((r["row"], mode))
+            if s is None:
+                print(f"| {name} | {r['label']} | failed | — | — |")
+                continue
+            ratio = s["rate"] / base if base else None
+            print(f"| {name} | {r['label']} | {s['rate']:,.0f} | {_fmt(ratio, '.2f')} | {s['cpu']:,.0f} |")
+    if limit:
+        print()
+        print(f"Physical limit per core (`openssl speed`): P-256 sign {sign:,.0f}/s, X25519 {x:,.0f} op/s -> "
+              f"{limit:,.0f} full handshakes/s per core ({1e6 / limit:,.0f} µs of public-key work each); the machine has the same 2 cores for clients and server.")
+    # s_time prints one character per connection: 'r' when the session was resumed.
+    notes = []
+    for r in rows:
+        full, resumed = summary.get((r["row"], "-new")), summary.get((r["row"], "-reuse"))
+        if full and full["reused"]:
+            notes.append(f"- {r['label']}, full: {full['reused']:,} of {full['conns']:,} handshakes resumed a session")
+        if resumed and resumed["conns"] and resumed["reused"] < 0.9 * resumed["conns"]:
+            notes.append(f"- {r['label']}, resumed: only {resumed['reused']:,} of {resumed['conns']:,} handshakes "
+                         "resumed the session (the others were full handshakes)")
+    if notes:
+        print()
+        print("Resumption not as asked for (from s_time's per-connection marks):")
+        print("\n".join(notes))
+    failed = [r for r in rows if r["reason"] or not any((r["row"], m) in summary for m, _, _ in modes)]
+    if failed:
+        print()
+        print("Rows that could not be measured:")
+        for r in failed:
+            print(f"- {r['label']}: {r['reason'] or 'no measurement'}")
+    entries = []
+    for mode, key, _ in modes:
+        for r in rows:
+            s = summary.get((r["row"], mode))
+            e = {"section": key, "row": f"{r['row']}-{key}", "label": r["label"], "unit": "handshakes/s"}
+            if s is None:
+                e["failed"] = r["reason"] or "no measurement"
+            else:
+                e.update(rate=s["rate"], cpu_us=s["cpu"], rounds=s["rates"])
+            entries.append(e)
+    write_summary(summary_path, "tls.sh", entries)
+
+
+# all.sh: the rows of issue #37, each beside its anchors. Per row: section, title, the
+# Portcullis and baseline row keys of that section's summary, the anchors (key, name) of
+# which the one with the highest rate in the run is shown, the baseline's own anchor when
+# the comparison is with the same binary, the target for Portcullis ÷ anchor, and whether
+# "server CPU per request <= the anchor's" is a target too.
+ALL_SECTIONS = {"http1": "run.sh", "https": "run.sh --tls", "h2": "h2.sh", "tls": "tls.sh", "auth": "auth.sh"}
+ALL_ROWS = [
+    ("http1", "plain HTTP/1.1, keep-alive", "portcullis", "baseline",
+     (("nginx", "nginx"), ("haproxy", "HAProxy")), None, 1.0, True),
+    ("https", "HTTPS keep-alive, HTTP/1.1", "portcullis", "baseline",
+     (("nginx", "nginx"), ("haproxy", "HAProxy")), None, 1.0, True),
+    ("h2", "h2 over TLS 1.3", "portcullis-tls", "baseline-tls",
+     (("h2o-tls", "h2o"), ("nginx-tls", "nginx"), ("haproxy-tls", "HAProxy")), None, 1.0, True),
+    ("h2", "h2c, prior knowledge", "portcullis-h2c", "baseline-h2c",
+     (("h2o-h2c", "h2o"), ("nginx-h2c", "nginx"), ("haproxy-h2c", "HAProxy")), None, 1.0, True),
+    ("h2", "h2 + RS256 Bearer, one token", "portcullis-auth", "baseline-auth",
+     (("haproxy-auth", "HAProxy, same header passed through"),), None, 1.0, True),
+    ("h2", "h2 + RS256 Bearer ÷ plain h2", "portcullis-auth", "baseline-auth",
+     (("portcullis-tls", "Portcullis, h2 without token"),), "baseline-tls", 0.9, False),
+    ("tls", "full TLS 1.3 handshakes/s", "portcullis-full", "baseline-full",
+     (("h2o-full", "h2o"), ("nginx-full", "nginx"), ("haproxy-full", "HAProxy")), None, 1.0, True),
+    ("tls", "resumed handshakes/s (TLS 1.2 ticket)", "portcullis-resumed", "baseline-resumed",
+     (("h2o-resumed", "h2o"), ("nginx-resumed", "nginx"), ("haproxy-resumed", "HAProxy")), None, 1.0, True),
+    ("auth", "RS256 Bearer, HTTP/1.1, 1 token", "portcullis1", "base1",
+     (("haproxy1", "HAProxy jwt_verify, 1 token"),), None, 2.5, True),
+    ("auth", "RS256 Bearer, HTTP/1.1, {N} tokens", "portcullisN", "baseN",
+     (("haproxyN", "HAProxy jwt_verify, {N} tokens"),), None, 2.5, True),
+    ("auth", "RS256 Bearer, {N} tokens ÷ 1 token", "portcullisN", "baseN",
+     (("portcullis1", "Portcullis, 1 token"),), "base1", 0.95, False),
+]
+
+
+def alltable(directory, section_rcs, baseline=False):
+    sections = []
+    for item in section_rcs:
+        name, _, rc = item.partition("=")
+        sections.append((name, int(rc or 0)))
+    data = {}
+    for name, _ in sections:
+        rows = {}
+        path = os.path.join(directory, f"{name}.summary.jsonl")
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    if line.strip():
+                        r = json.loads(line)
+                        rows[r["row"]] = r   # a later line for the same row wins
+        data[name] = rows
+    rcs = dict(sections)
+
+    def measured(sec, key):
+        r = data.get(sec, {}).get(key)
+        return r if r and r.get("rate") is not None else None
+
+    def cell(sec, key):
+        r = data.get(sec, {}).get(key)
+        if r and r.get("rate") is not None:
+            return f"{r['rate']:,.0f}"
+        return "failed" if r else "not measured"
+
+    def mark(ok):
+        return "✓" if ok else "✗"
+
+    head = "| section | row | Portcullis |"
+    sep = "|---|---|---:|"
+    if baseline:
+        head += " baseline | after ÷ before |"
+        sep += "---:|---:|"
+    head += " best anchor (same run) | Portcullis ÷ anchor | target | server CPU µs per request: Portcullis" + (
+        " / baseline" if baseline else "") + " / anchor |"
+    sep += "---|---:|---|---:|"
+    print(head)
+    print(sep)
+    missing, errors, seen = [], [], set()
+    for sec, title, pkey, bkey, anchors, banchor, target, cpu_target in ALL_ROWS:
+        if sec not in rcs:
+            continue
+        n = None
+        for k in (pkey, bkey, "portcullisN", "haproxyN"):
+            label = (data[sec].get(k) or {}).get("label") or ""
+            if "tokens" in label:
+                n = label.rsplit(" tokens", 1)[0].split()[-1]
+                break
+        fill = lambda t: t.replace("{N}", f"{int(n):,}" if n and n.isdigit() else (n or "N"))
+        title = fill(title)
+        p = measured(sec, pkey)
+        b = measured(sec, bkey) if baseline else None
+        measured_anchors = [(measured(sec, k), fill(name)) for k, name in anchors]
+        measured_anchors = [(r, name) for r, name in measured_anchors if r]
+        best = max(measured_anchors, key=lambda a: a[0]["rate"]) if measured_anchors else None
+        line = f"| {sec} | {title} | {cell(sec, pkey)} |"
+        if baseline:
+            line += f" {cell(sec, bkey)} | {_fmt(p['rate'] / b['rate'] if p and b and b['rate'] else None, '.2f')} |"
+        if best:
+            a, aname = best
+            line += f" {aname} {a['rate']:,.0f} |"
+        else:
+            line += " not measured (" + ", ".join(fill(name) for _, name in anchors) + ") |"
+        ratio = p["rate"] / best[0]["rate"] if p and best and best[0]["rate"] else None
+        rcell = "—" if ratio is None else f"{ratio:.2f} {mark(ratio >= target)}"
+        if baseline:
+            bref = measured(sec, banchor) if banchor else (best[0] if best else None)
+            if b and bref and bref["rate"]:
+                rcell += f" (baseline {b['rate'] / bref['rate']:.2f})"
+        tcell = f"{target:.1f}" if round(target, 1) == target else f"{target:.2f}"
+        line += f" {rcell} | ≥ {tcell}×" + ("; CPU ≤ anchor" if cpu_target else "") + " |"
+        cpus = [p] + ([b] if baseline else []) + [best[0] if best else None]
+        ccell = " / ".join(_fmt(r.get("cpu_us") if r else None, ".1f") for r in cpus)
+        if cpu_target and p and best and p.get("cpu_us") is not None and best[0].get("cpu_us") is not None:
+            ccell += f" {mark(p['cpu_us'] <= best[0]['cpu_us'])}"
+        line += f" {ccell} |"
+        print(line)
+        names = [(pkey, "Portcullis")] + ([(bkey, "Portcullis baseline")] if baseline else []) + [
+            (k, fill(name)) for k, name in anchors]
+        for key, name in names:
+            if (sec, key) in seen:
+                continue
+            seen.add((sec, key))
+            r = data[sec].get(key)
+            if r is None or r.get("rate") is None:
+                if r:
+                    why = r.get("failed") or "no measurement"
+                elif data[sec]:
+                    why = f"not in the summary of {ALL_SECTIONS[sec]} (row '{key}' not run)"
+                else:
+                    why = (f"{ALL_SECTIONS[sec]} exited {rcs[sec]} before its table" if rcs[sec]
+                           else f"{ALL_SECTIONS[sec]} wrote no summary")
+                missing.append(f"- {sec}, {title}: {(r or {}).get('label') or name}: {why}")
+            elif r.get("errors"):
+                errors.append(f"- {sec}, {title}: {r['label']}: {r['errors']} errors (see the script's output)")
+    print()
+    print("Rates are medians over the rounds (req/s; handshakes/s and CPU µs per handshake in the tls rows); "
+          "✓/✗: the target of issue #37 met or missed in this run. The anchor is the best of the row's anchors "
+          "in the same run; for the ÷ rows it is the same binary's other row"
+          + (", and (baseline …) is the baseline's own ratio." if baseline else "."))
+    if errors:
+        print()
+        print("Rows with errors (failed requests or non-2xx responses):")
+        print("\n".join(errors))
+    if missing:
+        print()
+        print("Not measured:")
+        print("\n".join(missing))
 
 
 def main():
@@ -410,11 +693,19 @@ def main():
     elif cmd == "lua":
         sys.stdout.write(lua(args))
     elif cmd == "table":
-        table(args[0])
+        pos, opts = _options(args, values=("summary", "script", "section"))
+        table(pos[0], opts.get("summary"), opts.get("script", "run.sh"), opts.get("section"))
     elif cmd == "h2run":
         h2run(*args)
     elif cmd == "h2table":
-        h2table(args[0], args[1])
+        pos, opts = _options(args, values=("summary",))
+        h2table(pos[0], pos[1], opts.get("summary"))
+    elif cmd == "tlstable":
+        pos, opts = _options(args, values=("summary",))
+        tlstable(*pos[:5], summary_path=opts.get("summary"))
+    elif cmd == "alltable":
+        pos, opts = _options(args, flags=("baseline",))
+        alltable(pos[0], pos[1:], bool(opts.get("baseline")))
     else:
         raise SystemExit(__doc__)
 

@@ -17,6 +17,8 @@ usage: Benchmarks/load/run.sh [options]
   --header 'N: V'     extra request header (repeatable), sent through a wrk Lua script
   --keep DIR          copy configs, logs and raw wrk outputs to DIR
   --baseline BIN      add a row for another portcullis binary (e.g. main's build), same config
+  --summary FILE      also append one JSON line per row (medians, CPU per request, per-round
+                      figures) to FILE, for all.sh or your own tooling (default $SUMMARY)
   --tls               the proxies terminate TLS (EC P-256 leaf, TLS 1.3, tickets) and wrk speaks https;
                       the upstream stays plain HTTP/1.1
   --tracing           add two rows: the same Portcullis with tracing on (W3C traceparent, OTLP/HTTP
@@ -25,7 +27,7 @@ usage: Benchmarks/load/run.sh [options]
                       (POST /reload) every MS milliseconds during the wrk run; the row fails if any
                       reload is refused or wrk sees an error
 Environment: PORTCULLIS_BIN (default .build/release/portcullis), ROUNDS, DURATION,
-CONNECTIONS, WARMUP.
+CONNECTIONS, WARMUP, SUMMARY.
 USAGE
 }
 
@@ -41,6 +43,7 @@ BASELINE_BIN=""
 TLS=0
 RELOAD_MS=0
 TRACING=0
+SUMMARY="${SUMMARY:-}"
 INVOCATION="$0 $*"
 
 while [[ $# -gt 0 ]]; do
@@ -57,6 +60,7 @@ while [[ $# -gt 0 ]]; do
         --tls) TLS=1; shift ;;
         --reload-every) RELOAD_MS="$2"; shift 2 ;;
         --tracing) TRACING=1; shift ;;
+        --summary) SUMMARY="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown option: $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -203,7 +207,8 @@ done
 
 echo "Medians over $ROUNDS interleaved rounds:"
 echo
-$HELPER table "$RESULTS"
+SECTION=http1; (( TLS )) && SECTION=https; [[ -n "$TARGET" ]] && SECTION=target
+$HELPER table "$RESULTS" ${SUMMARY:+--summary "$SUMMARY" --script run.sh --section "$SECTION"}
 if [[ -z "$TARGET" ]]; then
     echo
     echo "CPU is utime+stime from /proc/PID/stat (all threads; nginx master and workers) over the wrk run, divided by the requests wrk completed. wrk itself shares the $(nproc) cores."
