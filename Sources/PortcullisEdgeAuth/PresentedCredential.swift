@@ -294,9 +294,8 @@ struct ForeignSessionCookies {
     let names: [Substring]
 
     /// `grant` with those cookies removed from what it forwards (its own replacement, if
-    /// it has one, or the request's Cookie value).
+    /// it has one, or the request's Cookie value). The grant is the request's own, just made.
     func strip(from grant: AuthGrant) -> AuthGrant {
-        var grant = grant
         grant.replacementCookie = CookieJar.filter(grant.replacementCookie ?? jar.text) { names.contains($0) }
         return grant
     }

@@ -85,8 +85,10 @@ public final class TLSSession: StreamSecurity {
     }
 
     /// What the BIO's callbacks find this session by (`CallbackHandles`).
-    static let callbackHandles = CallbackHandles<TLSSession>()
+    static let callbackHandles = CallbackHandles<CallbackAnchor<TLSSession>>()
     private var handle: UnsafeMutableRawPointer?
+    /// What the table holds for this session while the SSL lives (see `CallbackAnchor`).
+    private var anchor: CallbackAnchor<TLSSession>?
 
     deinit {
         if let handle { Self.callbackHandles.remove(handle) }
@@ -99,7 +101,9 @@ public final class TLSSession: StreamSecurity {
         self.retainedContext = context
         let bio = BIO_new(socketBIOMethod)!
         // A handle, not a pointer: a BIO call after the session is gone finds nil and fails.
-        handle = Self.callbackHandles.register(self, shardHint: socket.loop.index)
+        let anchor = CallbackAnchor(self)
+        self.anchor = anchor
+        handle = Self.callbackHandles.register(anchor, shardHint: socket.loop.index)
         BIO_set_data(bio, handle)
         BIO_set_init(bio, 1)
         SSL_set_bio(ssl, bio, bio)  // the SSL owns the BIO (one reference for both directions)
@@ -202,6 +206,7 @@ public final class TLSSession: StreamSecurity {
             self.handle = nil
             Self.callbackHandles.remove(handle)
         }
+        anchor = nil
         outbox.clear()
         outbox.releaseIfEmpty()
     }
@@ -332,14 +337,14 @@ public final class TLSSession: StreamSecurity {
 nonisolated(unsafe) private let socketBIOMethod: OpaquePointer = {  // immutable after creation; OpenSSL only reads it
     let method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "portcullis socket")!
     _ = BIO_meth_set_write_ex(method) { bio, data, length, written in
-        guard let bio, let data, let session = TLSSession.callbackHandles.target(BIO_get_data(bio)) else { return 0 }
+        guard let bio, let data, let session = TLSSession.callbackHandles.target(BIO_get_data(bio))?.target else { return 0 }
         portcullis_bio_clear_retry_flags(bio)
         guard session.transmit(UnsafeRawBufferPointer(start: data, count: length)) else { return 0 }
         written?.pointee = length
         return 1
     }
     _ = BIO_meth_set_read_ex(method) { bio, data, length, read in
-        guard let bio, let data, let session = TLSSession.callbackHandles.target(BIO_get_data(bio)) else { return 0 }
+        guard let bio, let data, let session = TLSSession.callbackHandles.target(BIO_get_data(bio))?.target else { return 0 }
         portcullis_bio_clear_retry_flags(bio)
         guard let n = session.receive(UnsafeMutableRawBufferPointer(start: data, count: length)) else {
             portcullis_bio_set_retry_read(bio)

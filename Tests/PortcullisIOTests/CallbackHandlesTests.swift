@@ -46,4 +46,28 @@ struct CallbackHandlesTests {
         DispatchQueue.concurrentPerform(iterations: targets.count) { i in table.remove(pointer(all[i]!)) }
         #expect(all.values.allSatisfy { table.target(pointer($0)) == nil })
     }
+
+    /// An object that owns its anchor: the table reaches it through the anchor, and once the
+    /// object is freed (its handle never removed) the anchor is gone with it: nil, no trap.
+    @Test func anAnchoredObjectIsFoundWhileItLivesAndNilAfter() {
+        final class Owner: @unchecked Sendable {
+            let name: String
+            var anchor: CallbackAnchor<Owner>?
+            let freed: LockedValue<Bool>
+            init(_ name: String, freed: LockedValue<Bool>) { self.name = name; self.freed = freed }
+            deinit { freed.withLock { $0 = true } }
+        }
+        let freed = LockedValue(false)
+        let table = CallbackHandles<CallbackAnchor<Owner>>()
+        var owner: Owner? = Owner("conn", freed: freed)
+        owner!.anchor = CallbackAnchor(owner!)
+        let handle = table.register(owner!.anchor!, shardHint: 1)
+        #expect(table.target(handle)?.target.name == "conn")
+        #expect(table.target(handle)?.target === owner)
+        owner = nil
+        #expect(freed.withLock { $0 }, "neither the table nor the anchor keeps the object alive")
+        #expect(table.target(handle) == nil)
+        table.remove(handle)
+        #expect(table.target(handle) == nil)
+    }
 }

@@ -2,7 +2,13 @@ import PortcullisHTTP
 import PortcullisIO
 
 /// What an authenticated request carries to its upstream.
-public struct AuthGrant {
+///
+/// A class: the grant travels from the decision through the exchange to the forwarded head
+/// by reference (as a struct with two existentials, an array and three strings, every hop
+/// copied it through its value witnesses: 1.9 % of the authenticated h2 row's CPU). Made
+/// fresh for each request and filled in by the authenticator before it is returned; nothing
+/// changes it after.
+public final class AuthGrant {
     /// Injected after every client identity header was stripped.
     public var headers: [(name: String, value: String)]
     /// Remove the client's `Authorization` header before forwarding.

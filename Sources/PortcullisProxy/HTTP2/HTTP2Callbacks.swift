@@ -2,8 +2,9 @@ import CNGHTTP2
 import PortcullisCore
 
 /// nghttp2's session callbacks, as C function pointers that find their
-/// `HTTP2ServerConnection` through the session's user data: a `CallbackHandles` handle, so a
-/// callback for a connection that is gone finds nil and fails the session, never a freed object.
+/// `HTTP2ServerConnection` through the session's user data: a `CallbackHandles` handle (to the
+/// connection's `CallbackAnchor`), so a callback for a connection that is gone finds nil and
+/// fails the session, never a freed object.
 ///
 /// Frame accounting for the flood budgets happens here: every frame that costs work but
 /// carries no request (SETTINGS, PING, PRIORITY, WINDOW_UPDATE, RST_STREAM, empty DATA)
@@ -17,7 +18,7 @@ enum HTTP2Callbacks {
 
     @inline(__always)
     static func connection(_ user: UnsafeMutableRawPointer?) -> HTTP2ServerConnection? {
-        HTTP2ServerConnection.callbackHandles.target(user)
+        HTTP2ServerConnection.callbackHandles.target(user)?.target
     }
 
     static let callbackFailure = NGHTTP2_ERR_CALLBACK_FAILURE.rawValue

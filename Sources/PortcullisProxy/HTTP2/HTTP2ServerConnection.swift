@@ -38,6 +38,9 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     /// The session's `user_data`: this connection's handle in `callbackHandles` (never a
     /// pointer), ended right after the session is deleted.
     private var sessionContext: UnsafeMutableRawPointer?
+    /// What `callbackHandles` holds for this connection (see `CallbackAnchor`), while the
+    /// session lives.
+    private var anchor: CallbackAnchor<HTTP2ServerConnection>?
     /// `close()` was asked for inside an nghttp2 call; it happens when that call returns.
     private var closeRequested = false
     private var streams: [Int32: HTTP2Stream] = [:]
@@ -125,11 +128,13 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
         nghttp2_option_set_max_settings(option, 32)
         nghttp2_option_set_max_continuations(option, 8)
         var created: OpaquePointer?
-        let user = Self.callbackHandles.register(self, shardHint: loop.index)
+        let anchor = CallbackAnchor(self)
+        let user = Self.callbackHandles.register(anchor, shardHint: loop.index)
         guard nghttp2_session_server_new2(&created, callbacks, user, option) == 0, let created else {
             Self.callbackHandles.remove(user)
             return false
         }
+        self.anchor = anchor
         session = created
         sessionContext = user
         // SETTINGS_MAX_CONCURRENT_STREAMS goes out under a private id that `flush` rewrites
@@ -499,6 +504,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
             self.sessionContext = nil
             Self.callbackHandles.remove(sessionContext)
         }
+        anchor = nil
     }
 
     /// A connection let go of without its close path (nothing holds it: the listener context's
@@ -506,7 +512,7 @@ final class HTTP2ServerConnection: DeadlineTarget, PassEndTarget, @unchecked Sen
     deinit { deleteSession() }
 
     /// The handles nghttp2's callbacks find their connection by (see `HTTP2Callbacks`).
-    static let callbackHandles = CallbackHandles<HTTP2ServerConnection>()
+    static let callbackHandles = CallbackHandles<CallbackAnchor<HTTP2ServerConnection>>()
 }
 
 /// SETTINGS_MAX_CONCURRENT_STREAMS as the client sees it, kept from nghttp2: nghttp2 treats

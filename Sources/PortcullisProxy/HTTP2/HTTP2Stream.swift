@@ -549,14 +549,16 @@ final class HTTP2Stream: ExchangeResponder, @unchecked Sendable {
         if exchange.isActive { exchange.cancel() }
         drainUntil = 0
         id = 0
+        // A stream object serves the connection's next streams: small buffers are kept for
+        // them (a response body's first 1 KiB buffer was allocated and freed per stream).
         head.clear()
         head.releaseIfEmpty(keepingUpTo: 2048)
         inBody.clear()
         inBody.releaseIfEmpty()
         outBody.clear()
-        outBody.releaseIfEmpty()
+        outBody.releaseIfEmpty(keepingUpTo: 2048)
         cookies.clear()
-        cookies.releaseIfEmpty()
+        cookies.releaseIfEmpty(keepingUpTo: 1024)
     }
 }
 
@@ -586,7 +588,7 @@ struct HTTP2HeaderBlock: ~Copyable {
 
     mutating func field(lowercasing name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
         let start = bytes.readableBytes
-        for byte in name { bytes.append(byte >= 65 && byte <= 90 ? byte | 0x20 : byte) }
+        bytes.appendLowercased(name)
         let valueStart = bytes.readableBytes
         bytes.append(value)
         ranges.append((start..<valueStart, valueStart..<bytes.readableBytes))

@@ -1,6 +1,9 @@
 import PortcullisCore
 /// A route resolved at start: its configuration plus the upstream's index.
-public struct Route: Sendable {
+///
+/// A class: every request holds its route from the match to the response, and a reference is
+/// one retain where the struct (its configuration's strings, arrays and handler) was a dozen.
+public final class Route: Sendable {
     public let configuration: RouteConfiguration
     public let upstreamIndex: Int
     /// Position of this route in the configuration's `routes` list.
@@ -9,6 +12,14 @@ public struct Route: Sendable {
     let host: String?
     /// Prefix without a trailing slash ("/" stays "/").
     let prefix: String
+
+    init(configuration: RouteConfiguration, upstreamIndex: Int, index: Int, host: String?, prefix: String) {
+        self.configuration = configuration
+        self.upstreamIndex = upstreamIndex
+        self.index = index
+        self.host = host
+        self.prefix = prefix
+    }
 }
 
 /// Longest path-prefix match, optionally by Host, over normalized paths.
