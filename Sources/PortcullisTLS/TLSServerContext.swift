@@ -42,7 +42,8 @@ public struct TLSServerSettings: Sendable, Equatable {
 /// AES-GCM or ChaCha20-Poly1305 (forward secrecy and AEAD only), TLS 1.3 suites are
 /// OpenSSL's (all AEAD); groups X25519, P-256, P-384; no renegotiation, no
 /// compression; server-side session cache off, resumption by stateless tickets
-/// sealed with `TicketKeys.shared`; buffers released while a connection is idle.
+/// sealed with `TicketKeys.shared` (one per TLS 1.3 handshake); buffers released while
+/// a connection is idle.
 ///
 /// Reloading (SIGHUP) builds a new `TLSServerContext` and swaps it in for new
 /// connections; a session keeps the context it started with alive (it retains it),
@@ -162,6 +163,10 @@ public final class TLSServerContext: @unchecked Sendable {
         _ = SSL_CTX_set_session_id_context(ctx, sessionContext, UInt32(sessionContext.count))
         _ = SSL_CTX_set_timeout(ctx, Int(TicketKeys.shared.ticketLifetime))
         _ = portcullis_ssl_ctx_set_ticket_callback(ctx, ticketKeyCallback)
+        // One TLS 1.3 ticket per handshake, not OpenSSL's two: a client resumes one
+        // connection with one ticket (browsers and URLSession keep one per origin), and each
+        // ticket is a session encoded, sealed and sent on every full handshake.
+        _ = SSL_CTX_set_num_tickets(ctx, 1)
         portcullis_ssl_ctx_set_alpn_list(ctx, alpn)
 
         guard SSL_CTX_use_certificate(ctx, certificate.chain[0]) == 1 else { throw fail("certificate") }
