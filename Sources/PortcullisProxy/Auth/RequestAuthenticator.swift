@@ -6,8 +6,8 @@ import PortcullisIO
 /// A class: the grant travels from the decision through the exchange to the forwarded head
 /// by reference (as a struct with two existentials, an array and three strings, every hop
 /// copied it through its value witnesses: 1.9 % of the authenticated h2 row's CPU). Made
-/// fresh for each request and filled in by the authenticator before it is returned; nothing
-/// changes it after.
+/// fresh for each request and filled in by the authenticator before it returns the outcome;
+/// the exchange only reads it (a retried forward reads the same grant).
 public final class AuthGrant {
     /// Injected after every client identity header was stripped.
     public var headers: [(name: String, value: String)]
