@@ -64,14 +64,7 @@ command -v wrk >/dev/null || { echo "error: wrk not found (apt-get install wrk)"
 
 WORKDIR="$(mktemp -d /tmp/portcullis-auth-load.XXXXXX)"
 source "$(dirname "${BASH_SOURCE[0]}")/servers.sh"
-cleanup() {
-    local rc=$?
-    stop_servers
-    if [[ -n "$KEEP" ]]; then mkdir -p "$KEEP" && cp -r "$WORKDIR"/. "$KEEP"/ || true; fi
-    rm -rf "$WORKDIR"
-    exit "$rc"
-}
-trap cleanup EXIT; trap 'exit 130' INT; trap 'exit 143' TERM
+trap cleanup_workdir EXIT; trap 'exit 130' INT; trap 'exit 143' TERM
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 # rotate.lua FILE: each request carries the next header line of FILE.

@@ -74,14 +74,7 @@ command -v wrk >/dev/null || { echo "error: wrk not found (apt-get install wrk)"
 WORKDIR="$(mktemp -d /tmp/portcullis-load.XXXXXX)"
 source "$(dirname "${BASH_SOURCE[0]}")/servers.sh"
 
-cleanup() {
-    local rc=$?
-    stop_servers
-    if [[ -n "$KEEP" ]]; then mkdir -p "$KEEP" && cp -r "$WORKDIR"/. "$KEEP"/ || true; fi
-    rm -rf "$WORKDIR"
-    exit "$rc"
-}
-trap cleanup EXIT
+trap cleanup_workdir EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 

@@ -273,3 +273,13 @@ CONF
         wait_http "$(scheme)://127.0.0.1:$PORTCULLIS_PORT/" ok || { cat "$d/portcullis.out" >&2; return 1; }
     fi
 }
+
+# The scripts' exit trap (`trap cleanup_workdir EXIT`): stops every server started here,
+# copies the work directory to $KEEP when one was asked for, removes it, keeps the status.
+cleanup_workdir() {
+    local rc=$?
+    stop_servers
+    if [[ -n "${KEEP-}" ]]; then mkdir -p "$KEEP" && cp -r "$WORKDIR"/. "$KEEP"/ || true; fi
+    rm -rf "$WORKDIR"
+    exit "$rc"
+}
