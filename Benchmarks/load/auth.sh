@@ -87,7 +87,6 @@ LUA
 
 ROW_NAMES=(); declare -A ROW_LABEL ROW_URL ROW_PIDS ROW_LUA
 add_row() { ROW_NAMES+=("$1"); ROW_LABEL[$1]="$2"; ROW_URL[$1]="$3"; ROW_PIDS[$1]="$4"; ROW_LUA[$1]="$5"; }
-wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 
 if [[ -n "$TARGET" ]]; then
     make_lua "$(realpath "$TOKENS")" "$WORKDIR/target.lua"

@@ -99,7 +99,6 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 H2LOAD_ARGS=(-t1 "-c$CLIENTS" "-m$STREAMS" --npn-list=h2 --tls13-ciphers=TLS_AES_128_GCM_SHA256)
 RUN_LIMIT=$(( DURATION + 30 ))   # hard stop for one h2load run (connect phase included)
 
-wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 wants_proto() { [[ ",$PROTOCOLS," == *",$1,"* ]]; }
 
 # Rows: name, section (h2 | h2c | auth), label, URL, PIDs whose CPU counts as the server,
@@ -109,13 +108,10 @@ add_row() {
     ROW_NAMES+=("$1"); ROW_SECTION[$1]="$2"; ROW_LABEL[$1]="$3"; ROW_URL[$1]="$4"; ROW_PIDS[$1]="${5-}"; ROW_HEADER[$1]="${6-}"
 }
 fail_row() {
-    local reason="${2//$'\t'/ }"; reason="${reason//$'\n'/ }"
-    ROW_FAIL[$1]="${reason:0:400}"
+    ROW_FAIL[$1]="$(one_line "$2")"
     echo "row ${ROW_LABEL[$1]} (${ROW_SECTION[$1]}): failed: ${ROW_FAIL[$1]}" >&2
 }
 active() { [[ -z "${ROW_FAIL[$1]-}" ]]; }
-# Last non-empty line of a file, for a failure reason.
-last_line() { grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -1 || true; }
 
 # start SERVER FUNCTION ARGS... -> 0 if started; else records the reason in START_FAIL[SERVER].
 declare -A START_FAIL

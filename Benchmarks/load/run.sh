@@ -92,7 +92,6 @@ fi
 # Rows: name, label, URL, PIDs whose CPU counts as "the server".
 ROW_NAMES=(); declare -A ROW_LABEL ROW_URL ROW_PIDS
 add_row() { ROW_NAMES+=("$1"); ROW_LABEL[$1]="$2"; ROW_URL[$1]="$3"; ROW_PIDS[$1]="${4-}"; }
-wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 
 if [[ -n "$TARGET" ]]; then
     add_row target "$TARGET" "$TARGET" ""

@@ -283,3 +283,10 @@ cleanup_workdir() {
     rm -rf "$WORKDIR"
     exit "$rc"
 }
+
+# Row helpers the scripts share: `wants ROW` (listed in $ONLY), `last_line FILE` (its last
+# non-empty line, for a failure reason), `one_line TEXT` (a reason on one line, at most 400
+# characters, no tabs: the row tables are tab-separated).
+wants() { [[ ",$ONLY," == *",$1,"* ]]; }
+last_line() { grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -1 || true; }
+one_line() { local reason="${1//$'\t'/ }"; reason="${reason//$'\n'/ }"; printf '%s' "${reason:0:400}"; }

@@ -56,7 +56,6 @@ cleanup() {
 }
 trap cleanup EXIT; trap 'exit 130' INT; trap 'exit 143' TERM
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 [[ -x "$PORTCULLIS_BIN" ]] || { echo "error: build first: swift build -c release --product portcullis" >&2; exit 1; }
 
 K="$WORKDIR/keys"; mkdir -p "$K"

@@ -61,19 +61,16 @@ trap cleanup_workdir EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 
 # Rows: name, label, port, PIDs whose CPU counts as the server; FAIL holds the reason once
 # a row cannot be measured.
 ROWS=(); declare -A LABEL PORT PID FAIL NEGOTIATED
 add_row() { ROWS+=("$1"); LABEL[$1]="$2"; PORT[$1]="${3-}"; PID[$1]="${4-}"; }
 fail_row() {
-    local reason="${2//$'\t'/ }"; reason="${reason//$'\n'/ }"
-    FAIL[$1]="${reason:0:400}"
+    FAIL[$1]="$(one_line "$2")"
     echo "row ${LABEL[$1]}: failed: ${FAIL[$1]}" >&2
 }
 active() { [[ -z "${FAIL[$1]-}" ]]; }
-last_line() { grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -1 || true; }
 # start NAME LABEL FUNCTION ARGS... -> adds the row; a server that does not start fails it.
 start() {
     local name="$1" label="$2"; shift 2
