@@ -89,12 +89,6 @@ public struct ByteBuffer: ~Copyable {
         storedWriterIndex += bytes.count
     }
 
-    /// Room for at least `count` more bytes, in one allocation (a caller that knows what it
-    /// will write saves the growth steps).
-    public mutating func reserve(_ count: Int) {
-        reserveWritable(count)
-    }
-
     @inlinable
     public mutating func append(_ string: StaticString) {
         append(UnsafeRawBufferPointer(start: string.utf8Start, count: string.utf8CodeUnitCount))
