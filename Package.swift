@@ -87,6 +87,11 @@ var package = Package(
             "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisAuth", "PortcullisProxy",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // `rate_limits:`: GCRA per user, claim or client address, wrapped around the
+        // authenticator; the embedded store (one instance).
+        .target(name: "PortcullisRateLimit", dependencies: [
+            "PortcullisCore", "PortcullisIO", "PortcullisAuth", "PortcullisProxy", "PortcullisEdgeAuth",
+        ]),
         // Mobile sign-in at the edge: the ID-token exchange, rotating refresh tokens, logout,
         // the device list, the lookup hook; the embedded and the Redis session stores.
         .target(name: "PortcullisSessions", dependencies: [
@@ -96,7 +101,7 @@ var package = Package(
         ]),
         // Configuration, wiring, admin endpoints, lifecycle.
         .target(name: "Portcullis", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth", "PortcullisSessions", "PortcullisVersion", "PortcullisOutbound", "PortcullisMetrics",
+            "PortcullisCore", "PortcullisIO", "PortcullisHTTP", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore", "PortcullisKeys", "PortcullisTLS", "PortcullisEdgeAuth", "PortcullisSessions", "PortcullisVersion", "PortcullisOutbound", "PortcullisMetrics", "PortcullisRateLimit",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
             .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -134,6 +139,9 @@ var package = Package(
         .testTarget(name: "PortcullisRedisTests", dependencies: ["PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisStoreTests", dependencies: ["PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisTestSupport"]),
         .testTarget(name: "PortcullisMetricsTests", dependencies: ["PortcullisMetrics"]),
+        .testTarget(name: "PortcullisRateLimitTests", dependencies: [
+            "PortcullisRateLimit", "PortcullisProxy", "PortcullisEdgeAuth", "PortcullisAuth", "PortcullisIO", "PortcullisCore",
+        ]),
         .testTarget(name: "PortcullisSessionsTests", dependencies: [
             "PortcullisSessions", "PortcullisProxy", "PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisAuth", "PortcullisTestSupport",
         ]),

@@ -81,8 +81,10 @@ public protocol DeferredDecisionTarget: AnyObject {
 /// its timeout), so nothing is held for longer than that.
 public struct AuthResumption: @unchecked Sendable {
     // @unchecked Sendable: the target is only touched on `loop.queue` (`resume` hops there).
-    let target: any DeferredDecisionTarget
-    let generation: UInt64
+    /// Where the outcome goes, and which wait it answers (an authenticator that wraps another
+    /// hands the inner one a resumption of its own and passes the outcome on to these).
+    public let target: any DeferredDecisionTarget
+    public let generation: UInt64
     /// The connection's loop; the decision is applied on its queue.
     public let loop: EventLoop
 
