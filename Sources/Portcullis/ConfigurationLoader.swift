@@ -5,6 +5,7 @@ import PortcullisRedis
 import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
+import PortcullisRateLimit
 import PortcullisTLS
 import PortcullisEdgeAuth
 import PortcullisSessions
@@ -123,6 +124,7 @@ public enum ConfigurationLoader {
         let tracingNode = try top.optional("tracing")
         let tracing: TracingSettings? = read(nil) { () throws(ConfigurationError) in try Self.tracing(tracingNode) }
         let sessionsNode = try top.optional("sessions")
+        let rateLimitsNode = try top.optional("rate_limits")
         let routesNode = try top.optional("routes")
         if routesNode == nil { errors.append(top.error("is required", key: "routes")) }
         do { try top.finish() } catch { errors.append(error) }
@@ -182,10 +184,18 @@ public enum ConfigurationLoader {
                                                  reason: error.description))
             }
         }
+        // Rules name routes by path, the session endpoints' included.
+        let rateLimits = errors.isEmpty ? read(RateLimitSettings()) { () throws(ConfigurationError) in
+            try Self.rateLimits(rateLimitsNode, routes: routes)
+        } : RateLimitSettings()
         if !errors.isEmpty { throw Self.combined(errors) }
 
-        // Claims the gateway reads (headers, route rules) are forwarded by every provider.
-        let neededClaims = Set(identity.claimHeaders.map(\.claim) + routeAuth.flatMap { $0.requiredClaims.map(\.claim) })
+        // Claims the gateway reads (headers, route rules, rate-limit keys) are forwarded by every provider.
+        let limitClaims = rateLimits.rules.compactMap { rule -> String? in
+            if case .claim(let name) = rule.key { return name }
+            return nil
+        }
+        let neededClaims = Set(identity.claimHeaders.map(\.claim) + routeAuth.flatMap { $0.requiredClaims.map(\.claim) } + limitClaims)
         for i in providers.indices {
             for claim in neededClaims.sorted() where !providers[i].configuration.forwardedClaims.contains(claim) {
                 providers[i].configuration.forwardedClaims.append(claim)
@@ -235,7 +245,7 @@ public enum ConfigurationLoader {
                                     proxy: proxy, providers: providers, routeAuth: routeAuth, identity: identity.settings,
                                     keyRefresh: keyRefresh, tokenCacheEntries: tokenCacheEntries, store: store,
                                     sessions: sessions, sessionRoutes: sessionRoutes, demo: demo,
-                                    certificateCheckInterval: certificateCheck)
+                                    certificateCheckInterval: certificateCheck, rateLimits: rateLimits)
     }
 
     /// Every error of one reading as one thrown error (the first, with the others in `more`).

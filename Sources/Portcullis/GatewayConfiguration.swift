@@ -4,6 +4,7 @@ import PortcullisEdgeAuth
 import PortcullisHTTP
 import PortcullisIO
 import PortcullisProxy
+import PortcullisRateLimit
 import PortcullisRedis
 import PortcullisStore
 import PortcullisTLS
@@ -71,6 +72,8 @@ public struct GatewayConfiguration: Sendable {
     /// `certificate_check`: how often the certificate files are compared with the ones
     /// loaded, a change reloading them (default 60 s; nil: `off`).
     public var certificateCheckInterval: Double? = 60
+    /// `rate_limits:` (none by default).
+    public var rateLimits = RateLimitSettings()
 }
 
 /// Which session endpoint a route is.

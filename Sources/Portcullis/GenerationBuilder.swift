@@ -6,6 +6,7 @@ import PortcullisEdgeAuth
 import PortcullisIO
 import PortcullisKeys
 import PortcullisProxy
+import PortcullisRateLimit
 import PortcullisRedis
 import PortcullisTLS
 
@@ -27,6 +28,10 @@ final class GenerationBuilder: @unchecked Sendable {
     /// One Redis client for the secrets instances share (ticket keys, generated assertion key).
     private var secretsClient: RedisClient?
     private var ticketKeysStarted = false
+    /// `rate_limits:` state, kept across generations: a reload does not hand every client a
+    /// fresh budget (a rule keeps its keys while its name stays). Made with the first file
+    /// that has rules.
+    private(set) var rateLimitStore: EmbeddedRateLimitStore?
 
     init(logger: Logger, metrics: GatewayMetrics) {
         self.logger = logger
@@ -169,7 +174,7 @@ final class GenerationBuilder: @unchecked Sendable {
                                    assertionKeys: AssertionKeys?,
                                    onEvent: (@Sendable (KeyManagerEvent) -> Void)? = nil) throws -> BuiltAuthenticator {
         guard !configuration.providers.isEmpty else {
-            return BuiltAuthenticator(authenticator: NoProvidersAuthenticator(realm: configuration.proxy.realm))
+            return BuiltAuthenticator(authenticator: limited(NoProvidersAuthenticator(realm: configuration.proxy.realm), configuration))
         }
         let verifier = try Gateway.makeVerifier(configuration)
         let keys: SigningKeys?
@@ -181,7 +186,29 @@ final class GenerationBuilder: @unchecked Sendable {
         let counters = metrics.auth.sharing(providers: configuration.providers.map(\.configuration.name))
         let authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration.edgeAuth, revocations: revocations,
                                               keys: keys, counters: counters, logger: logger, assertionKeys: assertionKeys)
-        return BuiltAuthenticator(authenticator: authenticator, verifier: verifier, keys: keys)
+        return BuiltAuthenticator(authenticator: limited(authenticator, configuration), verifier: verifier, keys: keys)
+    }
+
+    /// `authenticator` with the file's `rate_limits:` applied to what it lets through (itself
+    /// when there are none).
+    private func limited(_ authenticator: any RequestAuthenticator,
+                         _ configuration: GatewayConfiguration) -> any RequestAuthenticator {
+        let settings = configuration.rateLimits
+        guard !settings.rules.isEmpty else { return authenticator }
+        let store: EmbeddedRateLimitStore
+        if let existing = rateLimitStore {
+            store = existing
+        } else {
+            store = EmbeddedRateLimitStore(maxKeys: settings.maxKeys)
+            rateLimitStore = store
+            metrics.attach(rateLimits: { store.counts() })
+        }
+        let routes = configuration.proxy.routes
+        let errorBodies = routes.indices.map { index in
+            (index < configuration.routeAuth.count ? configuration.routeAuth[index].errorBody : nil) ?? configuration.identity.errorBody
+        }
+        return RateLimitingAuthenticator(wrapping: authenticator, settings: settings, routePaths: routes.map(\.pathPrefix),
+                                         errorBodies: errorBodies, store: store, trustedProxies: configuration.proxy.trustedProxies)
     }
 
 }

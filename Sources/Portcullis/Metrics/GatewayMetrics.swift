@@ -7,6 +7,7 @@ import PortcullisIO
 import PortcullisKeys
 import PortcullisMetrics
 import PortcullisProxy
+import PortcullisRateLimit
 import PortcullisRedis
 import PortcullisStore
 import Prometheus
@@ -51,6 +52,7 @@ public final class GatewayMetrics: Sendable {
         "portcullis_trace_spans_total": "Request spans with tracing on, by result (exported to the collector; dropped: the loop's queue was full; failed: the collector did not take them).",
         "portcullis_config_generation": "The configuration generation serving: 1 at start, one more per applied reload.",
         "portcullis_sessions_total": "Session endpoint events (sessions:), by event: created, refreshed, refresh_within_grace, reuse_detected (the session was ended), refresh_expired, refresh_unknown, refresh_invalid, refresh_revoked, refresh_unavailable (the store could not be asked; nothing rotated), logged_out, logged_out_other_credential (a logout with a token the gateway did not issue: that token revoked), ended_by_user, store_failed.",
+        "portcullis_rate_limit_decisions_total": "Requests counted by a rate_limits rule, by rule and result (allowed; limited: answered 429).",
         "portcullis_config_reloads_total": "Configuration reloads (SIGHUP, POST /reload, portcullis reload), by result (applied, refused: the previous configuration kept serving).",
         "portcullis_config_info": "1, labelled with the SHA-256 of the configuration file serving now (config_sha256).",
         "portcullis_build_info": "1, labelled with what this binary is (version, commit, build_date) and the OpenSSL, nghttp2 and hiredis it runs with.",
@@ -78,6 +80,7 @@ public final class GatewayMetrics: Sendable {
         var sha256 = ""
         /// Session endpoint events by name (nil: `sessions:` is off).
         var sessionEvents: (@Sendable () -> [String: Int])?
+        var rateLimits: (@Sendable () -> [String: EmbeddedRateLimitStore.Counts])?
         /// The certificates the TLS listeners serve now: listener, file, expiry.
         var certificates: (@Sendable () -> [(listener: String, file: String, notAfter: Double)])?
     }
@@ -85,6 +88,11 @@ public final class GatewayMetrics: Sendable {
     /// The served certificates to publish (the runtime's, following reloads).
     func attach(certificates: @escaping @Sendable () -> [(listener: String, file: String, notAfter: Double)]) {
         sources.withLock { $0.certificates = certificates }
+    }
+
+    /// The rate-limit decisions by rule to publish (the store outlives reloads).
+    func attach(rateLimits: @escaping @Sendable () -> [String: EmbeddedRateLimitStore.Counts]) {
+        sources.withLock { $0.rateLimits = rateLimits }
     }
 
     /// The session counters to publish (kept across reloads by the runtime).
@@ -239,6 +247,12 @@ public final class GatewayMetrics: Sendable {
                 if let fetchedAt = status.fetchedAt {
                     gauge("portcullis_keys_age_seconds", [("provider", p)], max(0, WallClock.nowSeconds() - fetchedAt))
                 }
+            }
+        }
+        if let rateLimits = sources.rateLimits?() {
+            for (rule, counts) in rateLimits.sorted(by: { $0.key < $1.key }) {
+                counter("portcullis_rate_limit_decisions_total", [("rule", rule), ("result", "allowed")], counts.allowed)
+                counter("portcullis_rate_limit_decisions_total", [("rule", rule), ("result", "limited")], counts.limited)
             }
         }
         if let events = sources.sessionEvents?() {

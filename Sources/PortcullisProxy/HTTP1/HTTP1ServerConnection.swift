@@ -501,7 +501,9 @@ final class HTTP1ServerConnection: DeadlineTarget, ExchangeResponder, @unchecked
     func sendLocalResponse(_ response: LocalResponse, requestId: UnsafeRawBufferPointer) {
         // A body that was not read cannot be told apart from a next request.
         let bodyUnread = phase == .body || head.framing != .none && !exchange.requestComplete
-        if bodyUnread || response.status == 400 || response.status >= 413 && response.status < 500 {
+        // 400 and the size refusals (413, 414, 417, 431) end the connection; a 429 keeps it
+        // (the client is told when to come back, not to reconnect), as nginx and HAProxy do.
+        if bodyUnread || response.status == 400 || response.status >= 413 && response.status < 500 && response.status != 429 {
             keepAlive = false
         }
         phase = .awaitingResponse

@@ -72,6 +72,7 @@ public enum HTTPStatusText {
         case 413: return "Content Too Large"
         case 414: return "URI Too Long"
         case 417: return "Expectation Failed"
+        case 429: return "Too Many Requests"
         case 431: return "Request Header Fields Too Large"
         case 500: return "Internal Server Error"
         case 501: return "Not Implemented"
