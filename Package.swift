@@ -88,9 +88,10 @@ var package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         // `rate_limits:`: GCRA per user, claim or client address, wrapped around the
-        // authenticator; the embedded store (one instance).
+        // authenticator; the embedded store (one instance) or Redis (the fleet).
         .target(name: "PortcullisRateLimit", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisAuth", "PortcullisProxy", "PortcullisEdgeAuth",
+            "PortcullisCore", "PortcullisIO", "PortcullisAuth", "PortcullisProxy", "PortcullisEdgeAuth", "PortcullisRedis",
+            .product(name: "Logging", package: "swift-log"),
         ]),
         // Mobile sign-in at the edge: the ID-token exchange, rotating refresh tokens, logout,
         // the device list, the lookup hook; the embedded and the Redis session stores.
@@ -141,6 +142,7 @@ var package = Package(
         .testTarget(name: "PortcullisMetricsTests", dependencies: ["PortcullisMetrics"]),
         .testTarget(name: "PortcullisRateLimitTests", dependencies: [
             "PortcullisRateLimit", "PortcullisProxy", "PortcullisEdgeAuth", "PortcullisAuth", "PortcullisIO", "PortcullisCore",
+            "PortcullisRedis", "PortcullisTestSupport", .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "PortcullisSessionsTests", dependencies: [
             "PortcullisSessions", "PortcullisProxy", "PortcullisStore", "PortcullisRedis", "PortcullisIO", "PortcullisAuth", "PortcullisTestSupport",

@@ -31,7 +31,7 @@ final class GenerationBuilder: @unchecked Sendable {
     /// `rate_limits:` state, kept across generations: a reload does not hand every client a
     /// fresh budget (a rule keeps its keys while its name stays). Made with the first file
     /// that has rules.
-    private(set) var rateLimitStore: EmbeddedRateLimitStore?
+    private(set) var rateLimitBackend: RateLimitingAuthenticator.Backend?
 
     init(logger: Logger, metrics: GatewayMetrics) {
         self.logger = logger
@@ -195,20 +195,29 @@ final class GenerationBuilder: @unchecked Sendable {
                          _ configuration: GatewayConfiguration) -> any RequestAuthenticator {
         let settings = configuration.rateLimits
         guard !settings.rules.isEmpty else { return authenticator }
-        let store: EmbeddedRateLimitStore
-        if let existing = rateLimitStore {
-            store = existing
+        let backend: RateLimitingAuthenticator.Backend
+        if let existing = rateLimitBackend {
+            backend = existing
+        } else if configuration.store.usesRedis, let redis = try? StoreRevocations.redisConfiguration(configuration.store) {
+            // Shared by every instance; its own connection, so a limit's round trip never
+            // waits behind a revocation resync.
+            let client = RedisClient(configuration: redis, loop: EventLoop(index: -6))
+            client.start()
+            let store = RedisRateLimitStore(client: client, logger: logger)
+            backend = .shared(store)
+            metrics.attach(rateLimits: { store.counts() })
         } else {
-            store = EmbeddedRateLimitStore(maxKeys: settings.maxKeys)
-            rateLimitStore = store
+            let store = EmbeddedRateLimitStore(maxKeys: settings.maxKeys)
+            backend = .embedded(store)
             metrics.attach(rateLimits: { store.counts() })
         }
+        rateLimitBackend = backend
         let routes = configuration.proxy.routes
         let errorBodies = routes.indices.map { index in
             (index < configuration.routeAuth.count ? configuration.routeAuth[index].errorBody : nil) ?? configuration.identity.errorBody
         }
         return RateLimitingAuthenticator(wrapping: authenticator, settings: settings, routePaths: routes.map(\.pathPrefix),
-                                         errorBodies: errorBodies, store: store, trustedProxies: configuration.proxy.trustedProxies)
+                                         errorBodies: errorBodies, backend: backend, trustedProxies: configuration.proxy.trustedProxies)
     }
 
 }

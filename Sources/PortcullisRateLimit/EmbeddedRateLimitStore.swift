@@ -23,9 +23,12 @@ public final class EmbeddedRateLimitStore: Sendable {
     public struct Counts: Sendable, Equatable {
         public var allowed = 0
         public var limited = 0
-        public init(allowed: Int = 0, limited: Int = 0) {
+        /// Requests the shared store could not decide on (`on_unavailable` applied).
+        public var unavailable = 0
+        public init(allowed: Int = 0, limited: Int = 0, unavailable: Int = 0) {
             self.allowed = allowed
             self.limited = limited
+            self.unavailable = unavailable
         }
     }
 

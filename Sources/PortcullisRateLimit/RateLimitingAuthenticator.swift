@@ -2,6 +2,7 @@ import PortcullisAuth
 import PortcullisEdgeAuth
 import PortcullisIO
 import PortcullisProxy
+import PortcullisRedis
 
 /// Applies `rate_limits:` after the authenticator it wraps decided: a request let through
 /// (with identity or without) is counted under its rule's key — the verified user id, a
@@ -21,8 +22,15 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
     /// The rules of each route, by `Route.index` (empty: the route is not limited).
     let rulesByRoute: [[RateLimitRule]]
     let errorBodies: [ErrorBodyTemplate]
-    let store: EmbeddedRateLimitStore
+    let backend: Backend
+    let onUnavailable: RateLimitSettings.Unavailable
     let trustedProxies: [CIDR]
+
+    /// Where the budgets live: this process (one instance) or Redis (the fleet).
+    public enum Backend: Sendable {
+        case embedded(EmbeddedRateLimitStore)
+        case shared(RedisRateLimitStore)
+    }
 
     /// The access log's `auth_reason` for a refusal by a limit.
     public static let limitedReason = "rate_limited"
@@ -30,11 +38,12 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
     /// `routePaths` and `errorBodies`: each configured route's path and refusal body shape,
     /// by index.
     public init(wrapping inner: any RequestAuthenticator, settings: RateLimitSettings, routePaths: [String],
-                errorBodies: [ErrorBodyTemplate], store: EmbeddedRateLimitStore, trustedProxies: [CIDR]) {
+                errorBodies: [ErrorBodyTemplate], backend: Backend, trustedProxies: [CIDR]) {
         self.inner = inner
         rulesByRoute = routePaths.map { path in settings.rules.filter { $0.routes?.contains(path) ?? true } }
         self.errorBodies = errorBodies
-        self.store = store
+        self.backend = backend
+        onUnavailable = settings.onUnavailable
         self.trustedProxies = trustedProxies
     }
 
@@ -42,7 +51,7 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
         guard let rules = rules(route) else { return inner.authenticate(request, route: route, resumption: resumption) }
         let client = ClientOrigin(request, trustedProxies: trustedProxies)
         let outcome = inner.authenticate(request, route: route, resumption: intercepting(resumption, rules, route, client))
-        return limit(outcome, rules: rules, routeIndex: route.index, client: client)
+        return limit(outcome, rules: rules, routeIndex: route.index, client: client, resumption: resumption)
     }
 
     public func authenticate(_ request: RequestView, route: Route, body: UnsafeRawBufferPointer,
@@ -53,7 +62,7 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
         let client = ClientOrigin(request, trustedProxies: trustedProxies)
         let outcome = inner.authenticate(request, route: route, body: body,
                                          resumption: intercepting(resumption, rules, route, client))
-        return limit(outcome, rules: rules, routeIndex: route.index, client: client)
+        return limit(outcome, rules: rules, routeIndex: route.index, client: client, resumption: resumption)
     }
 
     @inline(__always)
@@ -70,21 +79,54 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
         return AuthResumption(target: target, generation: resumption.generation, loop: resumption.loop)
     }
 
-    /// The outcome, or a 429 when a rule refuses the request it lets through.
-    func limit(_ outcome: AuthOutcome, rules: [RateLimitRule], routeIndex: Int, client: ClientOrigin) -> AuthOutcome {
+    /// The outcome, or a 429 when a rule refuses the request it lets through. With the
+    /// shared store the answer comes later: `.deferred`, and the decision goes to
+    /// `resumption` once Redis answered.
+    func limit(_ outcome: AuthOutcome, rules: [RateLimitRule], routeIndex: Int, client: ClientOrigin,
+               resumption: AuthResumption) -> AuthOutcome {
         let grant: AuthGrant?
         switch outcome {
         case .anonymous: grant = nil
         case .grant(let granted): grant = granted
         case .reject, .deferred, .needsBody: return outcome
         }
-        for rule in rules {
-            let key = Self.key(rule.key, grant: grant, client: client)
-            let decision = store.decide(rule: rule, key: key)
-            if !decision.allowed { return .reject(refusal(rule, decision, routeIndex: routeIndex)) }
+        switch backend {
+        case .embedded(let store):
+            for rule in rules {
+                let decision = store.decide(rule: rule, key: Self.key(rule.key, grant: grant, client: client))
+                if !decision.allowed { return .reject(refusal(rule, decision, routeIndex: routeIndex)) }
+            }
+            return outcome
+        case .shared(let store):
+            let checks = rules.map { rule in (rule: rule, key: Self.key(rule.key, grant: grant, client: client)) }
+            let carried = CarriedOutcome(outcome)
+            store.decide(checks) { [self] decisions in
+                guard let decisions else {
+                    resumption.resume(onUnavailable == .allow ? carried.take() : .reject(unavailable(routeIndex: routeIndex)))
+                    return
+                }
+                for (rule, decision) in zip(rules, decisions) where !decision.allowed {
+                    resumption.resume(.reject(refusal(rule, decision, routeIndex: routeIndex)))
+                    return
+                }
+                resumption.resume(carried.take())
+            }
+            return .deferred
         }
-        return outcome
     }
+
+    /// `on_unavailable: deny` with the shared store down: 503, in the route's shape.
+    func unavailable(routeIndex: Int) -> LocalResponse {
+        let body = routeIndex < errorBodies.count ? errorBodies[routeIndex] : .oauth
+        let text = body.render(status: 503, code: "temporarily_unavailable", description: "The rate-limit store is unavailable")
+        var response = LocalResponse(status: 503, headers: [("retry-after", "5"), ("cache-control", "no-store")],
+                                     body: Array(text.utf8))
+        response.authReason = Self.unavailableReason
+        return response
+    }
+
+    /// The access log's `auth_reason` when the shared store did not answer under `deny`.
+    public static let unavailableReason = "rate_limit_unavailable"
 
     /// What `rule` counts a request under: the identity's id or claim, else the client address.
     static func key(_ kind: RateLimitRule.Key, grant: AuthGrant?, client: ClientOrigin) -> RateLimitKey {
@@ -190,7 +232,21 @@ final class LimitedResumption: DeferredDecisionTarget {
     }
 
     func resumeAuthentication(_ outcome: AuthOutcome, generation: UInt64) {
-        original.target.resumeAuthentication(limiter.limit(outcome, rules: rules, routeIndex: routeIndex, client: client),
-                                             generation: generation)
+        let limited = limiter.limit(outcome, rules: rules, routeIndex: routeIndex, client: client, resumption: original)
+        // Deferred again (the shared store): the store's answer goes to the original itself.
+        if case .deferred = limited { return }
+        original.target.resumeAuthentication(limited, generation: generation)
+    }
+}
+
+/// An outcome (a grant is a class the exchange reads on its loop) carried through the
+/// store's completion to the resumption, which applies it on the request's loop.
+final class CarriedOutcome: @unchecked Sendable {
+    // @unchecked Sendable: set before the store is asked, taken once in its completion.
+    private var outcome: AuthOutcome?
+    init(_ outcome: AuthOutcome) { self.outcome = outcome }
+    func take() -> AuthOutcome {
+        defer { outcome = nil }
+        return outcome ?? .anonymous
     }
 }

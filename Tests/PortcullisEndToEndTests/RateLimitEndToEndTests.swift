@@ -107,6 +107,74 @@ struct RateLimitEndToEndTests {
         #expect(E2E.curl(["\(g.url)/other"]).status == 200)
     }
 
+    /// Two instances sharing one Redis hold one limit together, whichever instance and
+    /// protocol the requests come on (#36: "the fleet-wide limit held within one burst").
+    @Test func twoInstancesOnOneRedisHoldOneLimitOnBothProtocols() throws {
+        let redis = try RedisProcess()
+        let upstream = try EchoUpstream()
+        let body = """
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        store: {redis: "redis://127.0.0.1:\(redis.port)/0"}
+        rate_limits:
+          - {name: per-user, key: user, rate: 5/m, burst: 5}
+        """
+        let listen = "  - {address: \"127.0.0.1:PORT\", h2c: true}"
+        let one = try GatewayProcess(body, adminToken: Self.adminToken, listen: listen)
+        let two = try GatewayProcess(body, adminToken: Self.adminToken, listen: listen)
+        let alice = try one.mint(["--provider", "app", "--sub", "alice"])
+        _ = try upstream.seen()
+        let h1 = Self.statuses("\(one.url)/api/a", count: 3, ["-H", alice])
+        #expect(h1.map { $0.prefix(3) } == ["200", "200", "200"], "\(h1)")
+        let h2 = Self.http2Statuses("\(two.url)/api/b", streams: 10, header: alice)
+        #expect(h2.filter { $0 == "200" }.count == 2 && h2.filter { $0 == "429" }.count == 8, "\(h2)")
+        #expect(E2E.curl(["-H", alice, "\(one.url)/api/c"]).status == 429)
+        #expect(E2E.curl(["-H", alice, "\(two.url)/api/c"]).status == 429)
+        #expect(try upstream.seen().count == 5)
+        let bob = try two.mint(["--provider", "app", "--sub", "bob"])
+        #expect(E2E.curl(["-H", bob, "\(one.url)/api/d"]).status == 200)
+        // Redis holds the budget, with an expiry: nothing is left once it is whole again.
+        let ttl = Int(redis.cli(["PTTL", "portcullis:ratelimit:per-user:u:alice"]).trimmingCharacters(in: .whitespacesAndNewlines)) ?? -9
+        #expect(ttl > 0 && ttl <= 60_000, "\(ttl)")
+    }
+
+    /// With Redis down, `on_unavailable` decides: `allow` forwards (uncounted), `deny`
+    /// answers 503 with Retry-After; the change is logged once, and counted.
+    @Test func withRedisDownOnUnavailableDecides() throws {
+        let redis = try RedisProcess()
+        let upstream = try EchoUpstream()
+        func config(_ policy: String) -> String {
+            """
+            upstreams:
+              app: {url: "http://127.0.0.1:\(upstream.port)"}
+            routes:
+              - {path: /signin, upstream: app, auth: none}
+            store: {redis: "redis://127.0.0.1:\(redis.port)/0"}
+            rate_limits:
+              on_unavailable: \(policy)
+              rules:
+                - {name: signin, key: client_address, rate: 100/m}
+            """
+        }
+        let allow = try GatewayProcess(config("allow"), adminToken: Self.adminToken)
+        let deny = try GatewayProcess(config("deny"), adminToken: Self.adminToken)
+        #expect(E2E.curl(["\(allow.url)/signin"]).status == 200)
+        #expect(E2E.curl(["\(deny.url)/signin"]).status == 200)
+        redis.stop()
+        for _ in 0..<3 {
+            #expect(E2E.curl(["\(allow.url)/signin"]).status == 200)
+            let refused = E2E.curl(["\(deny.url)/signin"])
+            #expect(refused.status == 503 && refused.body.contains("rate-limit store is unavailable"), "\(refused)")
+        }
+        #expect(allow.log.components(separatedBy: "rate-limit store unavailable").count == 2, "\(allow.log.suffix(2000))")
+        let (_, metrics) = E2E.curl(["-H", "Authorization: Bearer \(Self.adminToken)", "http://127.0.0.1:\(deny.adminPort)/metrics"])
+        #expect(metrics.contains("portcullis_rate_limit_decisions_total{rule=\"signin\",result=\"unavailable\"} 3"), "\(metrics)")
+    }
+
     @Test func badRulesAreRefusedAtStartNamingTheKey() {
         let head = """
         listen: [{address: "127.0.0.1:1"}]

@@ -53,7 +53,7 @@ import Testing
             let configurations = paths.map { RouteConfiguration(pathPrefix: $0, upstream: "app", auth: .optional) }
             routes = RouteTable(configurations, upstreamNames: ["app"])
             limiter = RateLimitingAuthenticator(wrapping: inner, settings: RateLimitSettings(rules: rules), routePaths: paths,
-                                                errorBodies: paths.map { _ in errorBody }, store: store,
+                                                errorBodies: paths.map { _ in errorBody }, backend: .embedded(store),
                                                 trustedProxies: trusted.compactMap(CIDR.init))
         }
 

@@ -52,7 +52,7 @@ public final class GatewayMetrics: Sendable {
         "portcullis_trace_spans_total": "Request spans with tracing on, by result (exported to the collector; dropped: the loop's queue was full; failed: the collector did not take them).",
         "portcullis_config_generation": "The configuration generation serving: 1 at start, one more per applied reload.",
         "portcullis_sessions_total": "Session endpoint events (sessions:), by event: created, refreshed, refresh_within_grace, reuse_detected (the session was ended), refresh_expired, refresh_unknown, refresh_invalid, refresh_revoked, refresh_unavailable (the store could not be asked; nothing rotated), logged_out, logged_out_other_credential (a logout with a token the gateway did not issue: that token revoked), ended_by_user, store_failed.",
-        "portcullis_rate_limit_decisions_total": "Requests counted by a rate_limits rule, by rule and result (allowed; limited: answered 429).",
+        "portcullis_rate_limit_decisions_total": "Requests counted by a rate_limits rule, by rule and result (allowed; limited: answered 429; unavailable: the shared store did not answer and on_unavailable applied).",
         "portcullis_config_reloads_total": "Configuration reloads (SIGHUP, POST /reload, portcullis reload), by result (applied, refused: the previous configuration kept serving).",
         "portcullis_config_info": "1, labelled with the SHA-256 of the configuration file serving now (config_sha256).",
         "portcullis_build_info": "1, labelled with what this binary is (version, commit, build_date) and the OpenSSL, nghttp2 and hiredis it runs with.",
@@ -253,6 +253,9 @@ public final class GatewayMetrics: Sendable {
             for (rule, counts) in rateLimits.sorted(by: { $0.key < $1.key }) {
                 counter("portcullis_rate_limit_decisions_total", [("rule", rule), ("result", "allowed")], counts.allowed)
                 counter("portcullis_rate_limit_decisions_total", [("rule", rule), ("result", "limited")], counts.limited)
+                if counts.unavailable > 0 {
+                    counter("portcullis_rate_limit_decisions_total", [("rule", rule), ("result", "unavailable")], counts.unavailable)
+                }
             }
         }
         if let events = sources.sessionEvents?() {

@@ -1,0 +1,122 @@
+import Logging
+import PortcullisCore
+import PortcullisRedis
+
+/// The rate-limit state of a fleet (`store.redis`, standalone or Sentinel): each key's TAT
+/// (see `GCRA`) in Redis, read and moved by one script per rule in one pipelined write, so
+/// every instance enforces the same budget and none can overwrite another's count (the
+/// script runs atomically on the server, with the server's clock: instances' clocks do not
+/// matter). One key per command, so a Redis Cluster can route each by its slot.
+///
+/// When Redis cannot answer (down, timing out), `decide` completes with nil and the caller
+/// applies `rate_limits.on_unavailable`; the change of state is logged once each way.
+///
+/// Threading: any thread; completions run on the client's loop.
+public final class RedisRateLimitStore: Sendable {
+    public let client: RedisClient
+    let logger: Logger
+    /// How long a request waits for Redis before `on_unavailable` applies.
+    let timeout: Double
+    private let state = LockedValue(State())
+
+    struct State {
+        var available = true
+        var counts: [String: EmbeddedRateLimitStore.Counts] = [:]
+    }
+
+    /// Keys live under this prefix (`portcullis:ratelimit:<rule>:<u|a>:<value>`), each with
+    /// an expiry at its TAT: an idle key leaves Redis by itself.
+    public static let keyPrefix = "portcullis:ratelimit:"
+
+    /// KEYS[1]: the key. ARGV: interval and tolerance in microseconds. Returns
+    /// {allowed (1/0), microseconds the budget is spent ahead (allowed) or until whole
+    /// (refused), microseconds until a retry (0 when allowed)}.
+    static let script = """
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local interval = tonumber(ARGV[1])
+    local tolerance = tonumber(ARGV[2])
+    local tat = tonumber(redis.call('GET', KEYS[1])) or now
+    if tat < now then tat = now end
+    local ahead = tat + interval - now
+    if ahead > tolerance then
+      return {0, tat - now, ahead - tolerance}
+    end
+    redis.call('SET', KEYS[1], string.format('%d', tat + interval), 'PX', math.max(1, math.ceil(ahead / 1000)))
+    return {1, ahead, 0}
+    """
+
+    public init(client: RedisClient, logger: Logger, timeout: Double = 0.5) {
+        self.client = client
+        self.logger = logger
+        self.timeout = timeout
+    }
+
+    public static func key(rule: String, _ key: RateLimitKey) -> String {
+        keyPrefix + rule + (key.isAddress ? ":a:" : ":u:") + key.value
+    }
+
+    /// The decision of each rule for its key, in order, or nil when Redis did not answer.
+    public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)],
+                       completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
+        let commands = checks.map { check in
+            ["EVAL", Self.script, "1", Self.key(rule: check.rule.name, check.key),
+             String(check.rule.gcra.interval), String(check.rule.gcra.tolerance)]
+        }
+        let rules = checks.map(\.rule)
+        client.pipeline(commands, timeout: timeout) { [self] replies in
+            var decisions: [GCRA.Decision] = []
+            var failure: String?
+            for (rule, reply) in zip(rules, replies) {
+                switch reply {
+                case .success(let value):
+                    guard let decision = Self.decision(value, rule.gcra) else {
+                        failure = "unexpected reply to the rate-limit script"
+                        break
+                    }
+                    decisions.append(decision)
+                case .failure(let error):
+                    failure = error.description
+                }
+                if failure != nil { break }
+            }
+            record(rules: rules, decisions: failure == nil ? decisions : nil, failure: failure)
+            completion(failure == nil ? decisions : nil)
+        }
+    }
+
+    static func decision(_ reply: RedisReply, _ gcra: GCRA) -> GCRA.Decision? {
+        guard let items = reply.array, items.count == 3, let allowed = items[0].integer,
+              let spent = items[1].integer, let retry = items[2].integer else { return nil }
+        if allowed == 1 {
+            return GCRA.Decision(allowed: true, tat: 0, remaining: max(0, (gcra.tolerance - spent) / gcra.interval),
+                                 resetMicroseconds: spent, retryAfterMicroseconds: 0)
+        }
+        return GCRA.Decision(allowed: false, tat: 0, remaining: 0, resetMicroseconds: spent, retryAfterMicroseconds: retry)
+    }
+
+    private func record(rules: [RateLimitRule], decisions: [GCRA.Decision]?, failure: String?) {
+        let change: Bool? = state.withLock { state in
+            if let decisions {
+                for (rule, decision) in zip(rules, decisions) {
+                    if decision.allowed { state.counts[rule.name, default: .init()].allowed += 1 }
+                    else { state.counts[rule.name, default: .init()].limited += 1 }
+                }
+            } else {
+                for rule in rules { state.counts[rule.name, default: .init()].unavailable += 1 }
+            }
+            let available = decisions != nil
+            guard available != state.available else { return nil }
+            state.available = available
+            return available
+        }
+        if change == false {
+            logger.error("rate-limit store unavailable; rate_limits.on_unavailable applies", metadata: ["reason": "\(failure ?? "-")"])
+        } else if change == true {
+            logger.notice("rate-limit store answers again")
+        }
+    }
+
+    /// Decisions by rule name (this instance's), for `/metrics`.
+    public func counts() -> [String: EmbeddedRateLimitStore.Counts] { state.withLock { $0.counts } }
+}
