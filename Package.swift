@@ -90,7 +90,7 @@ var package = Package(
         // `rate_limits:`: GCRA per user, claim or client address, wrapped around the
         // authenticator; the embedded store (one instance) or Redis (the fleet).
         .target(name: "PortcullisRateLimit", dependencies: [
-            "PortcullisCore", "PortcullisIO", "PortcullisAuth", "PortcullisProxy", "PortcullisEdgeAuth", "PortcullisRedis",
+            "COpenSSL", "PortcullisCore", "PortcullisIO", "PortcullisAuth", "PortcullisProxy", "PortcullisEdgeAuth", "PortcullisRedis",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // Mobile sign-in at the edge: the ID-token exchange, rotating refresh tokens, logout,

@@ -9,6 +9,9 @@
 #       for the upstream, reused per credential for half its lifetime), one token / N distinct
 #   Portcullis with its verified-token cache off (token_cache.max_entries: 0), N distinct:
 #       every request pays the RS256 verification, as every HAProxy request does
+#   Portcullis RS256, N distinct, with a per-user rate limit high enough that nothing is
+#       refused: counted in process (limitN), or in a local redis-server shared as a fleet
+#       would share it (limitRN, store.redis): what a limit costs each request
 # Tokens come from `portcullis mint` with a throwaway RSA key; every row sends
 # them through the same wrk Lua script (one header per request, rotating
 # through the token file), so wrk's own cost is alike. Bounded in time.
@@ -24,7 +27,8 @@ usage: Benchmarks/load/auth.sh [options]
   --duration S      seconds per wrk run (default $DURATION or 10)
   --connections C   wrk connections (default 64)
   --distinct N      distinct tokens for the "distinct" rows (default 10000)
-  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold (default all)
+  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold,limitN,limitRN
+                    (default all)
   --target URL      measure only this URL with --tokens FILE (no local servers)
   --tokens FILE     header lines to rotate through (with --target)
   --warmup S        unmeasured wrk run per row before round 1 (default $WARMUP or 2; 0 = none)
@@ -36,7 +40,7 @@ USAGE
 }
 
 ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-10}"; CONNECTIONS="${CONNECTIONS:-64}"; WARMUP="${WARMUP:-2}"
-DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold"; TARGET=""; TOKENS=""; KEEP=""; BASELINE_BIN=""
+DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold,limitN,limitRN"; TARGET=""; TOKENS=""; KEEP=""; BASELINE_BIN=""
 SUMMARY="${SUMMARY:-}"
 INVOCATION="$0 $*"
 while [[ $# -gt 0 ]]; do
@@ -112,6 +116,24 @@ token_cache: {max_entries: 0}" "" portcullis-cold required
 identity: {assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}" "" portcullis-assert required
         ASSERT_PORT="$PORTCULLIS_PORT"; ASSERT_PID="$PORTCULLIS_PID"
     fi
+    # A limit nothing reaches (10^9 per second): every request pays the check, none is refused.
+    LIMITS="rate_limits: [{name: per-user, key: user, rate: 1000000000/s}]"
+    if wants limitN; then
+        start_portcullis "$PROVIDERS
+$LIMITS" "" portcullis-limit required
+        LIMIT_PORT="$PORTCULLIS_PORT"; LIMIT_PID="$PORTCULLIS_PID"
+    fi
+    if wants limitRN; then
+        command -v redis-server >/dev/null || { echo "error: redis-server not found (apt-get install redis-server)" >&2; exit 1; }
+        REDIS_PORT="$(free_port)"
+        redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no > "$WORKDIR/redis.out" 2>&1 &
+        STARTED_PIDS+=("$!")
+        for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+        start_portcullis "$PROVIDERS
+$LIMITS
+store: {redis: \"redis://127.0.0.1:$REDIS_PORT/0\"}" "" portcullis-limit-redis required
+        LIMITR_PORT="$PORTCULLIS_PORT"; LIMITR_PID="$PORTCULLIS_PID"
+    fi
     if [[ -n "$BASELINE_BIN" ]]; then
         start_portcullis "$PROVIDERS" "$BASELINE_BIN" baseline required
         BASE_PORT="$PORTCULLIS_PORT"; BASE_PID="$PORTCULLIS_PID"
@@ -157,6 +179,8 @@ identity: {assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}" "$
         wants assert1 && add_row baseA1 "Portcullis baseline + assertion, 1 token" "http://127.0.0.1:$BASE_ASSERT_PORT/" "$BASE_ASSERT_PID" "$WORKDIR/one.lua"
         wants assertN && add_row baseAN "Portcullis baseline + assertion, $DISTINCT tokens" "http://127.0.0.1:$BASE_ASSERT_PORT/" "$BASE_ASSERT_PID" "$WORKDIR/many.lua"
     fi
+    wants limitN && add_row limitN "Portcullis RS256 + rate limit, $DISTINCT tokens" "http://127.0.0.1:$LIMIT_PORT/" "$LIMIT_PID" "$WORKDIR/many.lua"
+    wants limitRN && add_row limitRN "Portcullis RS256 + rate limit on Redis, $DISTINCT tokens" "http://127.0.0.1:$LIMITR_PORT/" "$LIMITR_PID" "$WORKDIR/many.lua"
     wants portcullisCold && add_row portcullisCold "Portcullis RS256, cache off, $DISTINCT tokens" "http://127.0.0.1:$COLD_PORT/" "$COLD_PID" "$WORKDIR/many.lua"
 fi
 

@@ -108,7 +108,7 @@ public final class GatewayRuntime: @unchecked Sendable {
         store.start()
         admin = AdminHandler(token: configuration.admin?.token, actions: AdminActions(),
                              metricsPublic: configuration.admin?.metricsPublic ?? false)
-        let builder = GenerationBuilder(logger: logger, metrics: metrics)
+        let builder = GenerationBuilder(logger: logger, metrics: metrics, loops: group.loops)
         self.builder = builder
         let startup = self.startup
         // The first generation, built as every reload builds one.

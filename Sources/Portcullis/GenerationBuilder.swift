@@ -33,9 +33,13 @@ final class GenerationBuilder: @unchecked Sendable {
     /// that has rules.
     private(set) var rateLimitBackend: RateLimitingAuthenticator.Backend?
 
-    init(logger: Logger, metrics: GatewayMetrics) {
+    /// The gateway's event loops (a per-loop Redis connection for rate limits).
+    let loops: [EventLoop]
+
+    init(logger: Logger, metrics: GatewayMetrics, loops: [EventLoop]) {
         self.logger = logger
         self.metrics = metrics
+        self.loops = loops
     }
 
     struct Generation {
@@ -199,11 +203,12 @@ final class GenerationBuilder: @unchecked Sendable {
         if let existing = rateLimitBackend {
             backend = existing
         } else if configuration.store.usesRedis, let redis = try? StoreRevocations.redisConfiguration(configuration.store) {
-            // Shared by every instance; its own connection, so a limit's round trip never
+            // Shared by every instance; a connection per event loop of its own, so a limit's
+            // round trip is written and answered on the request's loop (no queue hop) and never
             // waits behind a revocation resync.
-            let client = RedisClient(configuration: redis, loop: EventLoop(index: -6))
-            client.start()
-            let store = RedisRateLimitStore(client: client, logger: logger)
+            let clients = loops.map { RedisClient(configuration: redis, loop: $0) }
+            clients.forEach { $0.start() }
+            let store = RedisRateLimitStore(clients: clients, logger: logger)
             backend = .shared(store)
             metrics.attach(rateLimits: { store.counts() })
         } else {

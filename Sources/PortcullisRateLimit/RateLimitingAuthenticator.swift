@@ -100,7 +100,7 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
         case .shared(let store):
             let checks = rules.map { rule in (rule: rule, key: Self.key(rule.key, grant: grant, client: client)) }
             let carried = CarriedOutcome(outcome)
-            store.decide(checks) { [self] decisions in
+            store.decide(checks, loopIndex: resumption.loop.index) { [self] decisions in
                 guard let decisions else {
                     resumption.resume(onUnavailable == .allow ? carried.take() : .reject(unavailable(routeIndex: routeIndex)))
                     return

@@ -1,3 +1,4 @@
+internal import COpenSSL
 import Logging
 import PortcullisCore
 import PortcullisRedis
@@ -13,7 +14,9 @@ import PortcullisRedis
 ///
 /// Threading: any thread; completions run on the client's loop.
 public final class RedisRateLimitStore: Sendable {
-    public let client: RedisClient
+    /// One client per event loop (by `EventLoop.index`): a request's round trip is written
+    /// and answered on its own loop, with no hop to another queue.
+    public let clients: [RedisClient]
     let logger: Logger
     /// How long a request waits for Redis before `on_unavailable` applies.
     let timeout: Double
@@ -46,43 +49,71 @@ public final class RedisRateLimitStore: Sendable {
     return {1, ahead, 0}
     """
 
-    public init(client: RedisClient, logger: Logger, timeout: Double = 0.5) {
-        self.client = client
+    /// `clients[i]` serves requests of the loop with index `i` (at least one client).
+    public init(clients: [RedisClient], logger: Logger, timeout: Double = 0.5) {
+        precondition(!clients.isEmpty)
+        self.clients = clients
         self.logger = logger
         self.timeout = timeout
     }
+
+    /// The script's SHA-1, for `EVALSHA` (40 bytes on the wire instead of the script; a
+    /// server that lost its script cache answers NOSCRIPT and gets `EVAL` once).
+    static let scriptSHA: String = {
+        let bytes = Array(script.utf8)
+        var digest = [UInt8](repeating: 0, count: 20)
+        var length: UInt32 = 0
+        _ = EVP_Digest(bytes, bytes.count, &digest, &length, EVP_sha1(), nil)
+        let hex = Array("0123456789abcdef".utf8)
+        return String(decoding: digest.prefix(Int(length)).flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 15)]] }, as: UTF8.self)
+    }()
 
     public static func key(rule: String, _ key: RateLimitKey) -> String {
         keyPrefix + rule + (key.isAddress ? ":a:" : ":u:") + key.value
     }
 
     /// The decision of each rule for its key, in order, or nil when Redis did not answer.
-    public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)],
+    /// `loopIndex`: the caller's loop (its client; the completion runs on that loop).
+    public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loopIndex: Int = 0,
                        completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
+        let client = clients[loopIndex >= 0 ? loopIndex % clients.count : 0]
         let commands = checks.map { check in
-            ["EVAL", Self.script, "1", Self.key(rule: check.rule.name, check.key),
+            ["EVALSHA", Self.scriptSHA, "1", Self.key(rule: check.rule.name, check.key),
              String(check.rule.gcra.interval), String(check.rule.gcra.tolerance)]
         }
         let rules = checks.map(\.rule)
         client.pipeline(commands, timeout: timeout) { [self] replies in
-            var decisions: [GCRA.Decision] = []
-            var failure: String?
-            for (rule, reply) in zip(rules, replies) {
-                switch reply {
-                case .success(let value):
-                    guard let decision = Self.decision(value, rule.gcra) else {
-                        failure = "unexpected reply to the rate-limit script"
-                        break
-                    }
-                    decisions.append(decision)
-                case .failure(let error):
-                    failure = error.description
-                }
-                if failure != nil { break }
+            let lostScript = replies.contains { reply in
+                if case .failure(.server(let message)) = reply { return message.hasPrefix("NOSCRIPT") }
+                return false
             }
-            record(rules: rules, decisions: failure == nil ? decisions : nil, failure: failure)
-            completion(failure == nil ? decisions : nil)
+            guard lostScript else { return finish(rules, replies, completion) }
+            // A server without the script (restarted, failed over, flushed): EVAL loads it.
+            // NOSCRIPT ran nothing, so nothing is counted twice.
+            let loading = commands.map { ["EVAL", Self.script] + $0.dropFirst(2) }
+            client.pipeline(loading, timeout: timeout) { [self] replies in finish(rules, replies, completion) }
         }
+    }
+
+    private func finish(_ rules: [RateLimitRule], _ replies: [Result<RedisReply, RedisError>],
+                        _ completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
+        var decisions: [GCRA.Decision] = []
+        var failure: String?
+        for (rule, reply) in zip(rules, replies) {
+            switch reply {
+            case .success(let value):
+                guard let decision = Self.decision(value, rule.gcra) else {
+                    failure = "unexpected reply to the rate-limit script"
+                    break
+                }
+                decisions.append(decision)
+            case .failure(let error):
+                failure = error.description
+            }
+            if failure != nil { break }
+        }
+        record(rules: rules, decisions: failure == nil ? decisions : nil, failure: failure)
+        completion(failure == nil ? decisions : nil)
     }
 
     static func decision(_ reply: RedisReply, _ gcra: GCRA) -> GCRA.Decision? {
