@@ -208,7 +208,7 @@ final class GenerationBuilder: @unchecked Sendable {
             // waits behind a revocation resync.
             let clients = loops.map { RedisClient(configuration: redis, loop: $0) }
             clients.forEach { $0.start() }
-            let store = RedisRateLimitStore(clients: clients, logger: logger)
+            let store = RedisRateLimitStore(clients: clients, logger: logger, maxKeys: settings.maxKeys)
             backend = .shared(store)
             metrics.attach(rateLimits: { store.counts() })
         } else {

@@ -99,6 +99,10 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
             return outcome
         case .shared(let store):
             let checks = rules.map { rule in (rule: rule, key: Self.key(rule.key, grant: grant, client: client)) }
+            // A refusal Redis gave that still stands is answered here, without a round trip.
+            if let (index, decision) = store.standingRefusal(checks) {
+                return .reject(refusal(rules[index], decision, routeIndex: routeIndex))
+            }
             let carried = CarriedOutcome(outcome)
             store.decide(checks, loopIndex: resumption.loop.index) { [self] decisions in
                 guard let decisions else {

@@ -21,6 +21,8 @@ public final class RedisRateLimitStore: Sendable {
     /// How long a request waits for Redis before `on_unavailable` applies.
     let timeout: Double
     private let state = LockedValue(State())
+    /// Refusals still standing, answered without asking Redis (see `RefusalCache`).
+    let refusals: RefusalCache
 
     struct State {
         var available = true
@@ -50,11 +52,25 @@ public final class RedisRateLimitStore: Sendable {
     """
 
     /// `clients[i]` serves requests of the loop with index `i` (at least one client).
-    public init(clients: [RedisClient], logger: Logger, timeout: Double = 0.5) {
+    public init(clients: [RedisClient], logger: Logger, timeout: Double = 0.5, maxKeys: Int = 100_000) {
         precondition(!clients.isEmpty)
         self.clients = clients
         self.logger = logger
         self.timeout = timeout
+        refusals = RefusalCache(maxKeys: maxKeys)
+    }
+
+    /// The first of `checks` whose refusal still stands (answered here, counted as limited),
+    /// or nil: ask Redis.
+    public func standingRefusal(_ checks: [(rule: RateLimitRule, key: RateLimitKey)],
+                                now: Int64 = EmbeddedRateLimitStore.now()) -> (index: Int, decision: GCRA.Decision)? {
+        for (index, check) in checks.enumerated() {
+            if let decision = refusals.refusal(rule: check.rule.name, key: check.key, now: now) {
+                state.withLock { $0.counts[check.rule.name, default: .init()].limited += 1 }
+                return (index, decision)
+            }
+        }
+        return nil
     }
 
     /// The script's SHA-1, for `EVALSHA` (40 bytes on the wire instead of the script; a
@@ -82,6 +98,16 @@ public final class RedisRateLimitStore: Sendable {
              String(check.rule.gcra.interval), String(check.rule.gcra.tolerance)]
         }
         let rules = checks.map(\.rule)
+        let keys = checks.map(\.key)
+        let completion: @Sendable ([GCRA.Decision]?) -> Void = { [refusals] decisions in
+            if let decisions {
+                let now = EmbeddedRateLimitStore.now()
+                for (index, decision) in decisions.enumerated() where !decision.allowed {
+                    refusals.remember(rule: rules[index].name, key: keys[index], decision, now: now)
+                }
+            }
+            completion(decisions)
+        }
         client.pipeline(commands, timeout: timeout) { [self] replies in
             let lostScript = replies.contains { reply in
                 if case .failure(.server(let message)) = reply { return message.hasPrefix("NOSCRIPT") }

@@ -68,6 +68,26 @@ import Testing
         #expect(b.counts()["per-user"]?.allowed == 3 && b.counts()["per-user"]?.limited == 1)
     }
 
+    @Test func aRefusalStandsLocallyUntilItsRetryAfterAndNoLonger() throws {
+        let server = try RedisProcess()
+        let store = RedisRateLimitStore(clients: [try Self.client(server.port)], logger: Logger(label: "cache"))
+        // 1 per 2 s, burst 1: the second request is refused for about 2 s.
+        let rule = RateLimitRule(name: "slow", routes: nil, key: .user, count: 1, periodSeconds: 2, burst: 1)
+        let key = RateLimitKey(identity: "hammer")
+        #expect(try Self.decide(store, [(rule, key)])?.first?.allowed == true)
+        #expect(store.standingRefusal([(rule, key)]) == nil)
+        let refused = try #require(try Self.decide(store, [(rule, key)])?.first)
+        #expect(!refused.allowed)
+        // Now answered here: Redis is not asked (its key is not touched even if it vanished).
+        _ = server.cli(["FLUSHALL"])
+        let standing = try #require(store.standingRefusal([(rule, key)]))
+        #expect(standing.index == 0 && !standing.decision.allowed)
+        #expect(standing.decision.retryAfterMicroseconds > 0 && standing.decision.retryAfterMicroseconds <= refused.retryAfterMicroseconds)
+        // Past its Retry-After the refusal is gone and Redis decides again.
+        #expect(store.standingRefusal([(rule, key)], now: EmbeddedRateLimitStore.now() + refused.retryAfterMicroseconds + 1) == nil)
+        #expect(store.counts()["slow"]?.limited == 2)
+    }
+
     @Test func aDeadServerAnswersNilAndItIsCounted() throws {
         let server = try RedisProcess()
         let store = RedisRateLimitStore(clients: [try Self.client(server.port)], logger: Logger(label: "dead"), timeout: 0.5)
