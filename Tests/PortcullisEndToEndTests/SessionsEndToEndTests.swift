@@ -1077,6 +1077,28 @@ import Glibc
         while s.count % 4 != 0 { s += "=" }
         return s
     }
+
+    /// The session endpoints are routes like any other for `rate_limits:` (the first use of a
+    /// limit: sign-in and refresh by client address): past the rate, 429 with Retry-After, and
+    /// the exchange never ran (no session was made).
+    @Test func signInAndRefreshCanBeRateLimitedByClientAddress() throws {
+        let upstream = try EchoUpstream()
+        let g = try Self.gateway(upstream, extra: """
+        rate_limits:
+          - {name: sign-in, routes: [/auth/session, /auth/refresh], key: client_address, rate: 2/h}
+        """)
+        let (first, body) = try Self.exchange(g, sub: "rl-1")
+        #expect(first == 200, "\(body)")
+        let pair = try #require(Self.pair(body))
+        #expect(Self.refresh(g, pair.refresh).status == 200)
+        let (third, refused) = try Self.exchange(g, sub: "rl-2")
+        #expect(third == 429 && refused.contains("rate_limited"), "\(refused)")
+        #expect(Self.refresh(g, pair.refresh).status == 429)
+        // The API itself is not limited by that rule.
+        #expect(Self.api(g, pair.access).status == 200)
+        let (_, metrics) = E2E.curl(["http://127.0.0.1:\(g.adminPort)/metrics"])
+        #expect(metrics.contains("portcullis_sessions_total{event=\"created\"} 1"), "\(metrics)")
+    }
 }
 
 /// A JWT's payload, decoded (no verification: the tests read what the gateway signed).
