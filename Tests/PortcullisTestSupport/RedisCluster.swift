@@ -1,0 +1,50 @@
+import Foundation
+
+/// A real local Redis Cluster for the tests that need one: `masters` primaries with
+/// `replicas` replicas each (3 and 1: six `redis-server --cluster-enabled yes` on free
+/// 127.0.0.1 ports, bus ports chosen free too), joined with `redis-cli --cluster create`
+/// and waited for until every node says `cluster_state:ok` (bounded).
+public final class RedisCluster: @unchecked Sendable {
+    // @unchecked Sendable: used from one test at a time (suites are serialized).
+    public let nodes: [RedisProcess]
+
+    public init(masters: Int = 3, replicas: Int = 1, nodeTimeoutMilliseconds: Int = 2000) throws {
+        var nodes: [RedisProcess] = []
+        for _ in 0..<(masters * (1 + replicas)) {
+            nodes.append(try RedisProcess(extra: ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                                  "--cluster-port", "\(Loopback.freePort())",
+                                                  "--cluster-node-timeout", "\(nodeTimeoutMilliseconds)"]))
+        }
+        self.nodes = nodes
+        let created = RedisProcess.capture(["/usr/bin/redis-cli", "--cluster", "create"]
+                                           + nodes.map { "127.0.0.1:\($0.port)" }
+                                           + ["--cluster-replicas", "\(replicas)", "--cluster-yes"], timeout: 60)
+        guard created.contains("All 16384 slots covered") else { throw RedisTestFailure("cluster create: \(created)") }
+        guard waitUntil(30, { nodes.allSatisfy { $0.cli(["CLUSTER", "INFO"]).contains("cluster_state:ok") } }) else {
+            throw RedisTestFailure("the cluster did not become ok: \(nodes.map { $0.cli(["CLUSTER", "INFO"]) })")
+        }
+        // A write on every master (30 keys cover the three slot ranges), so each replica's
+        // offset moves past 0: `CLUSTER SLOTS` lists only replicas that have replicated data.
+        for i in 0..<30 { _ = nodes[0].cli(["-c", "SET", "portcullis-cluster-seed-\(i)", "1"]) }
+        // Replicas attached and in sync, and every node's view listing them.
+        guard waitUntil(30, {
+            let masterNodes = nodes.filter { $0.cli(["ROLE"]).hasPrefix("master") }
+            return masterNodes.count == masters
+                && masterNodes.allSatisfy { $0.cli(["INFO", "replication"]).contains("connected_slaves:\(replicas)") }
+                && nodes.allSatisfy { node in
+                    let listed = Set(node.cli(["CLUSTER", "SLOTS"]).split(separator: "\n").map(String.init))
+                    return nodes.allSatisfy { listed.contains("\($0.port)") }
+                }
+        }) else {
+            throw RedisTestFailure("the replicas did not attach: \(nodes.map { $0.cli(["INFO", "replication"]) })")
+        }
+    }
+
+    /// The ports of the nodes that are masters now.
+    public var masterPorts: [UInt16] {
+        nodes.filter { $0.pid > 0 && $0.cli(["ROLE"]).hasPrefix("master") }.map(\.port)
+    }
+
+    /// `CLUSTER KEYSLOT key`, as the server computes it.
+    public func keySlot(_ key: String) -> Int? { Int(nodes[0].cli(["CLUSTER", "KEYSLOT", key])) }
+}
