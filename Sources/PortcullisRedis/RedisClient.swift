@@ -67,6 +67,15 @@ public final class RedisClient: @unchecked Sendable {
         }
     }
 
+    /// `start()` for an owner on `loop.queue` (the cluster client): connecting begins now,
+    /// so a command sent right after waits for the connection instead of failing.
+    func startOnLoop() {
+        loop.assertInLoop()
+        guard !isShutdown else { return }
+        supervisor.start()
+        switchWatcher?.startOnLoop()
+    }
+
     /// Closes the connection; commands in flight fail with `.shutdown`.
     public func shutdown() {
         loop.execute { [self] in
@@ -227,7 +236,8 @@ public final class RedisClient: @unchecked Sendable {
 /// Collects a pipeline's replies by index and completes once with all of them:
 /// one allocation per pipeline instead of two captured boxes and a final `map`.
 /// Confined to the client's loop queue, like the handlers that fill it.
-private final class PipelineResults {
+final class PipelineResults: @unchecked Sendable {
+    // @unchecked Sendable: created and filled on one loop's queue (every reply handler runs there).
     private var results: [Result<RedisReply, RedisError>]
     private var remaining: Int
     private let completion: @Sendable ([Result<RedisReply, RedisError>]) -> Void

@@ -100,3 +100,107 @@ import Testing
         #expect(redirect.port == topology.master(forSlot: redirect.slot)?.port)
     }
 }
+
+/// `RedisClusterClient` against a real 6-node cluster: routing by slot, `ASK` during a slot
+/// migration and `MOVED` after it, and a master's failover.
+@Suite(.serialized) struct RedisClusterClientTests {
+    static func client(_ cluster: RedisCluster, loop: EventLoop = EventLoop(index: 0)) throws -> RedisClusterClient {
+        let base = RedisConfiguration(topology: .standalone(try SocketAddress(parsing: "127.0.0.1:1")),
+                                      commandTimeout: 2, connectTimeout: 1,
+                                      backoff: ReconnectBackoff(initial: 0.02, maximum: 0.2))
+        let client = RedisClusterClient(seeds: [try SocketAddress(parsing: "127.0.0.1:\(cluster.nodes[0].port)")],
+                                        base: base, loop: loop)
+        client.start()
+        return client
+    }
+
+    static func send(_ client: RedisClusterClient, _ command: [String], key: String) throws -> Result<RedisReply, RedisError> {
+        let answer = Locked<Result<RedisReply, RedisError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        client.send(command, key: key) { result in
+            answer.update { $0 = result }
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + 15) == .success, let result = answer.get() else { throw RedisTestFailure("no reply") }
+        return result
+    }
+
+    static func node(_ cluster: RedisCluster, port: UInt16) -> RedisProcess { cluster.nodes.first { $0.port == port }! }
+
+    /// The master port serving `slot`, as the cluster itself says (`CLUSTER SLOTS` via cli).
+    static func owner(_ cluster: RedisCluster, slot: Int) throws -> UInt16 {
+        let client = try Self.client(cluster)
+        defer { client.shutdown() }
+        _ = try Self.send(client, ["PING"], key: "x")
+        let map = client.loop.queue.sync { client.currentTopology }
+        return try #require(map?.master(forSlot: slot)?.port)
+    }
+
+    @Test func everyCommandReachesTheMasterOfItsSlot() throws {
+        let cluster = try RedisCluster()
+        let client = try Self.client(cluster)
+        defer { client.shutdown() }
+        let keys = (0..<150).map { "user:\($0)" }
+        let answers = Locked<[Result<RedisReply, RedisError>]?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        client.pipeline(keys.map { (key: $0, arguments: ["SET", $0, "v-\($0)"]) }) { results in
+            answers.update { $0 = results }
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 15) == .success)
+        #expect(answers.get()?.allSatisfy { if case .success(.simpleString("OK")) = $0 { return true } else { return false } } == true)
+        let map = try #require(client.loop.queue.sync { client.currentTopology })
+        for key in keys.prefix(40) {
+            let port = try #require(map.master(forSlot: HashSlot.of(key))?.port)
+            #expect(Self.node(cluster, port: port).cli(["GET", key]) == "v-\(key)", "\(key) on \(port)")
+            #expect(try Self.send(client, ["GET", key], key: key).get().string == "v-\(key)")
+        }
+    }
+
+    @Test func askDuringAMigrationAndMovedAfterIt() throws {
+        let cluster = try RedisCluster()
+        let client = try Self.client(cluster)
+        defer { client.shutdown() }
+        let key = "migrating-key"
+        let slot = HashSlot.of(key)
+        let from = Self.node(cluster, port: try Self.owner(cluster, slot: slot))
+        let to = try #require(cluster.nodes.first { $0.port != from.port && $0.cli(["ROLE"]).hasPrefix("master") })
+        _ = try Self.send(client, ["PING"], key: key)  // the map is read
+        let fromID = from.cli(["CLUSTER", "MYID"]), toID = to.cli(["CLUSTER", "MYID"])
+        #expect(to.cli(["CLUSTER", "SETSLOT", "\(slot)", "IMPORTING", fromID]) == "OK")
+        #expect(from.cli(["CLUSTER", "SETSLOT", "\(slot)", "MIGRATING", toID]) == "OK")
+        // The key is not on the old owner: it answers ASK, and the client asks the new one.
+        #expect(try Self.send(client, ["SET", key, "moved-value"], key: key).get() == .simpleString("OK"))
+        #expect(to.cli(["CLUSTER", "COUNTKEYSINSLOT", "\(slot)"]) == "1")
+        #expect(from.cli(["CLUSTER", "COUNTKEYSINSLOT", "\(slot)"]) == "0")
+        // The migration ends: every master learns the new owner; the client, still holding
+        // the old map, gets MOVED, follows it and reads the map again.
+        for node in cluster.nodes where node.cli(["ROLE"]).hasPrefix("master") {
+            _ = node.cli(["CLUSTER", "SETSLOT", "\(slot)", "NODE", toID])
+        }
+        #expect(try Self.send(client, ["GET", key], key: key).get().string == "moved-value")
+        #expect(waitUntil(10) { client.loop.queue.sync { client.currentTopology?.master(forSlot: slot)?.port } == to.port })
+    }
+
+    @Test func aKilledMasterIsReplacedAndAnAcknowledgedWriteSurvives() throws {
+        let cluster = try RedisCluster()
+        let client = try Self.client(cluster)
+        defer { client.shutdown() }
+        let key = "failover-key"
+        #expect(try Self.send(client, ["SET", key, "kept"], key: key).get() == .simpleString("OK"))
+        // Acknowledged as the stores acknowledge: a replica has it.
+        #expect(try Self.send(client, ["WAIT", "1", "2000"], key: key).get().integer == 1)
+        let master = Self.node(cluster, port: try Self.owner(cluster, slot: HashSlot.of(key)))
+        master.stop()
+        // Within the node timeout (2 s) and an election, the replica serves the slot; the
+        // client's commands fail meanwhile and then follow.
+        var value: String?
+        #expect(waitUntil(30) {
+            value = (try? Self.send(client, ["GET", key], key: key).get())?.string
+            return value != nil
+        }, "the slot was not served again")
+        #expect(value == "kept")
+        let newOwner = client.loop.queue.sync { client.currentTopology?.master(forSlot: HashSlot.of(key))?.port }
+        #expect(newOwner != nil && newOwner != master.port)
+    }
+}

@@ -1,0 +1,219 @@
+import Dispatch
+import PortcullisIO
+
+/// A Redis Cluster client on one event loop, routing each command by its key's slot to the
+/// master that serves it, over one `RedisClient` per master (pipelined, reconnecting, AUTH
+/// and TLS as configured in `base`).
+///
+/// - The slot map comes from `CLUSTER SLOTS`, asked of a known node or a seed at start,
+///   after a `MOVED`, and after a node's connection fails (a failover promotes a replica).
+/// - `MOVED`: the command goes to the named node at once and the map is refreshed;
+///   `ASK` (a slot being migrated): `ASKING` then the command, on the named node, once;
+///   `TRYAGAIN` and `CLUSTERDOWN` (a migration's multi-key moment, a failover in progress):
+///   retried after a short pause. At most `maxRedirects` hops, then the error.
+/// - A command that timed out or whose connection dropped is not retried (it may have run);
+///   the caller decides.
+///
+/// Every command names its key; commands of several keys must share a slot (hash tags).
+/// Threading: as `RedisClient`: public methods from any thread; state and completions on
+/// `loop.queue`.
+public final class RedisClusterClient: @unchecked Sendable {
+    // @unchecked Sendable: mutable state is confined to `loop.queue`.
+    public typealias Completion = RedisClient.Completion
+
+    public let loop: EventLoop
+    /// Password, user, TLS and timeouts for every node (`topology` is ignored).
+    public let base: RedisConfiguration
+    let seeds: [SocketAddress]
+    public static let maxRedirects = 5
+
+    private var topology: ClusterTopology?
+    /// By address (`SocketAddress.description`).
+    private var clients: [String: RedisClient] = [:]
+    private var refreshing = false
+    private var waitingForMap: [(Result<Void, RedisError>) -> Void] = []
+    private var isShutdown = false
+
+    public init(seeds: [SocketAddress], base: RedisConfiguration, loop: EventLoop) {
+        precondition(!seeds.isEmpty)
+        self.seeds = seeds
+        self.base = base
+        self.loop = loop
+        LoopMark.mark(loop)
+    }
+
+    /// Reads the slot map (asynchronously); commands sent before it is known wait for it.
+    public func start() {
+        loop.execute { [self] in refreshTopology() }
+    }
+
+    public func shutdown() {
+        loop.execute { [self] in
+            isShutdown = true
+            for client in clients.values { client.shutdown() }
+            clients = [:]
+            let waiting = waitingForMap
+            waitingForMap = []
+            for run in waiting { run(.failure(.shutdown)) }
+        }
+    }
+
+    /// The slot map in use (tests, diagnostics). On `loop.queue` only.
+    public var currentTopology: ClusterTopology? { topology }
+
+    // MARK: Commands
+
+    /// Sends `arguments` to the master serving `key`'s slot.
+    public func send(_ arguments: [String], key: String, timeout: Double? = nil, completion: @escaping Completion) {
+        let slot = HashSlot.of(key)
+        if loop.isCurrent { return route(arguments, slot: slot, timeout: timeout, hops: 0, asking: nil, completion: completion) }
+        loop.execute { [self] in route(arguments, slot: slot, timeout: timeout, hops: 0, asking: nil, completion: completion) }
+    }
+
+    /// Sends each command to its key's master (commands for one master go out in one write,
+    /// at the end of the loop's pass); `completion` gets one result per command, in order.
+    public func pipeline(_ commands: [(key: String, arguments: [String])], timeout: Double? = nil,
+                         completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void) {
+        guard !commands.isEmpty else { return completion([]) }
+        let run: @Sendable () -> Void = { [self] in
+            let collector = PipelineResults(count: commands.count, completion: completion)
+            for (index, command) in commands.enumerated() {
+                route(command.arguments, slot: HashSlot.of(command.key), timeout: timeout, hops: 0, asking: nil) { result in
+                    collector.set(index, result)
+                }
+            }
+        }
+        if loop.isCurrent { run() } else { loop.execute(run) }
+    }
+
+    /// On `loop.queue`: sends to the slot's master (or, for an `ASK`, to `asking`).
+    private func route(_ arguments: [String], slot: Int, timeout: Double?, hops: Int, asking: SocketAddress?,
+                       completion: @escaping Completion) {
+        if isShutdown { return completion(.failure(.shutdown)) }
+        let target: SocketAddress
+        if let asking {
+            target = asking
+        } else if let topology {
+            guard let node = topology.master(forSlot: slot), let address = address(node) else {
+                return completion(.failure(.server("CLUSTERDOWN Hash slot not served")))
+            }
+            target = address
+        } else {
+            waitingForMap.append { [self] result in
+                switch result {
+                case .failure(let error): completion(.failure(error))
+                case .success: route(arguments, slot: slot, timeout: timeout, hops: hops, asking: nil, completion: completion)
+                }
+            }
+            if !refreshing { refreshTopology() }
+            return
+        }
+        let client = client(for: target)
+        let handle: Completion = { [self] result in
+            guard case .failure(let error) = result else { return completion(result) }
+            switch error {
+            case .server(let text):
+                if let redirect = ClusterRedirect(error: text), hops < Self.maxRedirects,
+                   let address = address(redirect, answeredBy: target) {
+                    if redirect.kind == .moved {
+                        refreshTopology()
+                        return route(arguments, slot: slot, timeout: timeout, hops: hops + 1, asking: address, completion: completion)
+                    }
+                    return askThenSend(arguments, slot: slot, to: address, timeout: timeout, hops: hops + 1, completion: completion)
+                }
+                if (text.hasPrefix("TRYAGAIN") || text.hasPrefix("CLUSTERDOWN")), hops < Self.maxRedirects {
+                    if text.hasPrefix("CLUSTERDOWN") { refreshTopology() }
+                    loop.queue.asyncAfter(deadline: .now() + .milliseconds(25 << hops)) { [self] in
+                        route(arguments, slot: slot, timeout: timeout, hops: hops + 1, asking: nil, completion: completion)
+                    }
+                    return
+                }
+                completion(result)
+            case .disconnected, .timeout:
+                // The node may have failed over: read the map again for the next command.
+                refreshTopology()
+                completion(result)
+            default:
+                completion(result)
+            }
+        }
+        client.sendOnLoop(arguments, timeout: timeout, completion: handle)
+    }
+
+    /// `ASKING` then the command on `address`, in one write (the flag lasts one command).
+    private func askThenSend(_ arguments: [String], slot: Int, to address: SocketAddress, timeout: Double?, hops: Int,
+                             completion: @escaping Completion) {
+        client(for: address).pipeline([["ASKING"], arguments], timeout: timeout) { [self] results in
+            let result = results.count == 2 ? results[1] : .failure(.protocolViolation("ASKING pipeline"))
+            if case .failure(.server(let text)) = result, ClusterRedirect(error: text) != nil, hops < Self.maxRedirects {
+                return route(arguments, slot: slot, timeout: timeout, hops: hops + 1, asking: nil, completion: completion)
+            }
+            completion(result)
+        }
+    }
+
+    // MARK: Topology
+
+    /// Asks known masters, then the seeds, for `CLUSTER SLOTS`; coalesced.
+    private func refreshTopology() {
+        guard !refreshing, !isShutdown else { return }
+        refreshing = true
+        var candidates = (topology?.masters ?? []).compactMap(address)
+        for seed in seeds where !candidates.contains(seed) { candidates.append(seed) }
+        ask(candidates, index: 0, lastError: nil)
+    }
+
+    private func ask(_ candidates: [SocketAddress], index: Int, lastError: RedisError?) {
+        guard index < candidates.count, !isShutdown else {
+            refreshing = false
+            let waiting = waitingForMap
+            waitingForMap = []
+            for run in waiting { run(.failure(isShutdown ? .shutdown : (lastError ?? .disconnected(reason: "no cluster node answered")))) }
+            return
+        }
+        client(for: candidates[index]).sendOnLoop(["CLUSTER", "SLOTS"]) { [self] result in
+            switch result {
+            case .success(let reply):
+                guard let map = ClusterTopology(clusterSlots: reply), !map.masters.isEmpty else {
+                    return ask(candidates, index: index + 1, lastError: .protocolViolation("CLUSTER SLOTS"))
+                }
+                topology = map
+                refreshing = false
+                let live = Set(map.masters.compactMap(address).map(\.description))
+                let seedNames = Set(seeds.map(\.description))
+                // Connections to nodes that serve nothing now (a demoted master) are closed.
+                for (name, client) in clients where !live.contains(name) && !seedNames.contains(name) {
+                    client.shutdown()
+                    clients[name] = nil
+                }
+                let waiting = waitingForMap
+                waitingForMap = []
+                for run in waiting { run(.success(())) }
+            case .failure(let error):
+                ask(candidates, index: index + 1, lastError: error)
+            }
+        }
+    }
+
+    private func client(for address: SocketAddress) -> RedisClient {
+        if let client = clients[address.description] { return client }
+        var configuration = base
+        configuration.topology = .standalone(address)
+        let client = RedisClient(configuration: configuration, loop: loop)
+        client.startOnLoop()
+        clients[address.description] = client
+        return client
+    }
+
+    /// A node's address (its announced host, which must be an IP address; nil otherwise).
+    private func address(_ node: ClusterTopology.Node) -> SocketAddress? {
+        guard let host = node.host else { return nil }
+        return try? SocketAddress(parsing: host.contains(":") ? "[\(host)]:\(node.port)" : "\(host):\(node.port)")
+    }
+
+    /// A redirect's address; without an announced host, the host of the node that answered.
+    private func address(_ redirect: ClusterRedirect, answeredBy: SocketAddress) -> SocketAddress? {
+        let host = redirect.host ?? answeredBy.host
+        return try? SocketAddress(parsing: host.contains(":") ? "[\(host)]:\(redirect.port)" : "\(host):\(redirect.port)")
+    }
+}
