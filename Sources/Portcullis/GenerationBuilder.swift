@@ -178,7 +178,7 @@ final class GenerationBuilder: @unchecked Sendable {
                                    assertionKeys: AssertionKeys?,
                                    onEvent: (@Sendable (KeyManagerEvent) -> Void)? = nil) throws -> BuiltAuthenticator {
         guard !configuration.providers.isEmpty else {
-            return BuiltAuthenticator(authenticator: limited(NoProvidersAuthenticator(realm: configuration.proxy.realm), configuration))
+            return BuiltAuthenticator(authenticator: try limited(NoProvidersAuthenticator(realm: configuration.proxy.realm), configuration))
         }
         let verifier = try Gateway.makeVerifier(configuration)
         let keys: SigningKeys?
@@ -190,19 +190,20 @@ final class GenerationBuilder: @unchecked Sendable {
         let counters = metrics.auth.sharing(providers: configuration.providers.map(\.configuration.name))
         let authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration.edgeAuth, revocations: revocations,
                                               keys: keys, counters: counters, logger: logger, assertionKeys: assertionKeys)
-        return BuiltAuthenticator(authenticator: limited(authenticator, configuration), verifier: verifier, keys: keys)
+        return BuiltAuthenticator(authenticator: try limited(authenticator, configuration), verifier: verifier, keys: keys)
     }
 
     /// `authenticator` with the file's `rate_limits:` applied to what it lets through (itself
     /// when there are none).
     private func limited(_ authenticator: any RequestAuthenticator,
-                         _ configuration: GatewayConfiguration) -> any RequestAuthenticator {
+                         _ configuration: GatewayConfiguration) throws -> any RequestAuthenticator {
         let settings = configuration.rateLimits
         guard !settings.rules.isEmpty else { return authenticator }
         let backend: RateLimitingAuthenticator.Backend
         if let existing = rateLimitBackend {
             backend = existing
-        } else if configuration.store.usesRedis, let redis = try? StoreRevocations.redisConfiguration(configuration.store) {
+        } else if configuration.store.usesRedis {
+            let redis = try StoreRevocations.redisConfiguration(configuration.store)
             // Shared by every instance; a connection per event loop of its own, so a limit's
             // round trip is written and answered on the request's loop (no queue hop) and never
             // waits behind a revocation resync.
