@@ -7,7 +7,8 @@ import PortcullisRedis
 /// (see `GCRA`) in Redis, read and moved by one script per rule in one pipelined write, so
 /// every instance enforces the same budget and none can overwrite another's count (the
 /// script runs atomically on the server, with the server's clock: instances' clocks do not
-/// matter). One key per command, so a Redis Cluster can route each by its slot.
+/// matter). One key per command, so a Redis Cluster client routes each by its slot
+/// (`RedisKeyedPipelining`: standalone, Sentinel and cluster clients alike).
 ///
 /// When Redis cannot answer (down, timing out), `decide` completes with nil and the caller
 /// applies `rate_limits.on_unavailable`; the change of state is logged once each way.
@@ -16,7 +17,7 @@ import PortcullisRedis
 public final class RedisRateLimitStore: Sendable {
     /// One client per event loop (by `EventLoop.index`): a request's round trip is written
     /// and answered on its own loop, with no hop to another queue.
-    public let clients: [RedisClient]
+    public let clients: [any RedisKeyedPipelining]
     let logger: Logger
     /// How long a request waits for Redis before `on_unavailable` applies.
     let timeout: Double
@@ -52,7 +53,7 @@ public final class RedisRateLimitStore: Sendable {
     """
 
     /// `clients[i]` serves requests of the loop with index `i` (at least one client).
-    public init(clients: [RedisClient], logger: Logger, timeout: Double = 0.5, maxKeys: Int = 100_000) {
+    public init(clients: [any RedisKeyedPipelining], logger: Logger, timeout: Double = 0.5, maxKeys: Int = 100_000) {
         precondition(!clients.isEmpty)
         self.clients = clients
         self.logger = logger
@@ -94,8 +95,9 @@ public final class RedisRateLimitStore: Sendable {
                        completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
         let client = clients[loopIndex >= 0 ? loopIndex % clients.count : 0]
         let commands = checks.map { check in
-            ["EVALSHA", Self.scriptSHA, "1", Self.key(rule: check.rule.name, check.key),
-             String(check.rule.gcra.interval), String(check.rule.gcra.tolerance)]
+            let key = Self.key(rule: check.rule.name, check.key)
+            return (key: key, arguments: ["EVALSHA", Self.scriptSHA, "1", key,
+                                          String(check.rule.gcra.interval), String(check.rule.gcra.tolerance)])
         }
         let rules = checks.map(\.rule)
         let keys = checks.map(\.key)
@@ -108,7 +110,7 @@ public final class RedisRateLimitStore: Sendable {
             }
             completion(decisions)
         }
-        client.pipeline(commands, timeout: timeout) { [self] replies in
+        client.pipeline(keyed: commands, timeout: timeout) { [self] replies in
             let lostScript = replies.contains { reply in
                 if case .failure(.server(let message)) = reply { return message.hasPrefix("NOSCRIPT") }
                 return false
@@ -116,8 +118,8 @@ public final class RedisRateLimitStore: Sendable {
             guard lostScript else { return finish(rules, replies, completion) }
             // A server without the script (restarted, failed over, flushed): EVAL loads it.
             // NOSCRIPT ran nothing, so nothing is counted twice.
-            let loading = commands.map { ["EVAL", Self.script] + $0.dropFirst(2) }
-            client.pipeline(loading, timeout: timeout) { [self] replies in finish(rules, replies, completion) }
+            let loading = commands.map { (key: $0.key, arguments: ["EVAL", Self.script] + $0.arguments.dropFirst(2)) }
+            client.pipeline(keyed: loading, timeout: timeout) { [self] replies in finish(rules, replies, completion) }
         }
     }
 

@@ -88,6 +88,43 @@ import Testing
         #expect(store.counts()["slow"]?.limited == 2)
     }
 
+    /// On a real 6-node Redis Cluster through `RedisClusterClient`: keys of many users land
+    /// on all three masters (each master loads the script on its first NOSCRIPT), and two
+    /// clients (two instances) share each user's budget exactly.
+    @Test func onAClusterTwoInstancesShareEveryUsersBudget() throws {
+        let cluster = try RedisCluster()
+        let base = RedisConfiguration(topology: .standalone(try SocketAddress(parsing: "127.0.0.1:1")),
+                                      commandTimeout: 2, connectTimeout: 1,
+                                      backoff: ReconnectBackoff(initial: 0.02, maximum: 0.2))
+        func clusterClient(_ seed: RedisProcess) throws -> RedisClusterClient {
+            let client = RedisClusterClient(seeds: [try SocketAddress(parsing: "127.0.0.1:\(seed.port)")], base: base,
+                                            loop: EventLoop(index: 0))
+            client.start()
+            return client
+        }
+        let one = try clusterClient(cluster.nodes[0]), two = try clusterClient(cluster.nodes[1])
+        defer { one.shutdown(); two.shutdown() }
+        let a = RedisRateLimitStore(clients: [one], logger: Logger(label: "a"), timeout: 2)
+        let b = RedisRateLimitStore(clients: [two], logger: Logger(label: "b"), timeout: 2)
+        let rule = RateLimitRule(name: "per-user", routes: nil, key: .user, count: 1, periodSeconds: 60, burst: 3)
+        let users = (0..<24).map { RateLimitKey(identity: "user-\($0)") }
+        // Their keys span every master.
+        let slots = Set(users.map { HashSlot.of(RedisRateLimitStore.key(rule: "per-user", $0)) / 5461 })
+        #expect(slots.count == 3)
+        for user in users {
+            var allowed: [Bool] = []
+            for i in 0..<5 {
+                allowed.append(try #require(try Self.decide(i % 2 == 0 ? a : b, [(rule, user)])?.first).allowed)
+            }
+            #expect(allowed == [true, true, true, false, false], "\(user.value)")
+        }
+        // Every master holds some of the keys.
+        for port in cluster.masterPorts {
+            let count = Int(cluster.nodes.first { $0.port == port }!.cli(["DBSIZE"])) ?? 0
+            #expect(count > 0, "master \(port) holds no key")
+        }
+    }
+
     @Test func aDeadServerAnswersNilAndItIsCounted() throws {
         let server = try RedisProcess()
         let store = RedisRateLimitStore(clients: [try Self.client(server.port)], logger: Logger(label: "dead"), timeout: 0.5)

@@ -1,0 +1,23 @@
+/// Sends commands that each name their key: a standalone or Sentinel client sends them in
+/// one write to its server; a cluster client routes each to its slot's master. What a store
+/// whose every command touches one key (the rate limits) is written against, so it runs on
+/// all three.
+public protocol RedisKeyedPipelining: AnyObject, Sendable {
+    /// One result per command, in order.
+    func pipeline(keyed commands: [(key: String, arguments: [String])], timeout: Double?,
+                  completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void)
+}
+
+extension RedisClient: RedisKeyedPipelining {
+    public func pipeline(keyed commands: [(key: String, arguments: [String])], timeout: Double?,
+                         completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void) {
+        pipeline(commands.map(\.arguments), timeout: timeout, completion: completion)
+    }
+}
+
+extension RedisClusterClient: RedisKeyedPipelining {
+    public func pipeline(keyed commands: [(key: String, arguments: [String])], timeout: Double?,
+                         completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void) {
+        pipeline(commands, timeout: timeout, completion: completion)
+    }
+}
