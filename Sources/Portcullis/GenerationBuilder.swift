@@ -219,9 +219,8 @@ final class GenerationBuilder: @unchecked Sendable {
         }
         rateLimitBackend = backend
         let routes = configuration.proxy.routes
-        let errorBodies = routes.indices.map { index in
-            (index < configuration.routeAuth.count ? configuration.routeAuth[index].errorBody : nil) ?? configuration.identity.errorBody
-        }
+        let edgeAuth = configuration.edgeAuth
+        let errorBodies = routes.indices.map { edgeAuth.errorBody(route: $0) }
         return RateLimitingAuthenticator(wrapping: authenticator, settings: settings, routePaths: routes.map(\.pathPrefix),
                                          errorBodies: errorBodies, backend: backend, trustedProxies: configuration.proxy.trustedProxies)
     }

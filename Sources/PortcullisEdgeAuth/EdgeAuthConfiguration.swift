@@ -20,4 +20,9 @@ public struct EdgeAuthConfiguration: Sendable {
         self.identity = identity
         self.sessionCookies = sessionCookies
     }
+
+    /// The shape of a route's refusal bodies: its own `error_body`, else `identity.error_body`.
+    public func errorBody(route index: Int) -> ErrorBodyTemplate {
+        (index < routeAuth.count ? routeAuth[index].errorBody : nil) ?? identity.errorBody
+    }
 }

@@ -114,20 +114,20 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         self.counters = counters
         self.logger = logger
         let noCredential = AuthFailure(.noCredential).wwwAuthenticate(realm: configuration.proxy.realm)
-        let globalBody = configuration.identity.errorBody
         let cookieProviders = configuration.sessionCookies.filter { !$0.names.isEmpty }
         sessionBases = cookieProviders.flatMap(\.names)
         policies = configuration.proxy.routes.enumerated().map { index, route in
             let settings = index < configuration.routeAuth.count ? configuration.routeAuth[index] : RouteAuthSettings()
+            let errorBody = configuration.errorBody(route: index)
             let allowed = route.providers.map(Set.init)
             let cookieNames = cookieProviders
                 .filter { allowed?.contains($0.provider) ?? true }
                 .flatMap(\.names)
             var challenge = settings.refusesAsGrant
                 ? Self.errorResponse(400, code: "invalid_request", description: "The request has no ID token", challenge: nil,
-                                     body: settings.errorBody ?? globalBody)
+                                     body: errorBody)
                 : Self.errorResponse(401, code: "unauthorized", description: "No credentials",
-                                     challenge: noCredential, body: settings.errorBody ?? globalBody)
+                                     challenge: noCredential, body: errorBody)
             challenge.authReason = AuthCounters.noCredentialLabel
             return RoutePolicy(mode: route.auth, allowed: allowed, cookieNames: cookieNames, rules: settings.requiredClaims,
                                bypassMethods: settings.bypassMethods.sorted().map { Array($0.utf8) },
@@ -135,7 +135,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
                                forwardAuthorization: settings.forwardAuthorization,
                                forwardSessionCookie: settings.forwardSessionCookie,
                                revokeOnStatuses: settings.revokeOnStatuses, onInvalid: settings.onInvalid,
-                               errorBody: settings.errorBody ?? globalBody,
+                               errorBody: errorBody,
                                challenge: challenge,
                                bodyField: settings.bodyCredential.map { Array($0.field.utf8) },
                                bodyFieldName: settings.bodyCredential?.field,
@@ -460,8 +460,10 @@ public final class EdgeAuthenticator: RequestAuthenticator {
 
     // MARK: Helpers
 
-    static func errorResponse(_ status: Int, code: String, description: String, challenge: String?,
-                              extra: [(name: String, value: String)] = [], body: ErrorBodyTemplate) -> LocalResponse {
+    /// A refusal in a route's shape: `extra` headers, the challenge, `cache-control: no-store`
+    /// and the rendered body (also the rate limiter's 429 and 503).
+    public static func errorResponse(_ status: Int, code: String, description: String, challenge: String?,
+                                     extra: [(name: String, value: String)] = [], body: ErrorBodyTemplate) -> LocalResponse {
         var headers = extra
         if let challenge { headers.append(("www-authenticate", challenge)) }
         headers.append(("cache-control", "no-store"))

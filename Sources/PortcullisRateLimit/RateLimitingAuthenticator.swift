@@ -121,10 +121,9 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
 
     /// `on_unavailable: deny` with the shared store down: 503, in the route's shape.
     func unavailable(routeIndex: Int) -> LocalResponse {
-        let body = routeIndex < errorBodies.count ? errorBodies[routeIndex] : .oauth
-        let text = body.render(status: 503, code: "temporarily_unavailable", description: "The rate-limit store is unavailable")
-        var response = LocalResponse(status: 503, headers: [("retry-after", "5"), ("cache-control", "no-store")],
-                                     body: Array(text.utf8))
+        var response = EdgeAuthenticator.errorResponse(503, code: "temporarily_unavailable",
+                                                       description: "The rate-limit store is unavailable", challenge: nil,
+                                                       extra: [("retry-after", "5")], body: errorBody(routeIndex))
         response.authReason = Self.unavailableReason
         return response
     }
@@ -149,17 +148,16 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
 
     func refusal(_ rule: RateLimitRule, _ decision: GCRA.Decision, routeIndex: Int) -> LocalResponse {
         let retry = max(1, RateLimitRule.seconds(rounding: decision.retryAfterMicroseconds))
-        let body = routeIndex < errorBodies.count ? errorBodies[routeIndex] : .oauth
-        let text = body.render(status: 429, code: "rate_limited",
-                               description: "Too many requests; retry in \(retry) s")
-        var response = LocalResponse(status: 429, headers: [
-            ("retry-after", String(retry)),
-            ("ratelimit-policy", rule.policyHeader),
-            ("ratelimit", rule.limitHeader(decision)),
-            ("cache-control", "no-store"),
-        ], body: Array(text.utf8))
+        var response = EdgeAuthenticator.errorResponse(
+            429, code: "rate_limited", description: "Too many requests; retry in \(retry) s", challenge: nil,
+            extra: [("retry-after", String(retry)), ("ratelimit-policy", rule.policyHeader), ("ratelimit", rule.limitHeader(decision))],
+            body: errorBody(routeIndex))
         response.authReason = Self.limitedReason
         return response
+    }
+
+    private func errorBody(_ routeIndex: Int) -> ErrorBodyTemplate {
+        routeIndex < errorBodies.count ? errorBodies[routeIndex] : .oauth
     }
 }
 
