@@ -99,42 +99,36 @@ public final class RedisRateLimitStore: Sendable {
             return (key: key, arguments: ["EVALSHA", Self.scriptSHA, "1", key,
                                           String(check.rule.gcra.interval), String(check.rule.gcra.tolerance)])
         }
-        let rules = checks.map(\.rule)
-        let keys = checks.map(\.key)
-        let completion: @Sendable ([GCRA.Decision]?) -> Void = { [refusals] decisions in
-            if let decisions {
-                let now = EmbeddedRateLimitStore.now()
-                for (index, decision) in decisions.enumerated() where !decision.allowed {
-                    refusals.remember(rule: rules[index].name, key: keys[index], decision, now: now)
-                }
-            }
-            completion(decisions)
-        }
         client.pipeline(keyed: commands, timeout: timeout) { [self] replies in
             let lostScript = replies.contains { reply in
                 if case .failure(.server(let message)) = reply { return message.hasPrefix("NOSCRIPT") }
                 return false
             }
-            guard lostScript else { return finish(rules, replies, completion) }
+            guard lostScript else { return finish(checks, replies, completion) }
             // A server without the script (restarted, failed over, flushed): EVAL loads it.
             // NOSCRIPT ran nothing, so nothing is counted twice.
             let loading = commands.map { (key: $0.key, arguments: ["EVAL", Self.script] + $0.arguments.dropFirst(2)) }
-            client.pipeline(keyed: loading, timeout: timeout) { [self] replies in finish(rules, replies, completion) }
+            client.pipeline(keyed: loading, timeout: timeout) { [self] replies in finish(checks, replies, completion) }
         }
     }
 
-    private func finish(_ rules: [RateLimitRule], _ replies: [Result<RedisReply, RedisError>],
+    /// The replies as decisions: counted, refusals remembered (see `RefusalCache`), then
+    /// handed to `completion` (nil when any command failed).
+    private func finish(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], _ replies: [Result<RedisReply, RedisError>],
                         _ completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
+        let rules = checks.map(\.rule)
         var decisions: [GCRA.Decision] = []
         var failure: String?
-        for (rule, reply) in zip(rules, replies) {
+        let now = EmbeddedRateLimitStore.now()
+        for (check, reply) in zip(checks, replies) {
             switch reply {
             case .success(let value):
-                guard let decision = Self.decision(value, rule.gcra) else {
+                guard let decision = Self.decision(value, check.rule.gcra) else {
                     failure = "unexpected reply to the rate-limit script"
                     break
                 }
                 decisions.append(decision)
+                refusals.remember(rule: check.rule.name, key: check.key, decision, now: now)
             case .failure(let error):
                 failure = error.description
             }
