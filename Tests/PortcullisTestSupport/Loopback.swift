@@ -1,20 +1,48 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// Ports on 127.0.0.1 for the processes tests start, and waiting for them to listen.
 public enum Loopback {
-    /// A port that was free a moment ago (bound to port 0, then released).
+    /// A port on 127.0.0.1 that nothing listens on, never handed out twice in this process.
+    ///
+    /// Ports come from below the kernel's ephemeral range (`ip_local_port_range`), so neither
+    /// a client's outgoing connection nor another `freePort()` can take one between this call
+    /// and the listener that binds it; a port the kernel had just handed back for port 0 could
+    /// be handed back again (two listeners of one test once got the same port). Each process
+    /// starts at its own offset, so test processes that run side by side rarely meet.
     public static func freePort() -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = address(port: 0)
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        return UInt16(bigEndian: addr.sin_port)
+        allocator.withLock { state in
+            let (low, high) = state.range
+            let span = Int(high - low)
+            for _ in 0..<span {
+                let port = low + UInt16(state.next % span)
+                state.next += 1
+                if bindError(port: port, reusePort: false) == 0 { return port }
+            }
+            fatalError("no free port on 127.0.0.1 in \(low)..<\(high)")
+        }
     }
+
+    private struct Allocator {
+        let range: (UInt16, UInt16)
+        var next: Int
+    }
+
+    private static let allocator: Mutex<Allocator> = {
+        // Below the ephemeral range (Linux default 32768-60999), above the well-known ports.
+        var ephemeralLow: UInt16 = 32768
+        if let text = try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8),
+           let first = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first,
+           let value = UInt16(first), value > 12000 {
+            ephemeralLow = value
+        }
+        let range: (UInt16, UInt16) = (10000, ephemeralLow)
+        let offset = Int(getpid()) &* 7919 % Int(range.1 - range.0)
+        return Mutex(Allocator(range: range, next: offset))
+    }()
 
     /// A connected blocking TCP socket to 127.0.0.1:`port`, or nil (the caller closes it).
     public static func connect(port: UInt16) -> Int32? {
