@@ -1,7 +1,7 @@
 import PortcullisRedis
 import PortcullisTLS
 
-/// `store` (embedded, or Redis by URL or Sentinel, with `tls`) and `revocation`
+/// `store` (embedded, or Redis by URL, Sentinel or Cluster, with `tls`) and `revocation`
 /// (`max_staleness`, `on_unavailable`).
 extension ConfigurationLoader {
     static func store(_ storeNode: ConfigNode?, revocation: ConfigNode?) throws(ConfigurationError) -> StoreSettings {
@@ -35,8 +35,28 @@ extension ConfigurationLoader {
                 if store.sentinelAddresses.isEmpty { throw addresses.error("needs at least one sentinel address") }
                 try n.finish()
             }
+            if var n = try node.optional("cluster") {
+                // A Redis Cluster: seed nodes (IP:port; the slot map names the rest), and the
+                // nodes' AUTH and TLS here or beside them (store.password, store.tls).
+                let nodes = try n.required("nodes")
+                store.clusterNodes = try nodes.sequence().map { item throws(ConfigurationError) in try socketAddress(item) }
+                if store.clusterNodes.isEmpty { throw nodes.error("needs at least one node address") }
+                if let p = try n.optional("password") { store.redisPassword = try p.secret(bare: true) }
+                if let u = try n.optional("username") { store.redisUsername = try u.string() }
+                if var t = try n.optional("tls") {
+                    var tls = RedisConfiguration.TLS()
+                    if let ca = try t.optional("ca_file") { tls.caFile = try ca.caFile() }
+                    tls.serverName = try t.optional("server_name")?.string()
+                    try t.finish()
+                    store.redisTLS = tls
+                }
+                try n.finish()
+                if store.redisURL != nil || store.sentinelMaster != nil {
+                    throw node.error("store.cluster cannot be combined with store.redis or store.sentinel: set one way to reach Redis")
+                }
+            }
             if (store.redisPassword != nil || store.redisUsername != nil) && !store.usesRedis {
-                throw node.error("password and username are Redis's: set store.redis or store.sentinel")
+                throw node.error("password and username are Redis's: set store.redis, store.sentinel or store.cluster")
             }
             if let n = try node.optional("state_dir") {
                 let path = try n.string()

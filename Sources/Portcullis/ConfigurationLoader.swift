@@ -142,7 +142,7 @@ public enum ConfigurationLoader {
         let sessions: SessionSettings? = !(upstreamsFine && providersFine) ? nil : read(nil) { () throws(ConfigurationError) in
             let sessions = try Self.sessions(sessionsNode, providers: providers, upstreams: upstreams)
             if let sessionsNode, let sessions, store.usesRedis, sessions.signingKeyFiles.isEmpty {
-                throw sessionsNode.error("access_token.signing_keys is required with store.redis: every instance signs "
+                throw sessionsNode.error("access_token.signing_keys is required with store.redis, store.sentinel or store.cluster: every instance signs "
                                          + "and verifies the access tokens with the same keys", key: "access_token.signing_keys")
             }
             return sessions

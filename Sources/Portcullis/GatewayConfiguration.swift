@@ -135,6 +135,9 @@ public struct StoreSettings: Sendable {
     public var sentinelPassword: String?
     public var sentinelMaster: String?
     public var sentinelAddresses: [SocketAddress] = []
+    /// `store.cluster.nodes`: seed nodes of a Redis Cluster (any reachable one will do: the
+    /// slot map is read from it).
+    public var clusterNodes: [SocketAddress] = []
     /// `store.tls`: TLS settings for Redis (rediss:// turns TLS on by itself).
     public var redisTLS: RedisConfiguration.TLS?
     /// How long the last synchronized revocation view is trusted while Redis is unreachable.
@@ -145,7 +148,7 @@ public struct StoreSettings: Sendable {
     /// (nil: in memory only, said once at start). Unused with Redis.
     public var stateDirectory: String?
     public init() {}
-    public var usesRedis: Bool { redisURL != nil || sentinelMaster != nil }
+    public var usesRedis: Bool { redisURL != nil || sentinelMaster != nil || !clusterNodes.isEmpty }
 
     /// `revocation:` as the stores apply it.
     public var policy: RevocationPolicy { RevocationPolicy(maxStaleness: maxStaleness, denyWhenUnavailable: denyWhenUnavailable) }
@@ -161,6 +164,7 @@ public struct StoreSettings: Sendable {
         if sentinelMaster != old.sentinelMaster || sentinelAddresses.map(\.description) != old.sentinelAddresses.map(\.description) {
             return "store.sentinel"
         }
+        if clusterNodes.map(\.description) != old.clusterNodes.map(\.description) { return "store.cluster" }
         if String(describing: redisTLS) != String(describing: old.redisTLS) { return "store.tls" }
         return nil
     }

@@ -189,7 +189,7 @@ public final class GatewayRuntime: @unchecked Sendable {
             let client = RedisClient(configuration: try StoreRevocations.redisConfiguration(configuration.store),
                                      loop: EventLoop(index: -5))
             client.start()
-            sessionStore = RedisSessionStore(client: client, confirmReplication: configuration.store.sentinelMaster != nil)
+            sessionStore = RedisSessionStore(client: client, confirmReplication: client.configuration.canFailOver)
         } else {
             sessionStore = try EmbeddedSessionStore(directory: configuration.store.stateDirectory, warn: { logger.warning("\($0)") },
                                                     journalState: { failure in

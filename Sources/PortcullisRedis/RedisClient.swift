@@ -25,6 +25,9 @@ public final class RedisClient: @unchecked Sendable {
     public let loop: EventLoop
     public let configuration: RedisConfiguration
     private let supervisor: ConnectionSupervisor
+    /// With a `.cluster` topology, every command goes through this (routed by
+    /// `RedisCommandKey`); the supervisor above is then never started.
+    let cluster: RedisClusterClient?
     private var switchWatcher: RedisSubscriber?
     private var onStateChange: (@Sendable (RedisConnectionState) -> Void)?
 
@@ -40,6 +43,11 @@ public final class RedisClient: @unchecked Sendable {
         self.configuration = configuration
         self.onStateChange = onStateChange
         LoopMark.mark(loop)
+        if case .cluster(let seeds) = configuration.topology {
+            cluster = RedisClusterClient(seeds: seeds, base: configuration, loop: loop)
+        } else {
+            cluster = nil
+        }
         let (resolver, options) = configuration.supervisorSetup()
         supervisor = ConnectionSupervisor(
             loop: loop, resolver: resolver, options: options)
@@ -60,6 +68,7 @@ public final class RedisClient: @unchecked Sendable {
 
     /// Connects (asynchronously). Commands sent before the connection is ready wait for it.
     public func start() {
+        if let cluster { return cluster.start() }
         loop.execute { [self] in
             guard !isShutdown else { return }
             supervisor.start()
@@ -78,6 +87,7 @@ public final class RedisClient: @unchecked Sendable {
 
     /// Closes the connection; commands in flight fail with `.shutdown`.
     public func shutdown() {
+        if let cluster { return cluster.shutdown() }
         loop.execute { [self] in
             guard !isShutdown else { return }
             isShutdown = true
@@ -106,6 +116,9 @@ public final class RedisClient: @unchecked Sendable {
 
     /// Directly when called on the loop with a connection, else through the loop's queue.
     private func send(_ arguments: CommandArguments, timeout: Double?, completion: @escaping Completion) {
+        if let cluster {
+            return cluster.send(arguments, key: RedisCommandKey.key(of: arguments) ?? "", timeout: timeout, completion: completion)
+        }
         if let conn = connectionIfOnLoop {
             return conn.send(arguments, timeout: timeout ?? configuration.commandTimeout, handler: replyHandler(completion))
         }
@@ -115,6 +128,7 @@ public final class RedisClient: @unchecked Sendable {
     /// Sends several commands in one write; `completion` gets one result per command, in order.
     public func pipeline(_ commands: [[String]], timeout: Double? = nil,
                          completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void) {
+        if let cluster { return cluster.pipeline(RedisCommandKey.routed(commands), timeout: timeout, completion: completion) }
         if !commands.isEmpty, let conn = connectionIfOnLoop {
             return enqueuePipeline(commands, on: conn, timeout: timeout, completion: completion)
         }
@@ -163,7 +177,8 @@ public final class RedisClient: @unchecked Sendable {
         sendOnLoop(.strings(arguments), timeout: timeout, completion: completion)
     }
 
-    private func sendOnLoop(_ arguments: CommandArguments, timeout: Double?, completion: @escaping Completion) {
+    func sendOnLoop(_ arguments: CommandArguments, timeout: Double?, completion: @escaping Completion) {
+        if let cluster { return send(arguments, timeout: timeout, completion: completion) }
         let seconds = timeout ?? configuration.commandTimeout
         if let conn = supervisor.connection {
             conn.send(arguments, timeout: seconds, handler: replyHandler(completion))
@@ -174,6 +189,20 @@ public final class RedisClient: @unchecked Sendable {
             case .failure(let error): completion(.failure(error))
             case .success(let conn): conn.send(arguments, timeout: seconds, handler: replyHandler(completion))
             }
+        }
+    }
+
+    /// One step of a scan of every key matching `pattern`: on a cluster, of every master in
+    /// turn. Start from `.start`; `next` is nil once every key was offered (a key may come
+    /// twice, as with `SCAN`).
+    public func scan(from cursor: RedisScanCursor, match pattern: String, count: Int,
+                     completion: @escaping @Sendable (Result<(next: RedisScanCursor?, keys: [String]), RedisError>) -> Void) {
+        if let cluster { return cluster.scan(from: cursor, match: pattern, count: count, completion: completion) }
+        send(["SCAN", cursor.cursor, "MATCH", pattern, "COUNT", "\(count)"]) { result in
+            completion(result.flatMap { reply in
+                guard let (next, keys) = RedisScanCursor.parse(reply) else { return .failure(.protocolViolation("SCAN")) }
+                return .success((next == "0" ? nil : RedisScanCursor(nodes: nil, index: 0, cursor: next), keys))
+            })
         }
     }
 
@@ -198,6 +227,7 @@ public final class RedisClient: @unchecked Sendable {
     /// Replaces the state handler (for owners that can only set it once they exist).
     /// Runs on `loop.queue`, like the handler itself.
     public func observeState(_ handler: @escaping @Sendable (RedisConnectionState) -> Void) {
+        if let cluster { return cluster.observeState(handler) }
         loop.execute { [self] in onStateChange = handler }
     }
 
@@ -252,5 +282,21 @@ final class PipelineResults: @unchecked Sendable {
         results[index] = result
         remaining -= 1
         if remaining == 0 { completion(results) }
+    }
+}
+
+/// Where a scan stands (`RedisClient.scan`): on a cluster, the masters it reads in turn, the
+/// one being read and its `SCAN` cursor.
+public struct RedisScanCursor: Sendable {
+    var nodes: [SocketAddress]?
+    var index = 0
+    var cursor = "0"
+    public static let start = RedisScanCursor()
+
+    /// `SCAN`'s reply: the next cursor and the keys.
+    static func parse(_ reply: RedisReply) -> (String, [String])? {
+        guard let parts = reply.array, parts.count == 2, let next = parts[0].string,
+              let keys = parts[1].array?.compactMap(\.string) else { return nil }
+        return (next, keys)
     }
 }

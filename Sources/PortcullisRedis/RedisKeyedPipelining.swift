@@ -11,6 +11,7 @@ public protocol RedisKeyedPipelining: AnyObject, Sendable {
 extension RedisClient: RedisKeyedPipelining {
     public func pipeline(keyed commands: [(key: String, arguments: [String])], timeout: Double?,
                          completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void) {
+        if let cluster { return cluster.pipeline(commands, timeout: timeout, completion: completion) }
         pipeline(commands.map(\.arguments), timeout: timeout, completion: completion)
     }
 }

@@ -2,7 +2,9 @@ import Foundation
 import PortcullisCore
 import PortcullisRedis
 
-/// Sessions in Redis, shared by every instance (`store.redis` / `store.sentinel`): one hash
+/// Sessions in Redis, shared by every instance (`store.redis`, `store.sentinel` or
+/// `store.cluster`; every command and script touches one key, so each runs on its slot's
+/// node): one hash
 /// per session, `portcullis:session:<id>` (expiring with the session), and one set of ids per
 /// user, `portcullis:user-sessions:<user>`. A refresh reads the session, decides with the
 /// one rule (`Rotation.decide`, as the embedded store does) and applies the decision with a
@@ -43,64 +45,76 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         return (waited.integer ?? 0) >= 1 || replicas == 0
     }
 
-    /// KEYS[1] the user's set; ARGV[1] the new session's id, ARGV[2] the most sessions kept.
-    /// Ends the least recently used sessions past the cap (and forgets ids whose hash expired);
-    /// returns the ended sessions as {id, fields…} arrays.
-    static let capScript = """
-    local ids = redis.call('SMEMBERS', KEYS[1])
-    local live = {}
-    for _, id in ipairs(ids) do
-      local used = redis.call('HGET', 'portcullis:session:' .. id, 'used')
-      if used then table.insert(live, {id, tonumber(used)}) else redis.call('SREM', KEYS[1], id) end
-    end
-    local evicted = {}
-    local excess = #live - tonumber(ARGV[2])
-    if excess > 0 then
-      table.sort(live, function(a, b) return a[2] < b[2] end)
-      for _, entry in ipairs(live) do
-        if excess <= 0 then break end
-        if entry[1] ~= ARGV[1] then
-          local key = 'portcullis:session:' .. entry[1]
-          local h = redis.call('HMGET', key, 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject','id_token')
-          redis.call('DEL', key); redis.call('SREM', KEYS[1], entry[1])
-          table.insert(evicted, {entry[1], unpack(h)})
-          excess = excess - 1
-        end
-      end
-    end
-    return evicted
-    """
-
     public func create(_ record: SessionRecord, maxPerUser: Int,
                        completion: @escaping @Sendable (_ ok: Bool, _ evicted: [SessionRecord]) -> Void) {
         let key = Self.prefix + record.id
         let userKey = Self.userPrefix + record.user
-        client.pipeline([
-            ["HSET", key] + Self.values(record),
-            ["EXPIREAT", key, "\(record.expiresAt)"],
+        // The session first (with Sentinel or Cluster, confirmed on its own node), then its
+        // user's index and how many ids it holds.
+        var commands = [["HSET", key] + Self.values(record), ["EXPIREAT", key, "\(record.expiresAt)"]]
+        if confirmReplication { commands += [Self.replicationWait, ["ROLE"]] }
+        let indexAt = commands.count
+        commands += [
             ["SADD", userKey, record.id],
             // The user's set lives as long as their longest session (GT: never shortened).
             ["EXPIREAT", userKey, "\(record.expiresAt)", "GT"],
             ["EXPIREAT", userKey, "\(record.expiresAt)", "NX"],
-            ["EVAL", Self.capScript, "1", userKey, record.id, "\(maxPerUser)"],
-        ] + (confirmReplication ? [Self.replicationWait, ["ROLE"]] : []), timeout: timeout) { [confirmReplication] replies in
-            let ok = replies.prefix(3).allSatisfy { if case .success = $0 { return true } else { return false } }
-                && (!confirmReplication || Self.replicated(replies))
-            var evicted: [SessionRecord] = []
-            if replies.count >= 6, case .success(let value) = replies[5], let items = value.array {
-                for item in items {
-                    guard let fields = item.array, fields.count == Self.fields.count + 1, let id = fields[0].string else { continue }
-                    if let old = Self.record(id: id, values: Array(fields.dropFirst())) { evicted.append(old) }
+            ["SCARD", userKey],
+        ]
+        client.pipeline(commands, timeout: timeout) { [self] replies in
+            let ok = replies.prefix(2).allSatisfy { if case .success = $0 { return true } else { return false } }
+                && (!confirmReplication || Self.replicated(Array(replies[..<indexAt])))
+            guard ok else { return completion(false, []) }
+            guard case .success(let count) = replies[indexAt + 3], (count.integer ?? 0) > Int64(maxPerUser) else {
+                return completion(true, [])
+            }
+            cap(user: record.user, keeping: record.id, maxPerUser: maxPerUser) { completion(true, $0) }
+        }
+    }
+
+    /// Ends the least recently used sessions of `user` past `maxPerUser` (never `keeping`, the
+    /// one just made) and forgets ids whose session expired. Each end is its own single-key
+    /// script (`endScript`), so it runs on a cluster too; two sign-ins of one user at once may
+    /// each end one, so the cap can end one session more than needed, never keep one more.
+    private func cap(user: String, keeping: String, maxPerUser: Int,
+                     completion: @escaping @Sendable ([SessionRecord]) -> Void) {
+        let (client, timeout) = (self.client, self.timeout)
+        let userKey = Self.userPrefix + user
+        client.send(["SMEMBERS", userKey], timeout: timeout) { [self] reply in
+            guard case .success(let value) = reply, let ids = value.array?.compactMap(\.string), !ids.isEmpty else {
+                return completion([])
+            }
+            client.pipeline(ids.map { ["HGET", Self.prefix + $0, "used"] }, timeout: timeout) { [self] replies in
+                var live: [(id: String, used: Int64)] = []
+                var gone: [String] = []
+                for (id, reply) in zip(ids, replies) {
+                    guard case .success(let used) = reply else { continue }
+                    if let text = used.string, let value = Int64(text) { live.append((id, value)) } else { gone.append(id) }
+                }
+                let excess = live.count - maxPerUser
+                let victims = excess > 0 ? live.filter { $0.id != keeping }.sorted { $0.used < $1.used }.prefix(excess).map(\.id) : []
+                if !gone.isEmpty { client.send(["SREM", userKey] + gone, timeout: timeout) { _ in } }
+                guard !victims.isEmpty else { return completion([]) }
+                client.pipeline(victims.map { ["EVAL", Self.endScript, "1", Self.prefix + $0, user] }, timeout: timeout) { replies in
+                    var evicted: [SessionRecord] = []
+                    for (id, reply) in zip(victims, replies) {
+                        if case .success(let value) = reply, let items = value.array, items.count == Self.fields.count,
+                           let old = Self.record(id: id, values: items) {
+                            evicted.append(old)
+                        }
+                    }
+                    client.send(["SREM", userKey] + victims, timeout: timeout) { _ in }
+                    completion(evicted)
                 }
             }
-            completion(ok, evicted)
         }
     }
 
     /// The compare-and-set that applies a `Rotation` decision made on a read: KEYS[1] the
-    /// session, KEYS[2] its user's set; ARGV[1] the counter the decision read, ARGV[2] `rotate`
-    /// or `end`, ARGV[3] the session id, then for `rotate` the new counter, now, the new access
-    /// token and its expiry. Returns 1 when applied, 0 when the counter moved meanwhile (the
+    /// session; ARGV[1] the counter the decision read, ARGV[2] `rotate` or `end`, ARGV[3] the
+    /// session id, then for `rotate` the new counter, now, the new access token and its
+    /// expiry (the user's index forgets an ended id after, or when next read: one key per
+    /// script, so it runs on a cluster). Returns 1 when applied, 0 when the counter moved meanwhile (the
     /// caller reads again and decides again), -1 when the session is gone.
     static let compareAndSetScript = """
     local counter = redis.call('HGET', KEYS[1], 'counter')
@@ -109,7 +123,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
     if ARGV[2] == 'rotate' then
       redis.call('HSET', KEYS[1], 'counter', ARGV[4], 'used', ARGV[5], 'rotated', ARGV[5], 'access', ARGV[6], 'access_expires', ARGV[7])
     else
-      redis.call('DEL', KEYS[1]); redis.call('SREM', KEYS[2], ARGV[3])
+      redis.call('DEL', KEYS[1])
     end
     return 1
     """
@@ -147,7 +161,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         let decision = Rotation.decide(record, presented: counter, now: now, grace: grace, idleTimeout: idleTimeout)
         if decision == .current { return completion(.current(record)) }
         var applied = record
-        var arguments = ["EVAL", Self.compareAndSetScript, "2", key, Self.userPrefix + record.user, "\(record.counter)",
+        var arguments = ["EVAL", Self.compareAndSetScript, "1", key, "\(record.counter)",
                          decision == .rotate ? "rotate" : "end", record.id]
         if decision == .rotate {
             // The access token a rotation issues (its claims do not depend on the counter).
@@ -160,6 +174,7 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         client.send(arguments, timeout: timeout) { [self] reply in
             // No answer (unreachable, too slow, an error): it may or may not have been applied.
             guard case .success(let value) = reply, let answer = value.integer else { return completion(.failed) }
+            if answer == 1 && decision != .rotate { forgetInIndex(record) }
             switch answer {
             case 1:
                 switch decision {
@@ -186,23 +201,31 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
         }
     }
 
-    /// KEYS[1] the session; ARGV[1] the user it must belong to ("" for any). Returns its fields.
+    /// KEYS[1] the session; ARGV[1] the user it must belong to ("" for any). Deletes it and
+    /// returns its fields (the caller removes the id from the user's index).
     static let endScript = """
     local h = redis.call('HMGET', KEYS[1], 'user','provider','device','created','used','expires','counter','rotated','access','access_expires','claims','subject','id_token')
     if not h[1] or (ARGV[1] ~= '' and h[1] ~= ARGV[1]) then return {} end
-    redis.call('DEL', KEYS[1]); redis.call('SREM', 'portcullis:user-sessions:' .. h[1], ARGV[2])
+    redis.call('DEL', KEYS[1])
     return h
     """
 
+    /// Removes an ended session's id from its user's index (best effort: `list` and the cap
+    /// forget ids whose session is gone).
+    private func forgetInIndex(_ record: SessionRecord) {
+        client.send(["SREM", Self.userPrefix + record.user, record.id], timeout: timeout) { _ in }
+    }
+
     public func end(id: String, user: String?, completion: @escaping @Sendable (SessionEnd) -> Void) {
-        let commands = [["EVAL", Self.endScript, "1", Self.prefix + id, user ?? "", id]]
+        let commands = [["EVAL", Self.endScript, "1", Self.prefix + id, user ?? ""]]
             + (confirmReplication ? [Self.replicationWait, ["ROLE"]] : [])
-        client.pipeline(commands, timeout: timeout) { [confirmReplication] replies in
+        client.pipeline(commands, timeout: timeout) { [self] replies in
             guard case .success(let value)? = replies.first, let items = value.array else { return completion(.failed) }
             guard items.count == Self.fields.count, let record = Self.record(id: id, values: items) else {
                 return completion(.notFound)
             }
             // Ended here but not yet where the next master would have it: not acknowledged.
+            forgetInIndex(record)
             if confirmReplication && !Self.replicated(replies) { return completion(.failed) }
             completion(.ended(record))
         }

@@ -198,21 +198,26 @@ struct KeysAndRevocationEndToEndTests {
         #expect(E2E.curl(["-H", carolAgain, "\(g.url)/x"]).status == 200)
     }
 
-    @Test func logoutOnOneInstanceIsEnforcedOnAnotherThroughRedis() throws {
-        let redis = try RedisProcess()
+    /// On one Redis or a Redis Cluster: a logout on A is enforced on B; an instance started
+    /// afterwards reads every revocation (on a cluster, from every master); an undo on one is
+    /// announced to all.
+    @Test(arguments: ["redis", "cluster"])
+    func logoutOnOneInstanceIsEnforcedOnAnotherThroughRedis(_ kind: String) throws {
+        let redis = try SharedRedis(kind)
         let upstream = try EchoUpstream()
         let config = """
         providers:
           - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
-        store: {redis: "redis://127.0.0.1:\(redis.port)/0"}
+        \(redis.storeYAML)
         upstreams:
           app: {url: "http://127.0.0.1:\(upstream.port)"}
         routes:
           - {path: /api/v1/auth/logout, upstream: app, auth: required, revoke_on_success: true}
           - {path: /, upstream: app, auth: required}
         """
-        let a = try GatewayProcess(config)
-        let b = try GatewayProcess(config)
+        let admin = "admin-token-0123456789abcdef"
+        let a = try GatewayProcess(config, adminToken: admin)
+        let b = try GatewayProcess(config, adminToken: admin)
         let credential = try a.mint(["--provider", "app"])
         #expect(waitUntil(5) { E2E.curl(["-H", credential, "\(b.url)/visits"]).status == 200 })
         #expect(E2E.curl(["-H", credential, "\(a.url)/visits"]).status == 200)
@@ -227,7 +232,35 @@ struct KeysAndRevocationEndToEndTests {
         print("revocation on instance A enforced on instance B after \(Int(delay * 1000)) ms (includes curl start-up)")
         #expect(status == 401)
         #expect(E2E.curl(["-H", credential, "\(a.url)/visits"]).status == 401)
-        #expect(redis.cli(["--scan"]).split(separator: "\n").contains { $0.hasPrefix("portcullis:") })
+
+        // 24 users signed out everywhere through A's admin API: their keys spread over every
+        // master of a cluster; an instance started now enforces all of them from its first read.
+        let users = (0..<24).map { "user-\($0)" }
+        let credentials = try users.map { try a.mint(["--provider", "app", "--sub", $0]) }
+        sleep(1)
+        let auth = "Authorization: Bearer \(admin)"
+        for user in users {
+            let r = E2E.curl(["-X", "POST", "-H", auth, "-d", "{\"subject\":\"\(user)\"}", "http://127.0.0.1:\(a.adminPort)/revocations"])
+            #expect(r.status == 201, "\(r)")
+        }
+        let keys = redis.keys("portcullis:revoked:*")
+        #expect(keys.count >= 25, "\(keys)")
+        if let cluster = redis.cluster {
+            let holders = cluster.nodes.filter { $0.pid > 0 && $0.cli(["ROLE"]).hasPrefix("master") }
+                .filter { !$0.cli(["--scan", "--pattern", "portcullis:revoked:*"]).isEmpty }
+            #expect(holders.count == 3, "the revocations live on every master")
+        }
+        let c = try GatewayProcess(config, adminToken: admin)
+        for (user, credential) in zip(users, credentials) {
+            #expect(waitUntil(5) { E2E.curl(["-H", credential, "\(c.url)/visits"]).status == 401 }, "\(user) on C")
+            #expect(E2E.curl(["-H", credential, "\(b.url)/visits"]).status == 401, "\(user) on B")
+        }
+        // An undo on B reaches A and C (announced), and a fresh token of that user passes.
+        let undo = E2E.curl(["-X", "DELETE", "-H", auth, "-d", #"{"subject":"user-0"}"#, "http://127.0.0.1:\(b.adminPort)/revocations"])
+        #expect(undo.status == 200 && undo.body.contains("\"found\":true"), "\(undo)")
+        #expect(waitUntil(5) { E2E.curl(["-H", credentials[0], "\(c.url)/visits"]).status == 200 })
+        #expect(E2E.curl(["-H", credentials[0], "\(a.url)/visits"]).status == 200)
+        #expect(E2E.curl(["-H", credentials[1], "\(a.url)/visits"]).status == 401)
     }
 }
 

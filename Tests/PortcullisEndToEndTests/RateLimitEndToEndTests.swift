@@ -107,10 +107,12 @@ struct RateLimitEndToEndTests {
         #expect(E2E.curl(["\(g.url)/other"]).status == 200)
     }
 
-    /// Two instances sharing one Redis hold one limit together, whichever instance and
-    /// protocol the requests come on (#36: "the fleet-wide limit held within one burst").
-    @Test func twoInstancesOnOneRedisHoldOneLimitOnBothProtocols() throws {
-        let redis = try RedisProcess()
+    /// Two instances sharing one Redis (or one Redis Cluster) hold one limit together,
+    /// whichever instance and protocol the requests come on (#36: "the fleet-wide limit held
+    /// within one burst").
+    @Test(arguments: ["redis", "cluster"])
+    func twoInstancesOnOneRedisHoldOneLimitOnBothProtocols(_ kind: String) throws {
+        let redis = try SharedRedis(kind)
         let upstream = try EchoUpstream()
         let body = """
         providers:
@@ -119,7 +121,7 @@ struct RateLimitEndToEndTests {
           app: {url: "http://127.0.0.1:\(upstream.port)"}
         routes:
           - {path: /api, upstream: app, auth: required}
-        store: {redis: "redis://127.0.0.1:\(redis.port)/0"}
+        \(redis.storeYAML)
         rate_limits:
           - {name: per-user, key: user, rate: 5/m, burst: 5}
         """

@@ -160,16 +160,16 @@ import Glibc
 
     /// 50 refreshes of one token at once: one rotates, every other one gets the same pair
     /// (the embedded store's queue, or Redis's script, decides).
-    @Test(arguments: ["embedded", "redis"])
+    @Test(arguments: ["embedded", "redis", "cluster"])
     func concurrentRefreshesWithinTheGraceConverge(_ store: String) throws {
         let upstream = try EchoUpstream()
-        let redis = store == "redis" ? try RedisProcess() : nil
+        let redis = store == "embedded" ? nil : try SharedRedis(store)
         var extra = ""
         var key: String?
         if let redis {
             let path = NSTemporaryDirectory() + "session-es256-\(UUID().uuidString).pem"
             E2E.run("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path])
-            extra = "store: {redis: \"redis://127.0.0.1:\(redis.port)/0\"}"
+            extra = redis.storeYAML
             key = path
         }
         let g = try Self.gateway(upstream, grace: "10s", extra: extra, signingKey: key)
@@ -534,17 +534,17 @@ import Glibc
     /// `max_per_user`: a sign-in past the cap ends the user's least recently used session
     /// (its access and refresh tokens too), so replaying one ID token cannot grow the store
     /// without bound; other users are untouched.
-    @Test(arguments: ["embedded", "redis"])
+    @Test(arguments: ["embedded", "redis", "cluster"])
     func aUserKeepsAtMostMaxPerUserSessions(_ store: String) throws {
         let upstream = try EchoUpstream()
-        let redis = store == "redis" ? try RedisProcess() : nil
+        let redis = store == "embedded" ? nil : try SharedRedis(store)
         var key: String?
         if redis != nil {
             let path = NSTemporaryDirectory() + "session-es256-\(UUID().uuidString).pem"
             E2E.run("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path])
             key = path
         }
-        let extra = redis.map { "store: {redis: \"redis://127.0.0.1:\($0.port)/0\"}" } ?? ""
+        let extra = redis?.storeYAML ?? ""
         let g = try Self.gateway(upstream, extra: extra, signingKey: key, maxPerUser: 2)
         let other = try #require(Self.pair(try Self.exchange(g, sub: "900").1))
         let oldest = try #require(Self.pair(try Self.exchange(g, sub: "901").1))
@@ -652,16 +652,17 @@ import Glibc
         #expect(Self.pair(try Self.exchange(g).1).map { Self.api(g, $0.access).status } == 200, "a new sign-in after it works")
     }
 
-    /// Two instances sharing one `redis-server`: a session made on A refreshes on B; its
-    /// access tokens pass on both; racing refreshes across the two converge; a reuse on A
-    /// after the grace ends the session on B at once; logout on B ends it on A; the device
-    /// list is the same on both. Sessions need shared signing keys there.
-    @Test func twoInstancesShareSessionsThroughRedis() throws {
+    /// Two instances sharing one `redis-server`, or a Redis Cluster: a session made on A
+    /// refreshes on B; its access tokens pass on both; racing refreshes across the two
+    /// converge; a reuse on A after the grace ends the session on B at once; logout on B ends
+    /// it on A; the device list is the same on both. Sessions need shared signing keys there.
+    @Test(arguments: ["redis", "cluster"])
+    func twoInstancesShareSessionsThroughRedis(_ kind: String) throws {
         let upstream = try EchoUpstream()
-        let redis = try RedisProcess()
+        let redis = try SharedRedis(kind)
         let key = NSTemporaryDirectory() + "session-es256-\(UUID().uuidString).pem"
         E2E.run("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", key])
-        let extra = "store: {redis: \"redis://127.0.0.1:\(redis.port)/0\"}"
+        let extra = redis.storeYAML
         func instance() throws -> GatewayProcess {
             try GatewayProcess("""
             \(AuthFixtures.providers)

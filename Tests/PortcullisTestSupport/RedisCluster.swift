@@ -48,3 +48,43 @@ public final class RedisCluster: @unchecked Sendable {
     /// `CLUSTER KEYSLOT key`, as the server computes it.
     public func keySlot(_ key: String) -> Int? { Int(nodes[0].cli(["CLUSTER", "KEYSLOT", key])) }
 }
+
+/// The Redis that gateway instances of a test share: one `redis-server` ("redis") or a real
+/// 6-node cluster ("cluster"), with the `store:` line that reaches it, so one test body
+/// runs on both.
+public final class SharedRedis: @unchecked Sendable {
+    // @unchecked Sendable: used from one test at a time.
+    public let server: RedisProcess?
+    public let cluster: RedisCluster?
+
+    /// - Parameter kind: "redis" or "cluster".
+    public init(_ kind: String) throws {
+        switch kind {
+        case "redis": server = try RedisProcess(); cluster = nil
+        case "cluster": server = nil; cluster = try RedisCluster()
+        default: throw RedisTestFailure("unknown shared Redis kind \(kind)")
+        }
+    }
+
+    /// `store: {…}` for the gateway's file (two seed nodes of a cluster: the slot map names the rest).
+    public var storeYAML: String {
+        if let server { return "store: {redis: \"redis://127.0.0.1:\(server.port)/0\"}" }
+        let seeds = cluster!.nodes.prefix(2).map { "\"127.0.0.1:\($0.port)\"" }.joined(separator: ", ")
+        return "store: {cluster: {nodes: [\(seeds)]}}"
+    }
+
+    /// `redis-cli` against the server, or against the cluster following redirects (`-c`).
+    @discardableResult
+    public func cli(_ args: [String]) -> String {
+        if let server { return server.cli(args) }
+        return cluster!.nodes[0].cli(["-c"] + args)
+    }
+
+    /// Every key matching `pattern`, on every master.
+    public func keys(_ pattern: String) -> [String] {
+        if let server { return server.cli(["--scan", "--pattern", pattern]).split(separator: "\n").map(String.init) }
+        return cluster!.nodes.filter { $0.pid > 0 && $0.cli(["ROLE"]).hasPrefix("master") }.flatMap {
+            $0.cli(["--scan", "--pattern", pattern]).split(separator: "\n").map(String.init)
+        }
+    }
+}

@@ -81,7 +81,8 @@ public enum RevocationLookup {
         client.start()
         defer { client.shutdown() }
         // Never the URL: it may hold a password.
-        let place = configuration.store.sentinelMaster.map { "Redis (store.sentinel, master \($0))" } ?? "Redis (store.redis)"
+        let place = !configuration.store.clusterNodes.isEmpty ? "Redis (store.cluster)"
+            : configuration.store.sentinelMaster.map { "Redis (store.sentinel, master \($0))" } ?? "Redis (store.redis)"
         guard let replies = client.pipelineAndWait(keys.map { ["GET", $0] }, timeout: timeout), replies.count == keys.count else {
             return .notChecked(reason: "\(place) did not answer within \(timeout) s")
         }

@@ -145,7 +145,8 @@ final class RedisKeyCache: SharedKeyCache {
     }
 
     func forget(provider: String) {
-        client.send(["DEL", "portcullis:keys:\(provider)", "portcullis:keys:\(provider):claim"]) { _ in }
+        // One key per command: on a cluster the two live in different slots.
+        client.pipeline([["DEL", "portcullis:keys:\(provider)"], ["DEL", "portcullis:keys:\(provider):claim"]]) { _ in }
     }
 
     func claimFetch(provider: String, interval: Double, completion: @escaping @Sendable (Bool) -> Void) {

@@ -166,6 +166,7 @@ public final class StoreRevocations: RevocationChecking {
         if let master = settings.sentinelMaster {
             configuration.topology = .sentinel(masterName: master, sentinels: settings.sentinelAddresses)
         }
+        if !settings.clusterNodes.isEmpty { configuration.topology = .cluster(seeds: settings.clusterNodes) }
         if let tls = settings.redisTLS { configuration.tls = tls }
         if let password = settings.redisPassword { configuration.password = password }
         if let username = settings.redisUsername { configuration.username = username }
@@ -173,7 +174,7 @@ public final class StoreRevocations: RevocationChecking {
         return configuration
     }
 
-    /// The configured store: Redis (standalone or through Sentinel) or embedded.
+    /// The configured store: Redis (standalone, through Sentinel, or a Cluster) or embedded.
     static func makeStore(_ settings: StoreSettings, loops: [EventLoop], logger: Logger) throws -> any RevocationStore {
         let policy = RevocationPolicy(maxStaleness: settings.maxStaleness, denyWhenUnavailable: settings.denyWhenUnavailable)
         guard settings.usesRedis else {
@@ -200,7 +201,9 @@ public final class StoreRevocations: RevocationChecking {
             }
         }
         let configuration = try redisConfiguration(settings)
-        let target = settings.redisURL.map(RedisConfiguration.redacted) ?? "sentinel \(settings.sentinelMaster ?? "")"
+        let target = settings.clusterNodes.isEmpty
+            ? settings.redisURL.map(RedisConfiguration.redacted) ?? "sentinel \(settings.sentinelMaster ?? "")"
+            : "cluster \(settings.clusterNodes.map(\.description).joined(separator: ","))"
         return RedisRevocationStore(configuration: configuration, loops: loops, policy: policy) { event in
             switch event {
             case .synchronized(let entries):

@@ -33,6 +33,8 @@ public final class RedisClusterClient: @unchecked Sendable {
     private var refreshing = false
     private var waitingForMap: [(Result<Void, RedisError>) -> Void] = []
     private var isShutdown = false
+    /// Every node connection's state changes (a reconnection may reach a promoted replica).
+    private var onNodeState: (@Sendable (RedisConnectionState) -> Void)?
 
     public init(seeds: [SocketAddress], base: RedisConfiguration, loop: EventLoop) {
         precondition(!seeds.isEmpty)
@@ -58,6 +60,13 @@ public final class RedisClusterClient: @unchecked Sendable {
         }
     }
 
+    /// Sets the handler for every node connection's state changes (on `loop.queue`): a
+    /// `.connected` after the first may be a promoted replica or a restarted node, which may
+    /// lack acknowledged writes (what `RedisRevocationStore` re-writes after a switch).
+    public func observeState(_ handler: @escaping @Sendable (RedisConnectionState) -> Void) {
+        loop.execute { [self] in onNodeState = handler }
+    }
+
     /// The slot map in use (tests, diagnostics). On `loop.queue` only.
     public var currentTopology: ClusterTopology? { topology }
 
@@ -65,6 +74,10 @@ public final class RedisClusterClient: @unchecked Sendable {
 
     /// Sends `arguments` to the master serving `key`'s slot.
     public func send(_ arguments: [String], key: String, timeout: Double? = nil, completion: @escaping Completion) {
+        send(.strings(arguments), key: key, timeout: timeout, completion: completion)
+    }
+
+    func send(_ arguments: CommandArguments, key: String, timeout: Double?, completion: @escaping Completion) {
         let slot = HashSlot.of(key)
         if loop.isCurrent { return route(arguments, slot: slot, timeout: timeout, hops: 0, asking: nil, completion: completion) }
         loop.execute { [self] in route(arguments, slot: slot, timeout: timeout, hops: 0, asking: nil, completion: completion) }
@@ -78,7 +91,7 @@ public final class RedisClusterClient: @unchecked Sendable {
         let run: @Sendable () -> Void = { [self] in
             let collector = PipelineResults(count: commands.count, completion: completion)
             for (index, command) in commands.enumerated() {
-                route(command.arguments, slot: HashSlot.of(command.key), timeout: timeout, hops: 0, asking: nil) { result in
+                route(.strings(command.arguments), slot: HashSlot.of(command.key), timeout: timeout, hops: 0, asking: nil) { result in
                     collector.set(index, result)
                 }
             }
@@ -87,7 +100,7 @@ public final class RedisClusterClient: @unchecked Sendable {
     }
 
     /// On `loop.queue`: sends to the slot's master (or, for an `ASK`, to `asking`).
-    private func route(_ arguments: [String], slot: Int, timeout: Double?, hops: Int, asking: SocketAddress?,
+    private func route(_ arguments: CommandArguments, slot: Int, timeout: Double?, hops: Int, asking: SocketAddress?,
                        completion: @escaping Completion) {
         if isShutdown { return completion(.failure(.shutdown)) }
         let target: SocketAddress
@@ -140,15 +153,49 @@ public final class RedisClusterClient: @unchecked Sendable {
         client.sendOnLoop(arguments, timeout: timeout, completion: handle)
     }
 
-    /// `ASKING` then the command on `address`, in one write (the flag lasts one command).
-    private func askThenSend(_ arguments: [String], slot: Int, to address: SocketAddress, timeout: Double?, hops: Int,
+    /// `ASKING` then the command on `address`, one after the other on its connection (the
+    /// flag lasts one command).
+    private func askThenSend(_ arguments: CommandArguments, slot: Int, to address: SocketAddress, timeout: Double?, hops: Int,
                              completion: @escaping Completion) {
-        client(for: address).pipeline([["ASKING"], arguments], timeout: timeout) { [self] results in
-            let result = results.count == 2 ? results[1] : .failure(.protocolViolation("ASKING pipeline"))
+        let node = client(for: address)
+        node.sendOnLoop(.strings(["ASKING"]), timeout: timeout) { _ in }
+        node.sendOnLoop(arguments, timeout: timeout) { [self] result in
             if case .failure(.server(let text)) = result, ClusterRedirect(error: text) != nil, hops < Self.maxRedirects {
                 return route(arguments, slot: slot, timeout: timeout, hops: hops + 1, asking: nil, completion: completion)
             }
             completion(result)
+        }
+    }
+
+    // MARK: Scanning
+
+    /// One `SCAN` step over every master in turn (the masters of the map when the scan
+    /// began). A node that fails fails the step: the caller starts again rather than
+    /// trust a partial read.
+    func scan(from cursor: RedisScanCursor, match pattern: String, count: Int,
+              completion: @escaping @Sendable (Result<(next: RedisScanCursor?, keys: [String]), RedisError>) -> Void) {
+        loop.execute { [self] in
+            guard !isShutdown else { return completion(.failure(.shutdown)) }
+            guard let nodes = cursor.nodes ?? topology.map({ $0.masters.compactMap(address) }) else {
+                waitingForMap.append { [self] result in
+                    switch result {
+                    case .failure(let error): completion(.failure(error))
+                    case .success: scan(from: cursor, match: pattern, count: count, completion: completion)
+                    }
+                }
+                if !refreshing { refreshTopology() }
+                return
+            }
+            guard cursor.index < nodes.count else { return completion(.success((nil, []))) }
+            client(for: nodes[cursor.index]).sendOnLoop(.strings(["SCAN", cursor.cursor, "MATCH", pattern, "COUNT", "\(count)"]),
+                                                        timeout: nil) { result in
+                completion(result.flatMap { reply in
+                    guard let (next, keys) = RedisScanCursor.parse(reply) else { return .failure(.protocolViolation("SCAN")) }
+                    var following = RedisScanCursor(nodes: nodes, index: cursor.index, cursor: next)
+                    if next == "0" { following.index += 1; following.cursor = "0" }
+                    return .success((following.index < nodes.count ? following : nil, keys))
+                })
+            }
         }
     }
 
@@ -199,7 +246,9 @@ public final class RedisClusterClient: @unchecked Sendable {
         if let client = clients[address.description] { return client }
         var configuration = base
         configuration.topology = .standalone(address)
-        let client = RedisClient(configuration: configuration, loop: loop)
+        let client = RedisClient(configuration: configuration, loop: loop) { [weak self] state in
+            self?.onNodeState?(state)
+        }
         client.startOnLoop()
         clients[address.description] = client
         return client

@@ -12,6 +12,19 @@ public struct RedisConfiguration: Sendable, Equatable {
         /// Ask each sentinel in turn for `masterName` (`SENTINEL get-master-addr-by-name`),
         /// and ask again after a disconnect, a `+switch-master` event or a `-READONLY` reply.
         case sentinel(masterName: String, sentinels: [SocketAddress])
+        /// A Redis Cluster reached through any of these nodes: `RedisClient` routes each
+        /// command by its key's slot (`RedisCommandKey`) over a `RedisClusterClient`; a
+        /// subscriber takes the next seed on every connect (classic pub/sub reaches every node).
+        case cluster(seeds: [SocketAddress])
+    }
+
+    /// With Sentinel or Cluster a failover can promote a replica that lacks a write the
+    /// master acknowledged: stores that promise durability confirm with `WAIT 1` (and `ROLE`).
+    public var canFailOver: Bool {
+        switch topology {
+        case .sentinel, .cluster: return true
+        case .standalone, .standaloneHost: return false
+        }
     }
 
     public var topology: Topology

@@ -220,6 +220,8 @@ extension RedisConfiguration {
             resolver = SentinelDiscovery(masterName: name, sentinels: sentinels,
                                          password: sentinelPassword, timeout: connectTimeout, tls: client)
             verifyMaster = true
+        case .cluster(let seeds):
+            resolver = RotatingAddresses(seeds)
         }
         if let tlsError { resolver = FailingResolver(reason: tlsError) }
         return (resolver, .init(handshake: handshake, verifyMaster: verifyMaster, connectTimeout: connectTimeout,

@@ -74,7 +74,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
                 resyncInterval: Double = 30, pruneInterval: Double = 60, ioLoop: EventLoop? = nil,
                 onEvent: (@Sendable (StoreEvent) -> Void)? = nil) {
         policyValue = LockedValue(policy)
-        if case .sentinel = configuration.topology { confirmReplication = true }
+        confirmReplication = configuration.canFailOver
         self.resyncInterval = resyncInterval
         self.pruneInterval = pruneInterval
         self.onEvent = onEvent
@@ -360,16 +360,15 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         flushPendingWrites()
         resyncGeneration &+= 1
         resyncSnapshot = RevocationTable()
-        scan(cursor: "0", generation: resyncGeneration)
+        scan(from: .start, generation: resyncGeneration)
     }
 
-    private func scan(cursor: String, generation: Int) {
-        client.send(["SCAN", cursor, "MATCH", RedisRevocationSchema.keyPrefix + "*", "COUNT", "1000"]) { [self] result in
+    /// On a cluster every master is read in turn; a node that fails fails the resync (it is
+    /// tried again), so a partial read never replaces the table.
+    private func scan(from cursor: RedisScanCursor, generation: Int) {
+        client.scan(from: cursor, match: RedisRevocationSchema.keyPrefix + "*", count: 1000) { [self] result in
             guard generation == resyncGeneration else { return }
-            guard case .success(.array(let parts)) = result, parts.count == 2,
-                  let next = parts[0].string, let keys = parts[1].array?.compactMap(\.string) else {
-                return resyncFailed()
-            }
+            guard case .success(let (next, keys)) = result else { return resyncFailed() }
             if keys.isEmpty { return scanned(next: next, generation: generation) }
             var commands: [[String]] = []
             commands.reserveCapacity(keys.count * 2)
@@ -393,8 +392,8 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         }
     }
 
-    private func scanned(next: String, generation: Int) {
-        if next != "0" { return scan(cursor: next, generation: generation) }
+    private func scanned(next: RedisScanCursor?, generation: Int) {
+        if let next { return scan(from: next, generation: generation) }
         var snapshot = resyncSnapshot
         resyncSnapshot = RevocationTable()
         for delta in deltasDuringResync {
