@@ -198,6 +198,26 @@ struct KeysAndRevocationEndToEndTests {
         #expect(E2E.curl(["-H", carolAgain, "\(g.url)/x"]).status == 200)
     }
 
+    /// `store.cluster` mistakes fail at start naming the key.
+    @Test(arguments: [
+        ("store: {cluster: {password: x}}", "store.cluster.nodes"),
+        ("store: {cluster: {nodes: []}}", "needs at least one node address"),
+        ("store: {cluster: {nodes: [\"redis-1\"]}}", "store.cluster.nodes"),
+        ("store: {cluster: {nodes: [\"127.0.0.1:7000\"], seeds: 1}}", "store.cluster.seeds"),
+        ("store: {redis: \"redis://127.0.0.1:6379/0\", cluster: {nodes: [\"127.0.0.1:7000\"]}}", "cannot be combined"),
+        ("store: {cluster: {nodes: [\"127.0.0.1:7000\"]}, state_dir: /tmp/x}", "store.state_dir"),
+    ])
+    func clusterSettingsAreCheckedAtStart(_ yaml: String, _ expected: String) throws {
+        let (status, _, err) = E2E.run(E2E.binary, ["check-config", try AppFitEndToEndTests.writeConfig("""
+        upstreams:
+          app: {url: "http://127.0.0.1:1"}
+        routes:
+          - {path: /, upstream: app, auth: none}
+        \(yaml)
+        """)])
+        #expect(status != 0 && err.contains(expected), "\(err)")
+    }
+
     /// On one Redis or a Redis Cluster: a logout on A is enforced on B; an instance started
     /// afterwards reads every revocation (on a cluster, from every master); an undo on one is
     /// announced to all.

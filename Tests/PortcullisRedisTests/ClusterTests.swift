@@ -24,6 +24,21 @@ import Testing
         #expect(HashSlot.of("foo{bar") == Int(HashSlot.crc16(Array("foo{bar".utf8)[...]) % 16384))
     }
 
+    @Test func commandsAreRoutedByTheirFirstKeyAndKeylessOnesFollowTheKeyedOneBefore() {
+        #expect(RedisCommandKey.key(of: ["GET", "a"]) == "a")
+        #expect(RedisCommandKey.key(of: ["set", "b", "1", "EX", "9"]) == "b")
+        #expect(RedisCommandKey.key(of: ["EVAL", "return 1", "1", "k", "arg"]) == "k")
+        #expect(RedisCommandKey.key(of: ["EVALSHA", "abc", "0", "arg"]) == nil)
+        #expect(RedisCommandKey.key(of: ["EVAL", "return 1", "x"]) == nil, "numkeys that is not a number")
+        for keyless in [["WAIT", "1", "1000"], ["ROLE"], ["PUBLISH", "channel", "m"], ["PING"], ["SCAN", "0"], []] {
+            #expect(RedisCommandKey.key(of: keyless) == nil, "\(keyless)")
+        }
+        let routed = RedisCommandKey.routed([["PING"], ["SET", "s", "1"], ["WAIT", "1", "10"], ["ROLE"], ["SADD", "u", "x"],
+                                             ["PUBLISH", "c", "m"]])
+        #expect(routed.map(\.key) == ["s", "s", "s", "s", "u", "u"])
+        #expect(RedisCommandKey.routed([["PING"], ["ROLE"]]).map(\.key) == ["", ""])
+    }
+
     @Test func redirectsParseAndOthersDoNot() {
         #expect(ClusterRedirect(error: "MOVED 3999 127.0.0.1:6381") == ClusterRedirect(kind: .moved, slot: 3999, host: "127.0.0.1", port: 6381))
         #expect(ClusterRedirect(error: "ASK 12182 [::1]:7002") == ClusterRedirect(kind: .ask, slot: 12182, host: "::1", port: 7002))
@@ -180,6 +195,72 @@ import Testing
         }
         #expect(try Self.send(client, ["GET", key], key: key).get().string == "moved-value")
         #expect(waitUntil(10) { client.loop.queue.sync { client.currentTopology?.master(forSlot: slot)?.port } == to.port })
+    }
+
+    /// `RedisClient` with a `.cluster` topology, as every store uses it: a pipeline's commands
+    /// reach their slots' masters and a keyless one (`CLUSTER MYID`, `WAIT`) the node of the
+    /// keyed command before it; binary values; a scan offers every key of every master.
+    @Test func aClientWithAClusterTopologyRoutesPipelinesAndScansEveryMaster() throws {
+        let cluster = try RedisCluster()
+        let seeds = try cluster.nodes.prefix(2).map { try SocketAddress(parsing: "127.0.0.1:\($0.port)") }
+        let client = RedisClient(configuration: RedisConfiguration(topology: .cluster(seeds: seeds)), loop: EventLoop(index: 0))
+        client.start()
+        defer { client.shutdown() }
+        // Three keys on three masters, each followed by a keyless command.
+        var keys: [String] = []
+        var owners = Set<UInt16>()
+        for i in 0..<200 where owners.count < 3 {
+            let key = "route:\(i)"
+            let owner = try Self.owner(cluster, slot: HashSlot.of(key))
+            if owners.insert(owner).inserted { keys.append(key) }
+        }
+        #expect(keys.count == 3)
+        let commands = keys.flatMap { [["SET", $0, "v"], ["CLUSTER", "MYID"], ["WAIT", "1", "1000"]] }
+        let answers = Locked<[Result<RedisReply, RedisError>]?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        client.pipeline(commands) { results in
+            answers.update { $0 = results }
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 15) == .success)
+        let results = try #require(answers.get())
+        for (i, key) in keys.enumerated() {
+            let owner = Self.node(cluster, port: try Self.owner(cluster, slot: HashSlot.of(key)))
+            #expect(try results[3 * i].get() == .simpleString("OK"))
+            #expect(try results[3 * i + 1].get().string == owner.cli(["CLUSTER", "MYID"]), "MYID from \(key)'s master")
+            #expect(try results[3 * i + 2].get().integer == 1, "WAIT counted \(key)'s replica")
+        }
+        // Binary-safe values, routed by key.
+        let value: [UInt8] = [0, 255, 10, 13, 42]
+        let stored = Locked<Result<RedisReply, RedisError>?>(nil)
+        let sent = DispatchSemaphore(value: 0)
+        client.send(bytes: [Array("SET".utf8), Array("binary-key".utf8), value]) { result in
+            stored.update { $0 = result }
+            sent.signal()
+        }
+        #expect(sent.wait(timeout: .now() + 10) == .success)
+        #expect(try stored.get()?.get() == .simpleString("OK"))
+        #expect(try client.call(["GET", "binary-key"]).get() == .bulk(value))
+        // Every key of every master, once the scan is done.
+        let written = (0..<90).map { "scan-me:\($0)" }
+        for key in written { _ = client.call(["SET", key, "1"]) }
+        var seen = Set<String>()
+        var cursor: RedisScanCursor? = .start
+        var steps = 0
+        while let current = cursor, steps < 1000 {
+            steps += 1
+            let step = Locked<Result<(next: RedisScanCursor?, keys: [String]), RedisError>?>(nil)
+            let stepped = DispatchSemaphore(value: 0)
+            client.scan(from: current, match: "scan-me:*", count: 10) { result in
+                step.update { $0 = result }
+                stepped.signal()
+            }
+            #expect(stepped.wait(timeout: .now() + 10) == .success)
+            let (next, found) = try #require(step.get()).get()
+            seen.formUnion(found)
+            cursor = next
+        }
+        #expect(cursor == nil && seen == Set(written), "\(seen.count) of \(written.count)")
     }
 
     @Test func aKilledMasterIsReplacedAndAnAcknowledgedWriteSurvives() throws {
