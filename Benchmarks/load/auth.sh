@@ -11,7 +11,8 @@
 #       every request pays the RS256 verification, as every HAProxy request does
 #   Portcullis RS256, N distinct, with a per-user rate limit high enough that nothing is
 #       refused: counted in process (limitN), or in a local redis-server shared as a fleet
-#       would share it (limitRN, store.redis): what a limit costs each request
+#       would share it (limitRN, store.redis), or on a local Redis Cluster of 3 masters and
+#       3 replicas (limitCN, store.cluster): what a limit costs each request
 # Tokens come from `portcullis mint` with a throwaway RSA key; every row sends
 # them through the same wrk Lua script (one header per request, rotating
 # through the token file), so wrk's own cost is alike. Bounded in time.
@@ -27,7 +28,7 @@ usage: Benchmarks/load/auth.sh [options]
   --duration S      seconds per wrk run (default $DURATION or 10)
   --connections C   wrk connections (default 64)
   --distinct N      distinct tokens for the "distinct" rows (default 10000)
-  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold,limitN,limitRN
+  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold,limitN,limitRN,limitCN
                     (default all)
   --target URL      measure only this URL with --tokens FILE (no local servers)
   --tokens FILE     header lines to rotate through (with --target)
@@ -40,7 +41,7 @@ USAGE
 }
 
 ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-10}"; CONNECTIONS="${CONNECTIONS:-64}"; WARMUP="${WARMUP:-2}"
-DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold,limitN,limitRN"; TARGET=""; TOKENS=""; KEEP=""; BASELINE_BIN=""
+DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold,limitN,limitRN,limitCN"; TARGET=""; TOKENS=""; KEEP=""; BASELINE_BIN=""
 SUMMARY="${SUMMARY:-}"
 INVOCATION="$0 $*"
 while [[ $# -gt 0 ]]; do
@@ -134,6 +135,13 @@ $LIMITS
 store: {redis: \"redis://127.0.0.1:$REDIS_PORT/0\"}" "" portcullis-limit-redis required
         LIMITR_PORT="$PORTCULLIS_PORT"; LIMITR_PID="$PORTCULLIS_PID"
     fi
+    if wants limitCN; then
+        start_redis_cluster "$WORKDIR/cluster"
+        start_portcullis "$PROVIDERS
+$LIMITS
+$CLUSTER_STORE" "" portcullis-limit-cluster required
+        LIMITC_PORT="$PORTCULLIS_PORT"; LIMITC_PID="$PORTCULLIS_PID"
+    fi
     if [[ -n "$BASELINE_BIN" ]]; then
         start_portcullis "$PROVIDERS" "$BASELINE_BIN" baseline required
         BASE_PORT="$PORTCULLIS_PORT"; BASE_PID="$PORTCULLIS_PID"
@@ -181,6 +189,7 @@ identity: {assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}" "$
     fi
     wants limitN && add_row limitN "Portcullis RS256 + rate limit, $DISTINCT tokens" "http://127.0.0.1:$LIMIT_PORT/" "$LIMIT_PID" "$WORKDIR/many.lua"
     wants limitRN && add_row limitRN "Portcullis RS256 + rate limit on Redis, $DISTINCT tokens" "http://127.0.0.1:$LIMITR_PORT/" "$LIMITR_PID" "$WORKDIR/many.lua"
+    wants limitCN && add_row limitCN "Portcullis RS256 + rate limit on Redis Cluster, $DISTINCT tokens" "http://127.0.0.1:$LIMITC_PORT/" "$LIMITC_PID" "$WORKDIR/many.lua"
     wants portcullisCold && add_row portcullisCold "Portcullis RS256, cache off, $DISTINCT tokens" "http://127.0.0.1:$COLD_PORT/" "$COLD_PID" "$WORKDIR/many.lua"
 fi
 

@@ -36,11 +36,20 @@ import sys
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A free port below the ephemeral range, at random: port 0's answer may come back on
+    the next call (two servers of one run were once given one port) or be taken by a
+    client's outgoing connection before the server binds it."""
+    import random
+    for _ in range(1000):
+        port = random.randrange(10000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                s.listen(1)
+            except OSError:
+                continue
+        return port
+    raise SystemExit("no free port on 127.0.0.1")
 
 
 def _children():

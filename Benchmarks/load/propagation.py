@@ -2,7 +2,11 @@
 """Revocation propagation A→B: how long after instance A is asked to revoke a token does
 instance B refuse it (two gateways sharing one redis-server, all on 127.0.0.1).
 
-Usage: propagation.py [--binary PATH] [--count N] [--load SECONDS]
+Usage: propagation.py [--binary PATH] [--count N] [--load] [--cluster]
+
+With --cluster the two gateways share a local Redis Cluster (3 masters, 3 replicas, started
+here) through `store.cluster`; the raw subscriber listens on one node (a PUBLISH reaches every
+node), and each revocation is written to its key's master and confirmed with WAIT 1 there.
 
 For each of N tokens: B is polled on a keep-alive connection with the token until it answers
 401; the clock starts when the POST /revocations to A's admin listener is written (A answers
@@ -36,9 +40,44 @@ PROPAGATION_TRACE = bool(os.environ.get("PROPAGATION_TRACE"))
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range (see harness.py: port 0 may repeat)."""
+    import random
+    for _ in range(1000):
+        port = random.randrange(10000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                s.listen(1)
+            except OSError:
+                continue
+        return port
+    raise SystemExit("no free port on 127.0.0.1")
+
+
+def start_cluster(work, processes):
+    """Six cluster-enabled redis-servers joined as 3 masters and 3 replicas; their ports."""
+    ports = []
+    for i in range(6):
+        port, bus = free_port(), free_port()
+        node = os.path.join(work, f"node-{port}")
+        os.makedirs(node)
+        processes.append(subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                           "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                           "--cluster-port", str(bus), "--cluster-node-timeout", "2000",
+                                           "--save", "", "--appendonly", "no", "--dir", node],
+                                          stdout=subprocess.DEVNULL))
+        ports.append(port)
+    for port in ports:
+        wait_port(port)
+    subprocess.run(["redis-cli", "--cluster", "create"] + [f"127.0.0.1:{p}" for p in ports]
+                   + ["--cluster-replicas", "1", "--cluster-yes"], check=True, stdout=subprocess.DEVNULL, timeout=60)
+    end = time.time() + 30
+    while time.time() < end:
+        if all(b"cluster_state:ok" in subprocess.run(["redis-cli", "-p", str(p), "cluster", "info"], capture_output=True,
+                                                      timeout=5).stdout for p in ports):
+            return ports
+        time.sleep(0.1)
+    raise SystemExit("the Redis Cluster did not become ok")
 
 
 def wait_port(port, timeout=20.0):
@@ -58,16 +97,23 @@ def main():
     parser.add_argument("--binary", default=os.environ.get("PORTCULLIS_BIN", os.path.join(here, "../../.build/release/portcullis")))
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--load", action="store_true", help="keep B busy with wrk (authenticated GETs) meanwhile")
+    parser.add_argument("--cluster", action="store_true", help="share a local Redis Cluster instead of one redis-server")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="portcullis-propagation-")
     processes = []
     secret = "propagation-secret-0123456789abcdef0123"
     token_admin = "propagation-admin-0123456789abcdef"
     try:
-        redis_port = free_port()
-        processes.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                                           "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
-        wait_port(redis_port)
+        if args.cluster:
+            ports = start_cluster(work, processes)
+            redis_port = ports[0]
+            store = f'store: {{cluster: {{nodes: ["127.0.0.1:{ports[0]}", "127.0.0.1:{ports[1]}"]}}}}'
+        else:
+            redis_port = free_port()
+            processes.append(subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                                               "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL))
+            wait_port(redis_port)
+            store = f'store: {{redis: "redis://127.0.0.1:{redis_port}/0"}}'
         upstream_port = free_port()
         upstream = subprocess.Popen([sys.executable, "-c", f"""
 import asyncio
@@ -97,7 +143,7 @@ admin: {{address: "127.0.0.1:{admin}", token: "{token_admin}"}}
 access_log: off
 providers:
   - {{name: app, type: hs256, secret: "{secret}"}}
-store: {{redis: "redis://127.0.0.1:{redis_port}/0"}}
+{store}
 upstreams:
   app: {{url: "http://127.0.0.1:{upstream_port}"}}
 routes:
@@ -208,7 +254,7 @@ routes:
             def q(p):
                 return values[min(len(values) - 1, int(len(values) * p))] * 1000
             return f"p50 {q(0.5):.2f} ms, p90 {q(0.9):.2f} ms, p99 {q(0.99):.2f} ms, max {values[-1] * 1000:.2f} ms"
-        print(f"revocation A→B over Redis pub/sub, {len(delays)} of {args.count} measured"
+        print(f"revocation A→B over {'a Redis Cluster' if args.cluster else 'Redis'} pub/sub, {len(delays)} of {args.count} measured"
               f"{' under wrk load on B' if args.load else ''}: {summary(delays)}")
         print(f"  announcement seen by a raw subscriber: {summary(announced)}")
         print(f"  A acknowledged: {summary(acks)}")

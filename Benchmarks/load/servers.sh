@@ -56,6 +56,39 @@ stop_servers() {
     STARTED_PIDS=()
 }
 
+# start_redis_cluster DIR: a local Redis Cluster, 3 masters and 3 replicas on free ports (bus
+# ports free too), joined with `redis-cli --cluster create` and waited for until every node
+# says cluster_state:ok; sets CLUSTER_PORTS and CLUSTER_STORE (a `store:` line with two seeds).
+# The nodes stop with the other servers.
+start_redis_cluster() {
+    local dir="$1" port bus i ok
+    command -v redis-server >/dev/null || { echo "error: redis-server not found (apt-get install redis-server)" >&2; exit 1; }
+    CLUSTER_PORTS=()
+    for i in 1 2 3 4 5 6; do
+        port="$(free_port)"; bus="$(free_port)"
+        mkdir -p "$dir/$port"
+        (cd "$dir/$port" && exec redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
+            --cluster-config-file nodes.conf --cluster-port "$bus" --cluster-node-timeout 2000 \
+            --save "" --appendonly no) > "$dir/$port/out.log" 2>&1 &
+        STARTED_PIDS+=("$!"); CLUSTER_PORTS+=("$port")
+    done
+    for port in "${CLUSTER_PORTS[@]}"; do
+        for _ in $(seq 1 50); do redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+    done
+    redis-cli --cluster create $(printf '127.0.0.1:%s ' "${CLUSTER_PORTS[@]}") --cluster-replicas 1 --cluster-yes \
+        > "$dir/create.out" 2>&1 || { echo "error: redis-cli --cluster create failed" >&2; cat "$dir/create.out" >&2; exit 1; }
+    for _ in $(seq 1 300); do
+        ok=1
+        for port in "${CLUSTER_PORTS[@]}"; do
+            redis-cli -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
+        done
+        (( ok )) && break
+        sleep 0.1
+    done
+    (( ok )) || { echo "error: the Redis Cluster did not become ok" >&2; exit 1; }
+    CLUSTER_STORE="store: {cluster: {nodes: [\"127.0.0.1:${CLUSTER_PORTS[0]}\", \"127.0.0.1:${CLUSTER_PORTS[1]}\"]}}"
+}
+
 # wait_http URL [EXPECTED_BODY] — up to 10 s for a 200 (and the body, if given).
 wait_http() {
     local url="$1" body="${2-}" out

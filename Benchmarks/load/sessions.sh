@@ -7,6 +7,7 @@
 #              refreshes with the token the last answer gave it (a Lua free list), so every
 #              request is a real rotation
 #   refreshR   the same with the sessions in a local redis-server (store.redis)
+#   refreshC   the same on a local Redis Cluster, 3 masters and 3 replicas (store.cluster)
 # wrk -t1 -cC per row; Portcullis release build; bounded in time.
 set -euo pipefail
 
@@ -17,13 +18,13 @@ usage: Benchmarks/load/sessions.sh [options]
   --duration S      seconds per wrk run (default $DURATION or 8)
   --connections C   wrk connections (default 64; also the sessions refreshed at once)
   --distinct N      distinct tokens for es256/session/exchange (default 2000)
-  --only ROWS       es256,session,exchange,refresh,refreshR (default all)
+  --only ROWS       es256,session,exchange,refresh,refreshR,refreshC (default all)
   --keep DIR        keep configs, tokens and raw wrk outputs
 USAGE
 }
 
 ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-8}"; CONNECTIONS="${CONNECTIONS:-64}"; WARMUP="${WARMUP:-2}"
-DISTINCT=2000; ONLY="es256,session,exchange,refresh,refreshR"; KEEP=""
+DISTINCT=2000; ONLY="es256,session,exchange,refresh,refreshR,refreshC"; KEEP=""
 INVOCATION="$0 $*"
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -90,6 +91,12 @@ EMB_PORT="$PORTCULLIS_PORT"; EMB_PID="$PORTCULLIS_PID"; CONFIG="$WORKDIR/portcul
 start_portcullis "$PROVIDERS
 $(sessions_block "store: {redis: \"redis://127.0.0.1:$REDIS_PORT/0\"}")" "" portcullis-redis required
 RED_PORT="$PORTCULLIS_PORT"; RED_PID="$PORTCULLIS_PID"
+if wants refreshC; then
+    start_redis_cluster "$WORKDIR/cluster"
+    start_portcullis "$PROVIDERS
+$(sessions_block "$CLUSTER_STORE")" "" portcullis-cluster required
+    CLU_PORT="$PORTCULLIS_PORT"; CLU_PID="$PORTCULLIS_PID"
+fi
 
 echo "minting $DISTINCT ID tokens and $DISTINCT ES256 tokens, opening sessions ..." >&2
 "$PORTCULLIS_BIN" mint --config "$CONFIG" --provider idp --key "$K/idp.key.pem" --kid k1 --ttl 2h --count "$DISTINCT" > "$WORKDIR/id.txt"
@@ -155,10 +162,12 @@ lua_for exchange "$WORKDIR/id.txt" exchange
 # rotated: the file's would be reuses; wrk asks for one request more than it has connections
 # when a thread starts, and a connection must never find the free list empty).
 lua_for refresh "$WORKDIR/refresh.txt" refresh; lua_for refresh "$WORKDIR/refreshR.txt" refreshR
+lua_for refresh "$WORKDIR/refreshC.txt" refreshC
 fresh_tokens() {
     case "$1" in
         refresh) open_sessions "$EMB_PORT" "$((CONNECTIONS + 8))" "$WORKDIR/refresh.txt" refresh_token ;;
         refreshR) open_sessions "$RED_PORT" "$((CONNECTIONS + 8))" "$WORKDIR/refreshR.txt" refresh_token ;;
+        refreshC) open_sessions "$CLU_PORT" "$((CONNECTIONS + 8))" "$WORKDIR/refreshC.txt" refresh_token ;;
     esac
 }
 
@@ -169,6 +178,7 @@ wants session && add_row session "GET, session access tokens ($DISTINCT)" "http:
 wants exchange && add_row exchange "POST /auth/session (embedded, state_dir)" "http://127.0.0.1:$EMB_PORT/" "$EMB_PID"
 wants refresh && add_row refresh "POST /auth/refresh (embedded, state_dir)" "http://127.0.0.1:$EMB_PORT/" "$EMB_PID"
 wants refreshR && add_row refreshR "POST /auth/refresh (redis)" "http://127.0.0.1:$RED_PORT/" "$RED_PID"
+wants refreshC && add_row refreshC "POST /auth/refresh (redis cluster)" "http://127.0.0.1:$CLU_PORT/" "$CLU_PID"
 
 echo "# Portcullis sessions load harness"
 echo
