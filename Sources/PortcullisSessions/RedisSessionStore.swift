@@ -62,7 +62,9 @@ public final class RedisSessionStore: SessionStore, @unchecked Sendable {
             ["SCARD", userKey],
         ]
         client.pipeline(commands, timeout: timeout) { [self] replies in
-            let ok = replies.prefix(2).allSatisfy { if case .success = $0 { return true } else { return false } }
+            // The index too: a session its user's list does not name would escape "sign out
+            // everywhere". A creation not acknowledged hands out no token, so its hash is inert.
+            let ok = [replies[0], replies[1], replies[indexAt]].allSatisfy { if case .success = $0 { return true } else { return false } }
                 && (!confirmReplication || Self.replicated(Array(replies[..<indexAt])))
             guard ok else { return completion(false, []) }
             guard case .success(let count) = replies[indexAt + 3], (count.integer ?? 0) > Int64(maxPerUser) else {

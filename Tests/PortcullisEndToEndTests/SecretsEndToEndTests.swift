@@ -155,6 +155,6 @@ import Glibc
         #expect(redis.cli(["-a", password, "--no-auth-warning", "EXISTS", "portcullis:revoked:jti:pw-file-1"]) == "1")
         #expect(!g.log.contains(password))
         let errors = E2E.configErrors("store: {password: {value: x}}\nupstreams: {a: {url: \"http://127.0.0.1:1\"}}\nroutes: [{path: /, upstream: a, auth: none}]")
-        #expect(errors.contains("store") && errors.contains("set store.redis or store.sentinel"), "\(errors)")
+        #expect(errors.contains("store") && errors.contains("set store.redis, store.sentinel or store.cluster"), "\(errors)")
     }
 }

@@ -53,7 +53,7 @@ extension PortcullisKeysTests {
         @Test func hangingHostTimesOutWithoutBlockingTheLoop() async throws {
             let server = try KeyServer(keys: ["rsa-a": "RS256"])
             defer { server.stop() }
-            try server.setState(["hang_seconds": 3])
+            try server.setState(["hang_seconds": 8])
             let ticks = LoopTicks(on: testLoop)
             let started = Date()
             let result = await get(server.url, options: HTTPFetchOptions(connectTimeout: 1, totalTimeout: 0.5))
@@ -64,7 +64,9 @@ extension PortcullisKeysTests {
                 return
             }
             #expect(seconds == 0.5)
-            #expect(elapsed < 1.5)
+            // Ended by the timeout, long before the host would have answered (not a bound on
+            // how late a loaded machine runs the timer: CI runs this beside clusters of Redis).
+            #expect(elapsed < 8)
             // A 10 ms timer on the same loop kept firing while the fetch hung.
             #expect(count >= Int(elapsed * 100 / 4), "only \(count) ticks in \(elapsed) s")
         }

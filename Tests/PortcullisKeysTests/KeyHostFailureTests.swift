@@ -44,7 +44,7 @@ extension PortcullisKeysTests {
             await manager.started()
             let token = try server.token(kid: "rsa-a")
 
-            try server.setState(["hang_seconds": 4])
+            try server.setState(["hang_seconds": 8])
             let ticks = LoopTicks(on: testLoop)
             let started = Date()
             async let outcome = manager.refreshed()
@@ -62,7 +62,9 @@ extension PortcullisKeysTests {
                 Issue.record("expected a timeout, got \(result)")
                 return
             }
-            #expect(elapsed < 2)
+            // Ended by the 0.6 s timeout, long before the host would have answered (not a
+            // bound on how late a loaded machine runs the timer).
+            #expect(elapsed < 8)
             #expect(verifiedWhileHanging == 10)
             #expect(count >= Int(elapsed * 100 / 4), "the loop timer fired only \(count) times in \(elapsed) s")
             #expect(verifier.check(token).identity != nil)
