@@ -25,12 +25,14 @@ sanitizers=0
 bash Benchmarks/chaos/run.sh --binary .build/debug/portcullis --seconds "${CHAOS_SECONDS:-30}" \
   --seed "${CHAOS_SEED:-1}" || sanitizers=1
 # The state checker (a short seed on each topology): every acknowledged revocation, logout and
-# sign-out stays enforced on every instance across reloads, restarts, Redis restarts and
-# Sentinel failovers; the standalone run under wrk and h2load traffic.
+# sign-out stays enforced on every instance across reloads, restarts, Redis restarts, Sentinel
+# failovers and Redis Cluster failovers; the standalone run under wrk and h2load traffic.
 bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis --seconds "${STATE_SECONDS:-25}" \
   --seed "${STATE_SEED:-1}" --load || sanitizers=1
 bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis --seconds "${STATE_SECONDS:-25}" \
   --seed "${STATE_SEED:-1}" --topology sentinel || sanitizers=1
+bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis --seconds "${STATE_SECONDS:-25}" \
+  --seed "${STATE_SEED:-1}" --topology cluster || sanitizers=1
 if [ "${PORTCULLIS_SKIP_SANITIZERS:-0}" != "1" ]; then
   bash deploy/sanitizers.sh || sanitizers=1
 fi

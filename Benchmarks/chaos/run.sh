@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Chaos harness wrapper: runs Benchmarks/chaos/chaos.py against a Portcullis binary that is already built.
 #   bash Benchmarks/chaos/run.sh [--binary PATH] [--seconds N] [--seed S] [--soak] [any other chaos.py flag]
-#   bash Benchmarks/chaos/run.sh --state [--binary PATH] [--seconds N] [--seed S] [--topology redis|sentinel]
+#   bash Benchmarks/chaos/run.sh --state [--binary PATH] [--seconds N] [--seed S] [--topology redis|sentinel|cluster]
 #     (the state checker, state.py: acknowledged revocations, logouts and sign-outs kept on every instance)
 # Default binary: .build/release/portcullis (or $PORTCULLIS_BIN). Builds nothing. Exit status: chaos.py's
 # (0 all checks passed, 1 a check failed, 2 setup error, 3 watchdog, 130 interrupted).

@@ -2,19 +2,20 @@
 """State mode of the chaos harness: a checker for promises, not only for crashes (Jepsen's idea:
 record a history of what the gateway acknowledged, then check every instance keeps it).
 
-Usage: state.py --binary PATH [--seconds N] [--seed S] [--bound SECONDS] [--topology redis|sentinel]
+Usage: state.py --binary PATH [--seconds N] [--seed S] [--bound SECONDS] [--topology redis|sentinel|cluster]
                 [--load] [--no-persistence] [--keep-dir] [--verbose]
 
 What one run does (everything on 127.0.0.1, every process it starts is stopped at the end):
   - a redis-server with an fsync'd append-only file (--topology redis), or a master, a replica
-    and three sentinels (--topology sentinel); two gateways A and B sharing it; one gateway C
+    and three sentinels (--topology sentinel), or a Redis Cluster of 3 masters and 3 replicas
+    (--topology cluster, store.cluster); two gateways A and B sharing it; one gateway C
     on the embedded store with a state_dir; one upstream (this process, a thread);
   - every gateway: an `app` HS256 provider (access tokens), a `google` provider with an inline
     key (ID tokens minted here), `sessions:` with shared ES256 keys, a route /api;
   - seeded random steps, for --seconds: revoke a token (admin API), exchange an ID token for a
     session, refresh it, log out, sign a user out everywhere, a good reload, a bad reload
     (invalid file, or another store), an instance restart, a Redis restart (or, with sentinel,
-    a failover); with --load, wrk (HTTP/1.1) on A and h2load (h2c) on B keep authenticated
+    a failover; with a cluster, a replica's CLUSTER FAILOVER or a master killed and restarted); with --load, wrk (HTTP/1.1) on A and h2load (h2c) on B keep authenticated
     traffic flowing throughout;
   - after every step the history is checked: every acknowledged revocation, logout and sign-out
     is enforced on every instance of its group within --bound seconds (an access token refused,
@@ -158,7 +159,7 @@ routes:
             text = text.replace("auth: required", "auth: sometimes")
         elif broken == "store":
             text = text.replace(f"store: {self.store}", "store: {state_dir: \"" + os.path.join(r.dir, "elsewhere") + "\"}"
-                                if "redis" in self.store or "sentinel" in self.store else
+                                if "redis" in self.store or "sentinel" in self.store or "cluster" in self.store else
                                 "store: {redis: \"redis://127.0.0.1:1/0\"}")
         return text
 
@@ -253,6 +254,17 @@ class Run:
                 time.sleep(0.1)
             addresses = ", ".join(f"\"127.0.0.1:{s['port']}\"" for s in self.sentinels)
             store = "{sentinel: {master: state, addresses: [" + addresses + "]}}"
+        elif self.args.topology == "cluster":
+            self.cluster = [self.start_redis(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                              "--cluster-port", str(free_port()), "--cluster-node-timeout", "2000"])
+                            for _ in range(6)]
+            out = subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n['port']}" for n in self.cluster],
+                                  "--cluster-replicas", "1", "--cluster-yes"], capture_output=True, text=True, timeout=60)
+            if "All 16384 slots covered" not in out.stdout:
+                raise RuntimeError(f"cluster create: {out.stdout[-300:]}")
+            self.wait_cluster()
+            seeds = ", ".join(f"\"127.0.0.1:{n['port']}\"" for n in self.cluster[:3])
+            store = "{cluster: {nodes: [" + seeds + "]}}"
         else:
             self.redis_node = self.start_redis()
             store = "{redis: \"redis://127.0.0.1:" + str(self.redis_node["port"]) + "/0\"}"
@@ -293,6 +305,19 @@ class Run:
     def cli(self, port, *args):
         r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args], capture_output=True, text=True, timeout=10)
         return r.stdout.strip()
+
+    def wait_cluster(self, timeout=30):
+        """Every live node says cluster_state:ok, and every master has its replica attached."""
+        end = time.time() + timeout
+        while time.time() < end:
+            live = [n for n in self.cluster if n["process"].poll() is None]
+            ok = all("cluster_state:ok" in self.cli(n["port"], "CLUSTER", "INFO") for n in live)
+            masters = [n for n in live if self.cli(n["port"], "ROLE").startswith("master")]
+            if ok and len(masters) == 3 and all("connected_slaves:1" in self.cli(m["port"], "INFO", "replication")
+                                                for m in masters):
+                return True
+            time.sleep(0.1)
+        return False
 
     def wait_replication(self, replica):
         end = time.time() + 15
@@ -506,6 +531,37 @@ class Run:
         return f"restart {g.name}"
 
     def step_redis(self):
+        if self.args.topology == "cluster":
+            live = [n for n in self.cluster if n["process"].poll() is None]
+            replicas = [n for n in live if self.cli(n["port"], "ROLE").startswith("slave")]
+            masters = [n for n in live if self.cli(n["port"], "ROLE").startswith("master")]
+            if replicas and self.rng.random() < 0.5:
+                node = self.rng.choice(replicas)
+                out = self.cli(node["port"], "CLUSTER", "FAILOVER")
+                what = f"cluster failover to {node['port']}: {out}"
+                end = time.time() + 20
+                while time.time() < end and not self.cli(node["port"], "ROLE").startswith("master"):
+                    time.sleep(0.05)
+            else:
+                node = self.rng.choice(masters)
+                self.cli(node["port"], "SHUTDOWN")
+                node["process"].wait(15)
+                # Its replica takes over (node timeout 2 s); the old master rejoins as a replica.
+                end = time.time() + 30
+                while time.time() < end:
+                    others = [n for n in self.cluster if n is not node and n["process"].poll() is None]
+                    if all("cluster_state:ok" in self.cli(n["port"], "CLUSTER", "INFO") for n in others):
+                        break
+                    time.sleep(0.1)
+                node["process"] = subprocess.Popen(node["args"], stdout=node["log"], stderr=node["log"],
+                                                   cwd=node["args"][node["args"].index("--dir") + 1])
+                wait_port(node["port"])
+                what = f"cluster master {node['port']} killed and restarted"
+            self.wait_cluster()
+            end = time.time() + 20
+            while time.time() < end and not all(request(g.admin, "GET", "/readyz")[0] == 200 for g in self.group("redis")):
+                time.sleep(0.05)
+            return what
         if self.args.topology == "sentinel":
             s = self.rng.choice(self.sentinels)
             out = self.cli(s["port"], "SENTINEL", "FAILOVER", "state")
@@ -559,7 +615,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--bound", type=float, default=2.0, help="seconds an acknowledged promise may take to be enforced")
-    parser.add_argument("--topology", choices=["redis", "sentinel"], default="redis")
+    parser.add_argument("--topology", choices=["redis", "sentinel", "cluster"], default="redis")
     parser.add_argument("--no-persistence", action="store_true",
                         help="Redis without an append-only file: a Redis restart loses its data, the gateways must restore it")
     parser.add_argument("--load", action="store_true", help="wrk on A and h2load on B throughout (authenticated)")

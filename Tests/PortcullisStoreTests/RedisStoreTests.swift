@@ -142,3 +142,105 @@ import PortcullisRedis
         #expect(seen.filter { if case .synchronized = $0 { return true } else { return false } }.count == 2)
     }
 }
+
+/// #36: revocations synced from an ordered log instead of by scanning.
+@Suite(.serialized) struct RevocationLogTests {
+    /// `SCAN` calls the server has answered so far (`INFO commandstats`).
+    static func scans(_ server: RedisProcess) -> Int {
+        let stats = server.cli(["INFO", "commandstats"])
+        guard let line = stats.split(whereSeparator: \.isNewline).first(where: { $0.hasPrefix("cmdstat_scan:") }),
+              let calls = line.split(separator: "=").dropFirst().first?.split(separator: ",").first else { return 0 }
+        return Int(calls) ?? 0
+    }
+
+    /// A change logged without its announcement (an app writing the documented log, or an
+    /// announcement lost on the way) is applied from the log, in order, without a scan.
+    @Test func aLoggedChangeWithoutItsAnnouncementIsAppliedWithoutScanning() throws {
+        let server = try RedisProcess()
+        let loops = [EventLoop(index: 0), EventLoop(index: 1)]
+        let store = RedisRevocationStore(configuration: redisConfiguration(server), loops: loops, catchUpInterval: 0.2)
+        store.start()
+        defer { store.shutdown() }
+        #expect(waitUntil(5) { store.health == .ok })
+        let scansBefore = Self.scans(server)
+        let until = nowSeconds() + 60
+        let key = RedisRevocationSchema.key(for: .token("logged-only"))
+        server.cli(["SET", key, "1", "EXAT", "\(until)"])
+        server.cli(["XADD", RedisRevocationSchema.logKey(forKey: key), "*", "m", "jti \(until) logged-only"])
+        #expect(waitUntil(3) { loops.allSatisfy { verdict(store, $0, token: "logged-only") == .revoked } })
+        server.cli(["DEL", key])
+        server.cli(["XADD", RedisRevocationSchema.logKey(forKey: key), "*", "m", "unrevoke jti logged-only"])
+        #expect(waitUntil(3) { loops.allSatisfy { verdict(store, $0, token: "logged-only") == .allowed } })
+        #expect(Self.scans(server) == scansBefore, "followed the log, never scanned")
+    }
+
+    /// The gateway logs its own changes: a revocation and an undo through the store are one
+    /// entry each, in the stream of the key's group, in order.
+    @Test func theStoreLogsEveryChangeInTheStreamOfItsKey() throws {
+        let server = try RedisProcess()
+        let store = RedisRevocationStore(configuration: redisConfiguration(server), loops: [EventLoop(index: 0)])
+        store.start()
+        defer { store.shutdown() }
+        #expect(waitUntil(5) { store.health == .ok })
+        let until = nowSeconds() + 60
+        #expect(revokeAndWait(store, .token(id: "kept-in-order", until: until)) != nil)
+        let done = DispatchSemaphore(value: 0)
+        store.undo(.token("kept-in-order")) { _ in done.signal() }
+        #expect(done.wait(timeout: .now() + 5) == .success)
+        let stream = RedisRevocationSchema.logKey(forKey: RedisRevocationSchema.key(for: .token("kept-in-order")))
+        let entries = server.cli(["XRANGE", stream, "-", "+"])
+        #expect(entries.contains("jti \(until) kept-in-order") && entries.contains("unrevoke jti kept-in-order"), "\(entries)")
+        let revoked = try #require(entries.range(of: "jti \(until) kept-in-order"))
+        let undone = try #require(entries.range(of: "unrevoke jti kept-in-order"))
+        #expect(revoked.lowerBound < undone.lowerBound)
+        #expect(server.cli(["XLEN", stream]) == "2")
+    }
+
+    /// Instance B's subscription drops while A revokes: when B resubscribes it reads the log
+    /// after its cursors and holds all of them, without scanning.
+    @Test func aDroppedSubscriptionCatchesUpFromItsCursors() throws {
+        let server = try RedisProcess()
+        let loopsA = [EventLoop(index: 0)], loopsB = [EventLoop(index: 0), EventLoop(index: 1)]
+        let a = RedisRevocationStore(configuration: redisConfiguration(server), loops: loopsA)
+        // B polls the log rarely: what it holds after the drop comes from the catch-up on resubscribing.
+        let b = RedisRevocationStore(configuration: redisConfiguration(server), loops: loopsB, catchUpInterval: 3600)
+        a.start(); b.start()
+        defer { a.shutdown(); b.shutdown() }
+        #expect(waitUntil(5) { a.health == .ok && b.health == .ok })
+        let scansBefore = Self.scans(server)
+        // Every subscriber is cut off; A's revocations are published while nobody listens.
+        _ = server.cli(["CLIENT", "KILL", "TYPE", "pubsub"])
+        let until = nowSeconds() + 60
+        for i in 0..<50 { _ = revokeAndWait(a, .token(id: "missed-\(i)", until: until)) }
+        #expect(waitUntil(5) { (0..<50).allSatisfy { i in loopsB.allSatisfy { verdict(b, $0, token: "missed-\(i)") == .revoked } } })
+        #expect(waitUntil(5) { b.health == .ok })
+        #expect(Self.scans(server) == scansBefore, "caught up from the log, never scanned")
+    }
+
+    /// A stream trimmed past B's cursor while B was away: B cannot know what it missed, so it
+    /// reads every key again (and says so).
+    @Test func aStreamTrimmedPastTheCursorReadsEverythingAgain() throws {
+        let server = try RedisProcess()
+        let loops = [EventLoop(index: 0)]
+        let events = Locked<[StoreEvent]>([])
+        let store = RedisRevocationStore(configuration: redisConfiguration(server), loops: loops, catchUpInterval: 3600) { event in
+            events.update { $0.append(event) }
+        }
+        store.start()
+        defer { store.shutdown() }
+        #expect(waitUntil(5) { store.health == .ok })
+        let scansBefore = Self.scans(server)
+        // Written and logged without an announcement, then trimmed away before B reads it.
+        let until = nowSeconds() + 60
+        let key = RedisRevocationSchema.key(for: .token("trimmed"))
+        let stream = RedisRevocationSchema.logKey(forKey: key)
+        server.cli(["SET", key, "1", "EXAT", "\(until)"])
+        server.cli(["XADD", stream, "*", "m", "jti \(until) trimmed"])
+        server.cli(["XTRIM", stream, "MAXLEN", "0"])
+        #expect(verdict(store, loops[0], token: "trimmed") == .allowed)
+        _ = server.cli(["CLIENT", "KILL", "TYPE", "pubsub"])
+        #expect(waitUntil(5) { verdict(store, loops[0], token: "trimmed") == .revoked })
+        #expect(events.get().contains { if case .logGap = $0 { return true } else { return false } }, "\(events.get())")
+        #expect(Self.scans(server) > scansBefore)
+    }
+}

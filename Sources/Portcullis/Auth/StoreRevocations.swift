@@ -217,6 +217,9 @@ public final class StoreRevocations: RevocationChecking {
             case .restoredAfterSwitch(let count):
                 logger.warning("the new Redis master lacked revocations this instance enforced: written to it again",
                                metadata: ["redis": "\(target)", "revocations": "\(count)"])
+            case .logGap(let group):
+                logger.warning("the revocation log trimmed entries this instance had not read: reading every revocation again",
+                               metadata: ["redis": "\(target)", "stream": "\(RedisRevocationSchema.logKey(group: group))"])
             }
         }
     }

@@ -112,4 +112,7 @@ public enum StoreEvent: Sendable, Equatable {
     /// After a switch to another master, revocations the new master lacked were written to it
     /// again (a failover had lost them).
     case restoredAfterSwitch(count: Int)
+    /// A stream of the revocation log trimmed entries this instance had not read (it was
+    /// away longer than the log keeps): every key is read again.
+    case logGap(group: Int)
 }

@@ -1,3 +1,5 @@
+import PortcullisRedis
+
 /// The Redis key schema: a PUBLIC interface. Any program can revoke by writing
 /// these keys (and, for an immediate effect, publishing on the channel), for
 /// example with redis-cli; every gateway then enforces it. See REDIS-SCHEMA.md.
@@ -20,15 +22,38 @@
 ///     unrevoke jti|session|subject <id>       (the key was deleted: forget that entry)
 ///     resync                                  (re-read every key: after deletions, bulk imports)
 ///
-/// Gateways subscribe to the channel and apply messages at once (< 100 ms across
-/// instances), re-read all keys with `SCAN` at start, after every reconnect and
-/// every `resyncInterval`, and (when the server has `notify-keyspace-events` with
-/// `K` and `$` or `A`) also pick up plain `SET`s of these keys through keyspace
-/// notifications. A write that is neither published nor notified is enforced
-/// after the next periodic resync.
+/// The log: the same messages, in order, in `logGroups` Redis Streams
+/// `portcullis:revocation-log:{<g>}` (one field `m`; a change's group is its key's hash
+/// slot modulo `logGroups`, so one target's changes stay in order in one stream). Every
+/// gateway writes its changes there too and follows the streams with a cursor each.
+///
+/// Gateways subscribe to the channel and apply messages at once (< 1 ms across
+/// instances); they read every key with `SCAN` only at start and after a reconnection of
+/// the data connection (a failover, a restart), and otherwise catch up from their cursors
+/// (every `catchUpInterval`, and at once after the subscription comes back): a change
+/// whose message was missed is applied from the log, in order, without scanning. A
+/// cursor older than what a stream trimmed (`MAXLEN ~ logLength`) re-reads every key.
+/// With `notify-keyspace-events` (`K` and `$` or `A`) plain `SET`s of the keys are picked
+/// up too. A write that is neither logged, published nor notified is enforced after the
+/// next full read (a reconnection, a `resync` message).
 public enum RedisRevocationSchema {
     public static let keyPrefix = "portcullis:revoked:"
     public static let channel = "portcullis:revocations"
+
+    /// Streams of the log (each in its own slot on a cluster: `{g}` is its hash tag).
+    public static let logGroups = 16
+    /// Entries a stream keeps, about (`XADD … MAXLEN ~`).
+    public static let logLength = 100_000
+
+    public static func logKey(group: Int) -> String { "portcullis:revocation-log:{\(group)}" }
+
+    /// The stream that logs the changes of the key `key`.
+    public static func logKey(forKey key: String) -> String { logKey(group: HashSlot.of(key) % logGroups) }
+
+    /// Appends `message` to the log of `key`'s group.
+    static func logCommand(key: String, message: String) -> [String] {
+        ["XADD", logKey(forKey: key), "MAXLEN", "~", String(logLength), "*", "m", message]
+    }
 
     public static func key(for target: RevocationTarget) -> String {
         switch target {
@@ -136,6 +161,14 @@ public enum RedisRevocationSchema {
         case .subject(_, let before, let until):
             store = ["EVAL", subjectScript, "1", key, String(before), String(until ?? Int64.max)]
         }
-        return [store, ["PUBLISH", channel, message(for: revocation)]]
+        let text = message(for: revocation)
+        return [store, logCommand(key: key, message: text), ["PUBLISH", channel, text]]
+    }
+
+    /// The commands that delete, log and announce the undo of `target`.
+    static func undoCommands(for target: RevocationTarget) -> [[String]] {
+        let key = key(for: target)
+        let text = message(undo: target)
+        return [["DEL", key], logCommand(key: key, message: text), ["PUBLISH", channel, text]]
     }
 }

@@ -9,10 +9,15 @@ import PortcullisRedis
 /// - Reads: each loop's `RevocationView`, never Redis.
 /// - Coherence: a subscriber on `portcullis:revocations` (and keyspace
 ///   notifications when enabled) applies every announced revocation to all views
-///   at once; a full `SCAN` resync runs after every (re)subscription, every
-///   `resyncInterval`, and on a `resync` message.
-/// - Writes: `revoke` applies locally first, then `SET … EXAT` + `PUBLISH` in one
-///   pipeline. If Redis is down the revocation stays enforced here, is queued, and
+///   at once; every change is also logged in order (`RedisRevocationSchema.logKey`),
+///   and this instance follows the log with a cursor per stream (`catchUp`: every
+///   `catchUpInterval`, and at once when the subscription comes back), so a missed
+///   announcement is applied from the log without scanning. A full `SCAN` runs at
+///   start, after the data connection reconnects (a failover, a restart), when a
+///   stream trimmed past a cursor, on a `resync` message, and every `resyncInterval`
+///   when one is set (default: never).
+/// - Writes: `revoke` applies locally first, then `SET … EXAT` + `XADD` (the log) +
+///   `PUBLISH` in one pipeline. If Redis is down the revocation stays enforced here, is queued, and
 ///   is written when Redis returns (the completion reports `.unavailable`).
 /// - Degraded mode: when the subscription drops, views keep the last synchronized
 ///   state for `policy.maxStaleness`, then answer by policy; on reconnect, a full
@@ -30,6 +35,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     let client: RedisClient
     private(set) var subscriber: RedisSubscriber!
     private let resyncInterval: Double
+    private let catchUpInterval: Double
     private let pruneInterval: Double
     private let onEvent: (@Sendable (StoreEvent) -> Void)?
 
@@ -67,15 +73,17 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     ///   - loops: the gateway's event loops; one view each.
     ///   - ioLoop: where the Redis connections run; by default a dedicated loop, so
     ///     resync parsing never delays request handling.
-    ///   - resyncInterval: seconds between full re-reads (catches keys written
+    ///   - catchUpInterval: seconds between reads of the log from the cursors.
+    ///   - resyncInterval: seconds between full re-reads, 0 for none (catches keys written
     ///     without a `PUBLISH`, and deletions).
     ///   - onEvent: state changes, once each, on `ioLoop.queue`.
     public init(configuration: RedisConfiguration, loops: [EventLoop], policy: RevocationPolicy = RevocationPolicy(),
-                resyncInterval: Double = 30, pruneInterval: Double = 60, ioLoop: EventLoop? = nil,
+                resyncInterval: Double = 0, catchUpInterval: Double = 1, pruneInterval: Double = 60, ioLoop: EventLoop? = nil,
                 onEvent: (@Sendable (StoreEvent) -> Void)? = nil) {
         policyValue = LockedValue(policy)
         confirmReplication = configuration.canFailOver
         self.resyncInterval = resyncInterval
+        self.catchUpInterval = catchUpInterval
         self.pruneInterval = pruneInterval
         self.onEvent = onEvent
         let io = ioLoop ?? EventLoop(index: -1)
@@ -132,7 +140,8 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         subscriber.start()
         ioLoop.execute { [self] in
             guard !isShutdown, timers.isEmpty else { return }
-            timers.append(repeating(every: resyncInterval) { [weak self] in self?.periodicResync() })
+            if resyncInterval > 0 { timers.append(repeating(every: resyncInterval) { [weak self] in self?.periodicResync() }) }
+            timers.append(repeating(every: catchUpInterval) { [weak self] in self?.catchUp() })
             timers.append(repeating(every: pruneInterval) { [weak self] in self?.prune() })
         }
     }
@@ -185,29 +194,38 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         writeDurably(RedisRevocationSchema.writeCommands(for: r)) { _, error in done(error) }
     }
 
-    /// Runs a write whose first command decides (a failed PUBLISH after it is repaired by the
-    /// periodic resync) and, with Sentinel, checks a replica took it (see `confirmReplication`).
-    /// `done` gets the first command's integer reply (a `DEL`'s count) and nil, or the reason
-    /// the write is not durable.
+    /// Runs a change: `commands` are the key's write (which decides), its log entry and its
+    /// announcement (a failed `PUBLISH` is repaired by the log). Durable once the key and
+    /// the log entry are written and, with Sentinel or Cluster, each confirmed on its own
+    /// node (see `confirmReplication`; on a cluster they live on different shards).
+    /// `done` gets the first command's integer reply (a `DEL`'s count) and nil, or the
+    /// reason the change is not durable.
     private func writeDurably(_ commands: [[String]], done: @escaping @Sendable (Int64?, RedisError?) -> Void) {
-        var commands = commands
         let confirm = confirmReplication
-        if confirm { commands += [["WAIT", "1", "\(Self.replicationWaitMilliseconds)"], ["ROLE"]] }
-        let count = commands.count
-        client.pipeline(commands, timeout: confirm ? Double(Self.replicationWaitMilliseconds) / 1000 + 2 : nil) { results in
+        let confirmation = [["WAIT", "1", "\(Self.replicationWaitMilliseconds)"], ["ROLE"]]
+        var pipeline = [commands[0]]
+        var confirmations: [Int] = []
+        if confirm { confirmations.append(pipeline.count); pipeline += confirmation }
+        let logIndex = pipeline.count
+        pipeline += commands.dropFirst()
+        if confirm { confirmations.append(pipeline.count); pipeline += confirmation }
+        client.pipeline(pipeline, timeout: confirm ? Double(Self.replicationWaitMilliseconds) / 1000 + 2 : nil) { [confirmations] results in
             let first: Int64?
             switch results[0] {
             case .failure(let e): return done(nil, e)
             case .success(let reply): first = reply.integer
             }
-            guard confirm else { return done(first, nil) }
-            let replicated = (try? results[count - 2].get())?.integer ?? 0
-            let role = (try? results[count - 1].get())?.array
-            let isMaster = role?.first?.string == "master"
-            let replicas = role.flatMap { $0.count > 2 ? $0[2].array?.count : nil } ?? 0
-            if isMaster && (replicated >= 1 || replicas == 0) { return done(first, nil) }
-            done(first, .disconnected(reason: isMaster ? "no replica confirmed the write within \(Self.replicationWaitMilliseconds) ms (a failover may be under way)"
-                                                       : "the server is no longer the master"))
+            if case .failure(let e) = results[logIndex] { return done(first, e) }
+            for at in confirmations {
+                let replicated = (try? results[at].get())?.integer ?? 0
+                let role = (try? results[at + 1].get())?.array
+                let isMaster = role?.first?.string == "master"
+                let replicas = role.flatMap { $0.count > 2 ? $0[2].array?.count : nil } ?? 0
+                if isMaster && (replicated >= 1 || replicas == 0) { continue }
+                return done(first, .disconnected(reason: isMaster ? "no replica confirmed the write within \(Self.replicationWaitMilliseconds) ms (a failover may be under way)"
+                                                                  : "the server is no longer the master"))
+            }
+            done(first, nil)
         }
     }
 
@@ -226,9 +244,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     /// rewrite of the same revocation (made during an outage) is dropped.
     public func undo(_ target: RevocationTarget, completion: @escaping @Sendable (Result<Bool, StoreError>) -> Void) {
         ioLoop.execute { [self] in
-            let commands = [["DEL", RedisRevocationSchema.key(for: target)],
-                            ["PUBLISH", RedisRevocationSchema.channel, RedisRevocationSchema.message(undo: target)]]
-            writeDurably(commands) { [self] deleted, error in
+            writeDurably(RedisRevocationSchema.undoCommands(for: target)) { [self] deleted, error in
                 guard let deleted else { return completion(.failure(.unavailable("\(error.map { "\($0)" } ?? "no reply"); the revocation stays"))) }
                 let found = removeLocally(target) || deleted > 0
                 if let error { return completion(.failure(.unavailable("\(error); try the undo again"))) }
@@ -239,7 +255,10 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
 
     /// Removes an undone entry here (a local undo, or an announcement); true when it was enforced.
     @discardableResult
-    private func removeLocally(_ target: RevocationTarget) -> Bool {
+    private func removeLocally(_ target: RevocationTarget, fromLog: Bool = false) -> Bool {
+        // A logged undo replayed while this instance holds a revocation of the target it
+        // could not write yet: that revocation is newer; it stays.
+        if fromLog && pendingWrites.contains(where: { $0.target == target }) { return false }
         let found = table.remove(target)
         replicas.remove(target)
         pendingWrites.removeAll { $0.target == target }
@@ -264,12 +283,19 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         if let pattern = message.pattern, pattern.hasPrefix("__keyspace@") {
             return keyspaceEvent(channel: message.channel, event: message.text)
         }
-        switch RedisRevocationSchema.parse(message: message.text) {
+        apply(message.text, fromLog: false)
+    }
+
+    /// Applies an announcement or a log entry; false when it asked for a full read.
+    @discardableResult
+    private func apply(_ text: String, fromLog: Bool) -> Bool {
+        switch RedisRevocationSchema.parse(message: text) {
         case .revocation(let r)?: applyLocally(r)
-        case .undo(let target)?: removeLocally(target)
-        case .resync?: resync()
+        case .undo(let target)?: removeLocally(target, fromLog: fromLog)
+        case .resync?: resync(); return false
         case nil: break  // not ours; ignored
         }
+        return true
     }
 
     private func keyspaceEvent(channel: String, event: String) {
@@ -305,7 +331,14 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
 
     private func didSubscribe() {
         subscribed = true
-        resync()
+        // Back after a drop: what was announced meanwhile is in the log after the cursors
+        // (unless a stream trimmed past one: then everything is read again).
+        if cursors != nil && !resyncInProgress {
+            checkGaps = true
+            catchUp()
+        } else {
+            resync()
+        }
     }
 
     private func subscriberStateChanged(_ state: RedisConnectionState) {
@@ -360,7 +393,20 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         flushPendingWrites()
         resyncGeneration &+= 1
         resyncSnapshot = RevocationTable()
-        scan(from: .start, generation: resyncGeneration)
+        let generation = resyncGeneration
+        // Where each stream ends before the scan: what is logged from there on is replayed
+        // over the scanned table (nothing written during the scan is missed).
+        let ends = (0..<RedisRevocationSchema.logGroups).map { ["XINFO", "STREAM", RedisRevocationSchema.logKey(group: $0)] }
+        client.pipeline(ends) { [self] results in
+            guard generation == resyncGeneration else { return }
+            var cursors: [LogCursor] = []
+            for result in results {
+                guard let info = Self.streamInfo(result) else { return resyncFailed() }
+                cursors.append(LogCursor(id: info.lastID, consumed: info.added))
+            }
+            resyncCursors = cursors
+            scan(from: .start, generation: generation)
+        }
     }
 
     /// On a cluster every master is read in turn; a node that fails fails the resync (it is
@@ -413,22 +459,140 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         }
         deltasDuringResync = []
         resyncInProgress = false
+        cursors = resyncCursors
+        checkGaps = false
         let now = Int64(WallClock.nowSeconds())
         snapshot.prune(now: now)
         table = snapshot
-        let wasSynchronized = synchronized
-        synchronized = subscribed
-        if synchronized {
+        if subscribed {
             replicas.install(snapshot, staleAfter: .infinity)
-            healthLock.withLock {
-                unsyncedSince = nil
-                everSynchronized = true
-            }
-            if !wasSynchronized { onEvent?(.synchronized(entries: snapshot.count)) }
+            markSynchronized()
         }
         // Written (and announced) again on the new master: every instance enforces them again.
         for r in restored { write(r) { [self] error in if error != nil { pendingWrites.append(r) } } }
-        if resyncRequested { resync() }
+        if resyncRequested { return resync() }
+        catchUp()
+    }
+
+    private func markSynchronized() {
+        let wasSynchronized = synchronized
+        synchronized = true
+        replicas.setStaleAfter(.infinity)
+        healthLock.withLock {
+            unsyncedSince = nil
+            everSynchronized = true
+        }
+        if !wasSynchronized { onEvent?(.synchronized(entries: table.count)) }
+    }
+
+    // MARK: The log
+
+    /// Where this instance stands in a stream of the log: the last entry id it read, and how
+    /// many entries the stream had received up to it (`entries-added`), so a stream that
+    /// trimmed entries this instance never read can be told from one that did not.
+    struct LogCursor: Equatable {
+        var id: String
+        var consumed: Int64
+    }
+
+    /// One per stream; nil until a full read set them. Only on `ioLoop`.
+    private var cursors: [LogCursor]?
+    /// The streams' ends read before the scan in progress.
+    private var resyncCursors: [LogCursor]?
+    private var catchingUp = false
+    private var catchUpAgain = false
+    /// The subscription came back: the next catch-up checks that no stream trimmed entries
+    /// past its cursor, and synchronizes the views when it is done.
+    private var checkGaps = false
+    /// Entries read from one stream per round.
+    static let catchUpBatch = 512
+
+    /// Reads every stream of the log after its cursor and applies the entries in order.
+    func catchUp() {
+        guard subscribed, !isShutdown, !resyncInProgress, let from = cursors else { return }
+        if catchingUp { catchUpAgain = true; return }
+        catchingUp = true
+        let gaps = checkGaps
+        let generation = resyncGeneration
+        let groups = RedisRevocationSchema.logGroups
+        var commands = (0..<groups).map {
+            ["XRANGE", RedisRevocationSchema.logKey(group: $0), "(" + from[$0].id, "+", "COUNT", String(Self.catchUpBatch)]
+        }
+        if gaps { commands += (0..<groups).map { ["XINFO", "STREAM", RedisRevocationSchema.logKey(group: $0)] } }
+        client.pipeline(commands) { [self] results in
+            catchingUp = false
+            guard generation == resyncGeneration, !resyncInProgress, var positions = cursors else { return }
+            if gaps {
+                for g in 0..<groups {
+                    // Entries added since the cursor that the stream no longer holds were
+                    // trimmed unread (or the stream was deleted and made again): a gap.
+                    guard let info = Self.streamInfo(results[groups + g]) else { continue }
+                    let unread = info.added - positions[g].consumed
+                    if unread < 0 || unread > info.length {
+                        onEvent?(.logGap(group: g))
+                        return resync()
+                    }
+                }
+            }
+            var more = false
+            var failed = false
+            for g in 0..<groups {
+                guard case .success(let reply) = results[g], let entries = reply.array else { failed = true; continue }
+                for entry in entries {
+                    guard let parts = entry.array, parts.count == 2, let id = parts[0].string else { continue }
+                    positions[g].id = id
+                    positions[g].consumed += 1
+                    cursors = positions
+                    if let text = Self.field("m", of: parts[1]), !apply(text, fromLog: true) { return }
+                }
+                if entries.count == Self.catchUpBatch { more = true }
+            }
+            cursors = positions
+            if gaps {
+                if failed { checkGaps = true } else if subscribed { markSynchronized() }
+            }
+            if more || catchUpAgain {
+                catchUpAgain = false
+                catchUp()
+            }
+        }
+    }
+
+    /// `XINFO STREAM`'s last id, entries ever added and length; a stream that does not
+    /// exist yet is empty; nil when the server did not answer.
+    static func streamInfo(_ result: Result<RedisReply, RedisError>) -> (lastID: String, added: Int64, length: Int64)? {
+        switch result {
+        case .failure(.server(let message)) where message.contains("no such key"):
+            return ("0-0", 0, 0)
+        case .failure:
+            return nil
+        case .success(let reply):
+            guard let items = reply.array else { return nil }
+            var lastID: String?, added: Int64?, length: Int64?
+            var i = 0
+            while i + 1 < items.count {
+                switch items[i].string {
+                case "last-generated-id": lastID = items[i + 1].string
+                case "entries-added": added = items[i + 1].integer
+                case "length": length = items[i + 1].integer
+                default: break
+                }
+                i += 2
+            }
+            guard let lastID, let added, let length else { return nil }
+            return (lastID, added, length)
+        }
+    }
+
+    /// A field of a flat [name, value, …] reply (a stream entry's fields, `XINFO STREAM`).
+    static func field(_ name: String, of reply: RedisReply) -> String? {
+        guard let items = reply.array else { return nil }
+        var i = 0
+        while i + 1 < items.count {
+            if items[i].string == name { return items[i + 1].string }
+            i += 2
+        }
+        return nil
     }
 
     private func resyncFailed() {
