@@ -103,6 +103,9 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
             if let (index, decision) = store.standingRefusal(checks) {
                 return .reject(refusal(rules[index], decision, routeIndex: routeIndex))
             }
+            // A key far from its limit: forwarded now, charged in the background. Not with
+            // `on_unavailable: deny`: a charge Redis may never take must not let a request by.
+            if onUnavailable == .allow, store.admitAhead(checks, loopIndex: resumption.loop.index) { return outcome }
             let carried = CarriedOutcome(outcome)
             store.decide(checks, loopIndex: resumption.loop.index) { [self] decisions in
                 guard let decisions else {

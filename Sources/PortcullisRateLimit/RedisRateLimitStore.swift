@@ -24,6 +24,8 @@ public final class RedisRateLimitStore: Sendable {
     private let state = LockedValue(State())
     /// Refusals still standing, answered without asking Redis (see `RefusalCache`).
     let refusals: RefusalCache
+    /// Keys far from their limit, admitted without waiting (see `HeadroomCache`).
+    let headroom: HeadroomCache
 
     struct State {
         var available = true
@@ -59,6 +61,23 @@ public final class RedisRateLimitStore: Sendable {
         self.logger = logger
         self.timeout = timeout
         refusals = RefusalCache(maxKeys: maxKeys)
+        headroom = HeadroomCache(maxKeys: maxKeys)
+    }
+
+    /// Admits `checks` at once when every rule's key has headroom here (`HeadroomCache`), and
+    /// sends their charges to Redis without waiting; false: ask Redis and wait (`decide`).
+    /// `loopIndex`: the caller's loop (its client).
+    public func admitAhead(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loopIndex: Int = 0,
+                           now: Int64 = EmbeddedRateLimitStore.now()) -> Bool {
+        for (index, check) in checks.enumerated() where !headroom.reserve(check.rule, key: check.key, now: now) {
+            for earlier in checks[..<index] { headroom.release(earlier.rule, key: earlier.key) }
+            return false
+        }
+        state.withLock { state in
+            for check in checks { state.counts[check.rule.name, default: .init()].allowed += 1 }
+        }
+        decide(checks, loopIndex: loopIndex, ahead: true) { _ in }
+        return true
     }
 
     /// The first of `checks` whose refusal still stands (answered here, counted as limited),
@@ -91,7 +110,8 @@ public final class RedisRateLimitStore: Sendable {
 
     /// The decision of each rule for its key, in order, or nil when Redis did not answer.
     /// `loopIndex`: the caller's loop (its client; the completion runs on that loop).
-    public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loopIndex: Int = 0,
+    /// `ahead`: the charges of a request `admitAhead` let through (settled, not counted again).
+    public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loopIndex: Int = 0, ahead: Bool = false,
                        completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
         let client = clients[loopIndex >= 0 ? loopIndex % clients.count : 0]
         let commands = checks.map { check in
@@ -104,36 +124,39 @@ public final class RedisRateLimitStore: Sendable {
                 if case .failure(.server(let message)) = reply { return message.hasPrefix("NOSCRIPT") }
                 return false
             }
-            guard lostScript else { return finish(checks, replies, completion) }
+            guard lostScript else { return finish(checks, replies, ahead: ahead, completion) }
             // A server without the script (restarted, failed over, flushed): EVAL loads it.
             // NOSCRIPT ran nothing, so nothing is counted twice.
             let loading = commands.map { (key: $0.key, arguments: ["EVAL", Self.script] + $0.arguments.dropFirst(2)) }
-            client.pipeline(keyed: loading, timeout: timeout) { [self] replies in finish(checks, replies, completion) }
+            client.pipeline(keyed: loading, timeout: timeout) { [self] replies in finish(checks, replies, ahead: ahead, completion) }
         }
     }
 
     /// The replies as decisions: counted, refusals remembered (see `RefusalCache`), then
     /// handed to `completion` (nil when any command failed).
     private func finish(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], _ replies: [Result<RedisReply, RedisError>],
-                        _ completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
+                        ahead: Bool, _ completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
         let rules = checks.map(\.rule)
         var decisions: [GCRA.Decision] = []
         var failure: String?
         let now = EmbeddedRateLimitStore.now()
         for (check, reply) in zip(checks, replies) {
+            var decision: GCRA.Decision?
             switch reply {
             case .success(let value):
-                guard let decision = Self.decision(value, check.rule.gcra) else {
-                    failure = "unexpected reply to the rate-limit script"
-                    break
-                }
+                decision = Self.decision(value, check.rule.gcra)
+                if decision == nil, failure == nil { failure = "unexpected reply to the rate-limit script" }
+            case .failure(let error):
+                if failure == nil { failure = error.description }
+            }
+            headroom.learn(check.rule, key: check.key, decision, reserved: ahead, now: now)
+            if let decision {
                 decisions.append(decision)
                 refusals.remember(rule: check.rule.name, key: check.key, decision, now: now)
-            case .failure(let error):
-                failure = error.description
             }
-            if failure != nil { break }
         }
+        // A charge sent ahead was counted when its request was admitted.
+        if ahead { return completion(failure == nil ? decisions : nil) }
         record(rules: rules, decisions: failure == nil ? decisions : nil, failure: failure)
         completion(failure == nil ? decisions : nil)
     }

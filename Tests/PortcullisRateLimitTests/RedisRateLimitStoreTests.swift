@@ -135,3 +135,92 @@ import Testing
         #expect((store.counts()["r"]?.unavailable ?? 0) >= 1)
     }
 }
+
+/// Keys far from their limit are admitted at once and charged in the background
+/// (`HeadroomCache`); near the limit, or with a small burst, requests wait for Redis.
+@Suite(.serialized) struct HeadroomTests {
+    static let rule = RateLimitRule(name: "wide", routes: nil, key: .user, count: 100, periodSeconds: 1, burst: 80)
+
+    @Test func theCacheAdmitsAheadOnlyWithHalfTheBurstLeftAndFewUnanswered() {
+        let cache = HeadroomCache()
+        let key = RateLimitKey(identity: "k")
+        let interval = Self.rule.gcra.interval
+        let now: Int64 = 1_000_000_000
+        #expect(!cache.reserve(Self.rule, key: key, now: now), "never answered: wait for Redis")
+        // Redis answered: one request spent.
+        cache.learn(Self.rule, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 79, resetMicroseconds: interval,
+                                                     retryAfterMicroseconds: 0), reserved: false, now: now)
+        // Ahead, up to an eighth of the burst (10) unanswered.
+        var admitted = 0
+        while cache.reserve(Self.rule, key: key, now: now) { admitted += 1 }
+        #expect(admitted == Int(HeadroomCache.maxAhead(Self.rule)))
+        // Each answer settles one and replaces the picture: 38 spent leaves less than half.
+        cache.learn(Self.rule, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 42, resetMicroseconds: 38 * interval,
+                                                     retryAfterMicroseconds: 0), reserved: true, now: now)
+        #expect(!cache.reserve(Self.rule, key: key, now: now), "38 spent, 9 unanswered, 1 more: 48 of 80")
+        cache.learn(Self.rule, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 60, resetMicroseconds: 20 * interval,
+                                                     retryAfterMicroseconds: 0), reserved: true, now: now)
+        #expect(cache.reserve(Self.rule, key: key, now: now), "20 spent, 8 unanswered, 1 more: 29 of 80")
+        // A small burst never goes ahead.
+        let tight = RateLimitRule(name: "tight", routes: nil, key: .user, count: 5, periodSeconds: 60, burst: 5)
+        cache.learn(tight, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 4, resetMicroseconds: tight.gcra.interval,
+                                                 retryAfterMicroseconds: 0), reserved: false, now: now)
+        #expect(!cache.reserve(tight, key: key, now: now))
+        // No answer (Redis down): no headroom until Redis answers again.
+        let other = RateLimitKey(identity: "other")
+        cache.learn(Self.rule, key: other, GCRA.Decision(allowed: true, tat: 0, remaining: 79, resetMicroseconds: interval,
+                                                       retryAfterMicroseconds: 0), reserved: false, now: now)
+        cache.learn(Self.rule, key: other, nil, reserved: false, now: now)
+        #expect(!cache.reserve(Self.rule, key: other, now: now))
+    }
+}
+
+extension HeadroomTests {
+    /// Against a real redis-server: a request admitted ahead is still charged (Redis's TAT
+    /// moves for it), and two instances hammering one key from two threads each stay within
+    /// one burst of the limit (the bound is two eighths of it for two instances).
+    @Test func chargesSentAheadReachRedisAndTwoInstancesStayWithinTheBurst() throws {
+        let server = try RedisProcess()
+        let a = RedisRateLimitStore(clients: [try RedisRateLimitStoreTests.client(server.port)], logger: Logger(label: "a"))
+        let b = RedisRateLimitStore(clients: [try RedisRateLimitStoreTests.client(server.port)], logger: Logger(label: "b"))
+        let rule = RateLimitRule(name: "slow", routes: nil, key: .user, count: 16, periodSeconds: 3600, burst: 16)
+        let alice = RateLimitKey(identity: "alice")
+        // The first request waits (nothing known yet); the next goes ahead.
+        #expect(try RedisRateLimitStoreTests.decide(a, [(rule, alice)])?.first?.allowed == true)
+        #expect(a.admitAhead([(rule, alice)]))
+        #expect(!a.admitAhead([(rule, RateLimitKey(identity: "nobody"))]), "a key never answered waits")
+        // The charge sent ahead reached Redis (on the same connection, before this one): the
+        // third request leaves 13 of 16.
+        let third = try #require(try RedisRateLimitStoreTests.decide(a, [(rule, alice)])?.first)
+        #expect(third.allowed && third.remaining == 13, "\(third)")
+        // Two instances, 200 requests each at once from two threads: at most the burst plus
+        // two eighths of it in all (no refill within the test: one request per 225 s).
+        let bob = RateLimitKey(identity: "bob")
+        let passed = Locked<Int>(0)
+        let group = DispatchGroup()
+        for store in [a, b] {
+            group.enter()
+            DispatchQueue.global().async {
+                let done = DispatchSemaphore(value: 0)
+                let pending = Locked<Int>(0)
+                for _ in 0..<200 {
+                    if store.standingRefusal([(rule, bob)]) != nil { continue }
+                    if store.admitAhead([(rule, bob)]) { passed.update { $0 += 1 }; continue }
+                    pending.update { $0 += 1 }
+                    store.decide([(rule, bob)]) { decisions in
+                        if decisions?.first?.allowed == true { passed.update { $0 += 1 } }
+                        pending.update { $0 -= 1 }
+                        done.signal()
+                    }
+                    // One waiting request at a time per thread, as a connection would.
+                    _ = done.wait(timeout: .now() + 5)
+                }
+                group.leave()
+            }
+        }
+        #expect(group.wait(timeout: .now() + 60) == .success)
+        let total = passed.get()
+        print("two instances, one key, burst 16: \(total) admitted")
+        #expect(total >= 16 && total <= 16 + 2 * Int(HeadroomCache.maxAhead(rule)), "\(total)")
+    }
+}
