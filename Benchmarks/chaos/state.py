@@ -42,28 +42,8 @@ import time
 
 import jwt  # python3-jwt
 
-
-_next_port = [10000 + (os.getpid() * 7919) % 22000]
-_handed_out = set()
-
-
-def free_port():
-    """A port below the ephemeral range that nothing listens on, never handed out twice:
-    port 0's answer can come back twice, or be taken by an outgoing connection."""
-    for _ in range(22000):
-        port = 10000 + (_next_port[0] - 10000) % 22000
-        _next_port[0] += 1
-        if port in _handed_out:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                s.listen(1)
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    raise RuntimeError("no free port on 127.0.0.1")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "load"))
+from harness import free_port  # noqa: E402 (the load harness's: below the ephemeral range, never twice)
 
 
 def wait_port(port, timeout=20.0):

@@ -35,19 +35,26 @@ import statistics
 import sys
 
 
+_handed_out = set()
+
+
 def free_port():
-    """A free port below the ephemeral range, at random: port 0's answer may come back on
-    the next call (two servers of one run were once given one port) or be taken by a
-    client's outgoing connection before the server binds it."""
+    """A free port below the ephemeral range, at random, never the same twice in one process:
+    port 0's answer may come back on the next call (two servers of one run were once given
+    one port) or be taken by a client's outgoing connection before the server binds it.
+    The chaos harness and propagation.py use this one too."""
     import random
     for _ in range(1000):
         port = random.randrange(10000, 32768)
+        if port in _handed_out:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
                 s.listen(1)
             except OSError:
                 continue
+        _handed_out.add(port)
         return port
     raise SystemExit("no free port on 127.0.0.1")
 

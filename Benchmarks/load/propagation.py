@@ -36,22 +36,9 @@ import time
 
 import jwt  # python3-jwt
 
+from harness import free_port  # noqa: E402 (beside this file)
+
 PROPAGATION_TRACE = bool(os.environ.get("PROPAGATION_TRACE"))
-
-
-def free_port():
-    """A free port below the ephemeral range (see harness.py: port 0 may repeat)."""
-    import random
-    for _ in range(1000):
-        port = random.randrange(10000, 32768)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                s.listen(1)
-            except OSError:
-                continue
-        return port
-    raise SystemExit("no free port on 127.0.0.1")
 
 
 def start_cluster(work, processes):

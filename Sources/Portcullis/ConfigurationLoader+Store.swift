@@ -18,15 +18,9 @@ extension ConfigurationLoader {
             // or a string; it wins over a password in the URL.
             if let n = try node.optional("password") { store.redisPassword = try n.secret(bare: true) }
             if let n = try node.optional("username") { store.redisUsername = try n.string() }
-            if var n = try node.optional("tls") {
-                // TLS to Redis (and the sentinels): implied by rediss://, needed here only to
-                // name a CA file or a server name, or for TLS with sentinel.
-                var tls = RedisConfiguration.TLS()
-                if let ca = try n.optional("ca_file") { tls.caFile = try ca.caFile() }
-                tls.serverName = try n.optional("server_name")?.string()
-                try n.finish()
-                store.redisTLS = tls
-            }
+            // TLS to Redis (and the sentinels): implied by rediss://, needed here only to name a
+            // CA file or a server name, or for TLS with sentinel or a cluster.
+            if let n = try node.optional("tls") { store.redisTLS = try redisTLS(n) }
             if var n = try node.optional("sentinel") {
                 store.sentinelMaster = try n.required("master").string()
                 if let p = try n.optional("password") { store.sentinelPassword = try p.secret(bare: true) }
@@ -43,13 +37,7 @@ extension ConfigurationLoader {
                 if store.clusterNodes.isEmpty { throw nodes.error("needs at least one node address") }
                 if let p = try n.optional("password") { store.redisPassword = try p.secret(bare: true) }
                 if let u = try n.optional("username") { store.redisUsername = try u.string() }
-                if var t = try n.optional("tls") {
-                    var tls = RedisConfiguration.TLS()
-                    if let ca = try t.optional("ca_file") { tls.caFile = try ca.caFile() }
-                    tls.serverName = try t.optional("server_name")?.string()
-                    try t.finish()
-                    store.redisTLS = tls
-                }
+                if let t = try n.optional("tls") { store.redisTLS = try redisTLS(t) }
                 try n.finish()
                 if store.redisURL != nil || store.sentinelMaster != nil {
                     throw node.error("store.cluster cannot be combined with store.redis or store.sentinel: set one way to reach Redis")
@@ -80,5 +68,15 @@ extension ConfigurationLoader {
             try node.finish()
         }
         return store
+    }
+
+    /// `tls: {ca_file, server_name}` towards Redis.
+    private static func redisTLS(_ node: ConfigNode) throws(ConfigurationError) -> RedisConfiguration.TLS {
+        var n = node
+        var tls = RedisConfiguration.TLS()
+        if let ca = try n.optional("ca_file") { tls.caFile = try ca.caFile() }
+        tls.serverName = try n.optional("server_name")?.string()
+        try n.finish()
+        return tls
     }
 }

@@ -82,6 +82,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
                 onEvent: (@Sendable (StoreEvent) -> Void)? = nil) {
         policyValue = LockedValue(policy)
         confirmReplication = configuration.canFailOver
+        if case .cluster = configuration.topology { onCluster = true }
         self.resyncInterval = resyncInterval
         self.catchUpInterval = catchUpInterval
         self.pruneInterval = pruneInterval
@@ -187,6 +188,8 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     /// the writes acknowledged meanwhile: every instance that knew them writes them to the
     /// new master again (`mergeAfterSwitch`).
     private var confirmReplication = false
+    /// On a cluster the key and its log entry may live on two shards, each confirmed.
+    private var onCluster = false
     /// How long a write waits for a replica's acknowledgement (milliseconds).
     static let replicationWaitMilliseconds = 1000
 
@@ -201,21 +204,31 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     /// `done` gets the first command's integer reply (a `DEL`'s count) and nil, or the
     /// reason the change is not durable.
     private func writeDurably(_ commands: [[String]], done: @escaping @Sendable (Int64?, RedisError?) -> Void) {
+        // Each command with the key it goes with: the key's write, then its log entry and the
+        // announcement, all before any `WAIT` (a `WAIT` holds its connection until a replica
+        // answers: nothing queued behind it on that connection, an announcement included,
+        // runs sooner). Then a confirmation from the log's node and from the key's (one
+        // server, or two shards of a cluster: each `WAIT` counts its own node's replicas).
+        let key = RedisCommandKey.key(of: commands[0]) ?? ""
+        let logKey = commands.count > 1 ? RedisCommandKey.key(of: commands[1]) ?? key : key
+        var keyed = commands.enumerated().map { (key: $0.offset == 0 ? key : logKey, arguments: $0.element) }
         let confirm = confirmReplication
-        let confirmation = [["WAIT", "1", "\(Self.replicationWaitMilliseconds)"], ["ROLE"]]
-        var pipeline = [commands[0]]
         var confirmations: [Int] = []
-        if confirm { confirmations.append(pipeline.count); pipeline += confirmation }
-        let logIndex = pipeline.count
-        pipeline += commands.dropFirst()
-        if confirm { confirmations.append(pipeline.count); pipeline += confirmation }
-        client.pipeline(pipeline, timeout: confirm ? Double(Self.replicationWaitMilliseconds) / 1000 + 2 : nil) { [confirmations] results in
+        if confirm {
+            // One server: one `WAIT` covers every write before it on the connection (a second
+            // would only wait again when no replica is attached).
+            for node in onCluster && HashSlot.of(key) != HashSlot.of(logKey) ? [logKey, key] : [logKey] {
+                confirmations.append(keyed.count)
+                keyed += [(node, ["WAIT", "1", "\(Self.replicationWaitMilliseconds)"]), (node, ["ROLE"])]
+            }
+        }
+        client.pipeline(keyed: keyed, timeout: confirm ? Double(Self.replicationWaitMilliseconds) / 1000 + 2 : nil) { [confirmations] results in
             let first: Int64?
             switch results[0] {
             case .failure(let e): return done(nil, e)
             case .success(let reply): first = reply.integer
             }
-            if case .failure(let e) = results[logIndex] { return done(first, e) }
+            if results.count > 1, case .failure(let e) = results[1] { return done(first, e) }
             for at in confirmations {
                 let replicated = (try? results[at].get())?.integer ?? 0
                 let role = (try? results[at + 1].get())?.array
