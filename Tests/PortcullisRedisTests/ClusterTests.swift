@@ -30,6 +30,8 @@ import Testing
         #expect(RedisCommandKey.key(of: ["EVAL", "return 1", "1", "k", "arg"]) == "k")
         #expect(RedisCommandKey.key(of: ["EVALSHA", "abc", "0", "arg"]) == nil)
         #expect(RedisCommandKey.key(of: ["EVAL", "return 1", "x"]) == nil, "numkeys that is not a number")
+        #expect(RedisCommandKey.key(of: ["XINFO", "STREAM", "log:{3}"]) == "log:{3}")
+        #expect(RedisCommandKey.key(of: ["XRANGE", "log:{3}", "(0-0", "+"]) == "log:{3}")
         for keyless in [["WAIT", "1", "1000"], ["ROLE"], ["PUBLISH", "channel", "m"], ["PING"], ["SCAN", "0"], []] {
             #expect(RedisCommandKey.key(of: keyless) == nil, "\(keyless)")
         }

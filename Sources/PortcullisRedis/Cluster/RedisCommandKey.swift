@@ -12,7 +12,7 @@ public enum RedisCommandKey {
         "PUBLISH", "SPUBLISH", "WAIT", "WAITAOF", "ROLE", "PING", "ECHO", "INFO", "TIME", "SCRIPT", "FUNCTION",
         "CLUSTER", "ASKING", "READONLY", "READWRITE", "DBSIZE", "CONFIG", "CLIENT", "SCAN", "FLUSHALL", "FLUSHDB",
         "HELLO", "AUTH", "SELECT", "COMMAND", "MULTI", "EXEC", "DISCARD", "SUBSCRIBE", "PSUBSCRIBE", "LASTSAVE",
-        "SAVE", "BGSAVE", "DEBUG", "MEMORY", "SLOWLOG", "LATENCY",
+        "SAVE", "BGSAVE", "DEBUG", "SLOWLOG", "LATENCY",
     ]
 
     public static func key(of arguments: [String]) -> String? {
@@ -37,6 +37,9 @@ public enum RedisCommandKey {
         case "EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO":
             guard count > 3, let keys = Int(argument(2)), keys > 0 else { return nil }
             return argument(3)
+        case "XINFO", "OBJECT", "MEMORY":
+            // A subcommand, then the key (`XINFO STREAM <key>`, `MEMORY USAGE <key>`).
+            return count > 2 ? argument(2) : nil
         default:
             return count > 1 ? argument(1) : nil
         }
