@@ -198,6 +198,34 @@ struct KeysAndRevocationEndToEndTests {
         #expect(E2E.curl(["-H", carolAgain, "\(g.url)/x"]).status == 200)
     }
 
+    /// The signing-key cache shared through Redis (one server, or a cluster): the document A
+    /// fetched is in `portcullis:keys:corp`, and B, started after, verifies with it without
+    /// asking the key host again.
+    @Test(arguments: ["redis", "cluster"])
+    func aFleetFetchesEachKeySourceOnceThroughRedis(_ kind: String) throws {
+        let redis = try SharedRedis(kind)
+        let host = try KeyHost(kids: ["k1"])
+        try host.publish(["k1"])
+        let upstream = try EchoUpstream()
+        let config = """
+        providers:
+          - {name: corp, type: oidc, issuer: "https://id.example.test", audiences: ["api"], jwks_url: "http://127.0.0.1:\(host.port)/jwks"}
+        \(redis.storeYAML)
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /, upstream: app, auth: required}
+        """
+        let a = try GatewayProcess(config)
+        let token = try Self.mint(a, key: host.keyPath("k1"), kid: "k1")
+        #expect(waitUntil(5) { E2E.curl(["-H", token, "\(a.url)/a"]).status == 200 })
+        #expect(waitUntil(5) { redis.cli(["GET", "portcullis:keys:corp"]).contains("\"k1\"") }, "the document is shared")
+        let fetched = host.fetchCount()
+        let b = try GatewayProcess(config)
+        #expect(waitUntil(5) { E2E.curl(["-H", token, "\(b.url)/b"]).status == 200 })
+        #expect(host.fetchCount() == fetched, "B read the document A fetched, from Redis")
+    }
+
     /// `store.cluster` mistakes fail at start naming the key.
     @Test(arguments: [
         ("store: {cluster: {password: x}}", "store.cluster.nodes"),
