@@ -42,11 +42,14 @@ import Glibc
 /// socket may already reuse) is recognised as stale and dropped.
 extension EventLoop {
     static let eventBatch = 128
-    /// Measured with `perf stat` under the harness load, interleaved, per request:
-    /// 1 pass per wake-up: 0.34 context switches, 0.28 `epoll_ctl`, 5.0 syscalls, 35 µs CPU;
-    /// up to 8: 0.18, 0.12, 4.6, 31 µs (req/s within noise in the harness itself).
-    /// (Measured again with the poller thread, one pass only: TLS resumptions 76 µs CPU
-    /// each against 74 with 8, within noise; 8 kept for the batching under load.)
+    /// A wake-up polls again at once (without waiting, still inside the same `queue.sync`)
+    /// only after a pass that filled the whole batch, when more events are surely waiting,
+    /// and at most this many times. After a partial batch the poller thread goes back to
+    /// its blocking `epoll_wait`, which returns at once if events arrived meanwhile: the
+    /// same one system call, where an unconditional re-poll added a second, empty one to
+    /// every wake-up (resumed TLS handshakes: 3.55 `epoll_wait` per connection against
+    /// nginx's 2.40). History: with the second design's Dispatch source (a re-arm per
+    /// wake-up), up to 8 passes per wake-up had saved 4 µs of 35 per request.
     static let passesPerWakeUp = 8
 
     /// Starts the loop's poller thread (see the type comment): it blocks in `epoll_wait`
@@ -125,16 +128,18 @@ extension EventLoop {
     }
 
     /// Runs the handlers of the `alreadyCollected` events the poller thread waited for,
-    /// then polls again (without waiting) while a pass finds work: events that arrived
-    /// meanwhile are picked up here rather than through another wake-up. Bounded: what is
-    /// left wakes the poller thread at once, after other work queued on the loop (timers,
-    /// `execute` blocks) had its turn.
+    /// then, while a pass filled the whole batch, polls again without waiting (see
+    /// `passesPerWakeUp`). Bounded: what is left wakes the poller thread at once, after
+    /// other work queued on the loop (timers, `execute` blocks) had its turn.
     private func pollReadySockets(alreadyCollected: Int) {
         polling = true
         defer { polling = false }
         var n = alreadyCollected
         for pass in 0..<Self.passesPerWakeUp {
-            if pass > 0 { n = System.poll(pollFD, tokens: eventTokens, ready: eventReady, max: Self.eventBatch) }
+            if pass > 0 {
+                guard n == Self.eventBatch else { return }
+                n = System.poll(pollFD, tokens: eventTokens, ready: eventReady, max: Self.eventBatch)
+            }
             if n == 0 { return }
             for i in 0..<n {
                 let token = eventTokens[i]
