@@ -18,8 +18,8 @@ var package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", exact: "1.0.0"),
-        // Pulled in by swift-prometheus and swift-metrics; pinned here too, so the whole graph is
-        // exact (SwiftPM notes that no target of ours imports swift-atomics: that is the point).
+        // Pulled in by swift-prometheus and swift-metrics anyway; PortcullisStore uses it for the
+        // shared revocation table's atomics on manually allocated memory.
         .package(url: "https://github.com/apple/swift-atomics.git", exact: "1.3.0"),
         .package(url: "https://github.com/apple/swift-collections.git", exact: "1.6.0"),
     ],
@@ -59,6 +59,8 @@ var package = Package(
         // Revocation storage: embedded (default) or shared through Redis.
         .target(name: "PortcullisStore", dependencies: [
             "PortcullisRedis", "PortcullisCore", "PortcullisIO",
+            // The one revocation table every loop reads while a writer adds to it.
+            .product(name: "Atomics", package: "swift-atomics"),
         ], exclude: ["REDIS-SCHEMA.md"]),
         // The one outbound HTTP client (key documents, the session lookup hook, trace export):
         // http and https, egress proxies (HTTPS_PROXY/NO_PROXY), gzip request bodies.

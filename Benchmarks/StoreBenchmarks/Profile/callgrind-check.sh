@@ -14,10 +14,15 @@ N=${1:-100000}
 OUT=/tmp/portcullis-check
 mkdir -p $OUT
 R=.build/release
+# The objects of PortcullisStore and what it links (swift-atomics' object names hold spaces,
+# quoted in the list: eval reads the quotes).
+eval "set -- $(grep -E '/(Portcullis(Store|Redis|IO|Core|TLS)|CPortcullisSystem|Atomics|_AtomicsShims)\.build/' \
+    $R/StoreBenchmarks.product/Objects.LinkFileList | tr '\n' ' ')"
 swiftc -O -module-name CheckDriver Benchmarks/StoreBenchmarks/Profile/CheckDriver.swift \
-    -I $R/Modules -Xcc -fmodule-map-file=$R/CPortcullisSystem.build/module.modulemap -Xcc -fmodule-map-file=Sources/CHiredis/module.modulemap \
-    $(grep -E '/(Portcullis(Store|Redis|IO|Core)|CPortcullisSystem)\.build/' $R/StoreBenchmarks.product/Objects.LinkFileList) \
-    -lhiredis -o $OUT/CheckDriver 2>&1 | grep -v warning || true
+    -I $R/Modules -Xcc -fmodule-map-file=$R/CPortcullisSystem.build/module.modulemap \
+    -Xcc -fmodule-map-file=Sources/CHiredis/module.modulemap -Xcc -fmodule-map-file=Sources/COpenSSL/module.modulemap \
+    -Xcc -fmodule-map-file=.build/checkouts/swift-atomics/Sources/_AtomicsShims/include/module.modulemap \
+    "$@" -lhiredis -lssl -lcrypto -o $OUT/CheckDriver 2>&1 | grep -v warning || true
 # valgrind 3.19 cannot read the DWARF 5 that swiftc emits: drop debug info, keep symbols.
 objcopy --strip-debug $OUT/CheckDriver
 ir() { callgrind_annotate $OUT/cg.$1.out 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'; }

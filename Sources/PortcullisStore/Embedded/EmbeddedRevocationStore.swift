@@ -3,18 +3,17 @@ import PortcullisCore
 import PortcullisIO
 
 /// The default store: revocations live in this process only (no Redis needed on a
-/// single node). The authoritative table lives on a private serial queue; each
-/// change is applied there and then dispatched to every loop's view. Expired
-/// entries are pruned every `pruneInterval` seconds. Always healthy. With a
+/// single node). Changes are made on a private serial queue, into the one table the
+/// loops read (`ViewReplicas`), which is also the store's own: one table in the process.
+/// Expired entries are pruned every `pruneInterval` seconds. Always healthy. With a
 /// `RevocationJournal` (`store.state_dir`) revocations survive restarts.
 public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable {
-    // @unchecked Sendable: `table`, `pruneTimer` and `started` are touched only on `queue`.
+    // @unchecked Sendable: `pruneTimer` and `journalFailing` are touched only on `queue`.
     private let policyValue: LockedValue<RevocationPolicy>
     public var policy: RevocationPolicy { policyValue.withLock { $0 } }
     private let replicas: ViewReplicas
     private let queue = DispatchQueue(label: "portcullis.revocations.embedded")
     private let pruneInterval: Double
-    private var table = RevocationTable()
     private var pruneTimer: DispatchSourceTimer?
 
     /// Persists revocations (`store.state_dir`); nil: in memory only.
@@ -46,13 +45,12 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
                                     warn: warn)
         try journal.rewrite(live)
         for revocation in live {
-            table.apply(revocation, maxCredentialLifetime: policy.maxCredentialLifetime)
             replicas.apply(revocation, maxCredentialLifetime: policy.maxCredentialLifetime)
         }
     }
 
     /// How many revocations were read back from the journal at start (0 without one).
-    public var restoredCount: Int { queue.sync { table.count } }
+    public var restoredCount: Int { queue.sync { replicas.table.count } }
 
     public func view(loopIndex: Int) -> RevocationView { replicas.view(loopIndex: loopIndex) }
 
@@ -89,9 +87,7 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
         queue.async { [self] in
             let now = Int64(WallClock.nowSeconds())
             if r.expiry(maxCredentialLifetime: policy.maxCredentialLifetime) > now {
-                if table.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime) {
-                    replicas.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
-                }
+                replicas.apply(r, maxCredentialLifetime: policy.maxCredentialLifetime)
                 if let journal {
                     // Enforced either way; acknowledged only once it is on disk.
                     do throws(RevocationJournal.Failure) { try journal.append(r) } catch {
@@ -107,8 +103,7 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
 
     public func undo(_ target: RevocationTarget, completion: @escaping @Sendable (Result<Bool, StoreError>) -> Void) {
         queue.async { [self] in
-            let found = table.remove(target)
-            replicas.remove(target)
+            let found = replicas.remove(target)
             if let journal {
                 // Written even when nothing was found: the file may hold what the table pruned.
                 do throws(RevocationJournal.Failure) { try journal.append(undo: target) } catch {
@@ -130,16 +125,14 @@ public final class EmbeddedRevocationStore: RevocationStore, @unchecked Sendable
 
     public func revocations(subject: String, completion: @escaping @Sendable (Result<[Revocation], StoreError>) -> Void) {
         queue.async { [self] in
-            completion(.success(table.revocations(subject: subject, now: Int64(WallClock.nowSeconds()))))
+            completion(.success(replicas.table.revocations(subject: subject, now: Int64(WallClock.nowSeconds()))))
         }
     }
 
     /// Prunes now (also runs every `pruneInterval`).
     public func prune() {
         queue.async { [self] in
-            let now = Int64(WallClock.nowSeconds())
-            table.prune(now: now)
-            replicas.prune(now: now)
+            replicas.prune(now: Int64(WallClock.nowSeconds()))
         }
     }
 }

@@ -3,9 +3,9 @@ import PortcullisIO
 /// Revocation storage behind one interface: `EmbeddedRevocationStore` (one process,
 /// the default) or `RedisRevocationStore` (shared by every gateway instance).
 ///
-/// Reads never touch the store itself: each event loop owns a `RevocationView`
-/// replica, updated by closures dispatched onto that loop's queue (thread-per-loop
-/// replicas, as HAProxy and Envoy do), so the hot path takes no lock.
+/// Reads never touch the store itself: each event loop reads its `RevocationView`, a
+/// window on the one revocation table of the process (`ViewReplicas`), which the store
+/// changes in place while the loops read it, so the hot path takes no lock.
 public protocol RevocationStore: AnyObject, Sendable {
     /// The view owned by loop `index`: read and updated only on that loop's queue, no locks on the read path.
     func view(loopIndex: Int) -> RevocationView

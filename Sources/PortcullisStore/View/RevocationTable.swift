@@ -3,11 +3,13 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Atomics
 
 /// The revocation entries themselves: one open-addressed hash index over every
 /// jti, session and subject entry, keyed by a 64-bit `IdentifierHash` of
-/// (kind, id). A value type: each view holds its own copy; a snapshot given to
-/// several views shares its `Storage` until one of them changes it (copy-on-write).
+/// (kind, id). A value type (copy-on-write) for the stores' own tables; the loops'
+/// views all read one storage that `ViewReplicas` changes in place while they read it
+/// (`applyInPlace`; see `Storage` for how that needs no lock).
 ///
 /// Layout, for the hot path (`isRevoked`: up to three lookups per request, nearly
 /// always misses):
@@ -58,21 +60,21 @@ struct RevocationTable: Sendable {
 
     var count: Int { storage.count }
 
-    /// The hot path: no allocation, no lock. A subject cutoff revokes a credential
-    /// without `iat`: it cannot prove it is newer.
-    @inline(__always)
     /// Whether any subject ("sign out everywhere") entry is held: only then are a user's
     /// other names worth building.
     var hasSubjects: Bool { storage.hasSubjects }
 
+    /// The hot path: no allocation, no lock. A subject cutoff revokes a credential
+    /// without `iat`: it cannot prove it is newer.
+    @inline(__always)
     func isRevoked(tokenID: String?, sessionID: String?, subject: String, issuedAt: Int64?, now: Int64) -> Bool {
         storage.isRevoked(tokenID: tokenID, sessionID: sessionID, subject: subject, issuedAt: issuedAt, now: now)
     }
 
     /// Revocations that name `subject` (token and session entries carry no subject).
     func revocations(subject: String, now: Int64) -> [Revocation] {
-        guard let e = storage.find(subject, kind: .subject), e.pointee.until > now else { return [] }
-        return [.subject(subject, before: e.pointee.before, until: e.pointee.until)]
+        guard let i = storage.find(subject, kind: .subject), storage.until(i) > now else { return [] }
+        return [.subject(subject, before: storage.before(i), until: storage.until(i))]
     }
 
     func contains(_ revocation: Revocation) -> Bool {
@@ -87,13 +89,38 @@ struct RevocationTable: Sendable {
     mutating func apply(_ revocation: Revocation, maxCredentialLifetime: Int64) -> Bool {
         let until = revocation.expiry(maxCredentialLifetime: maxCredentialLifetime)
         let (id, kind, before) = Self.key(revocation)
-        if let e = storage.find(id, kind: kind), e.pointee.until >= until, e.pointee.before >= before { return false }
+        if let i = storage.find(id, kind: kind), storage.until(i) >= until, storage.before(i) >= before { return false }
         if !isKnownUniquelyReferenced(&storage) || storage.isFull {
             storage = storage.copy(minimumCapacity: storage.count + 1, keeping: { _ in true })
         }
         storage.upsert(id, kind: kind, until: until, before: before)
         return true
     }
+
+    /// `apply` for the one table every loop reads (`ViewReplicas`, its writer under its
+    /// lock): the entry is added or widened in place even though the loops share the
+    /// storage, so they see it at their next lookup; only a full storage is replaced by a
+    /// larger copy. True when it was: the loops must be handed the new storage.
+    mutating func applyInPlace(_ revocation: Revocation, maxCredentialLifetime: Int64) -> Bool {
+        let until = revocation.expiry(maxCredentialLifetime: maxCredentialLifetime)
+        let (id, kind, before) = Self.key(revocation)
+        if let i = storage.find(id, kind: kind), storage.until(i) >= until, storage.before(i) >= before { return false }
+        let replaced = storage.find(id, kind: kind) == nil && storage.isFull
+        if replaced { storage = storage.copy(minimumCapacity: storage.count + 1, keeping: { _ in true }) }
+        storage.upsert(id, kind: kind, until: until, before: before)
+        return replaced
+    }
+
+    /// The same entries in a storage of their own (nothing else holds it), for a writer
+    /// that changes it in place (`applyInPlace`).
+    func detached() -> RevocationTable {
+        var table = RevocationTable()
+        table.storage = storage.copy(minimumCapacity: storage.count, keeping: { _ in true })
+        return table
+    }
+
+    /// Whether both tables read the same memory (tests: the loops share one).
+    func sharesStorage(with other: RevocationTable) -> Bool { storage === other.storage }
 
     /// Removes the entry `target` names (an undo); false when there was none. Rebuilds
     /// the storage (off the request path: undos are rare admin actions).
@@ -118,9 +145,10 @@ struct RevocationTable: Sendable {
     func revocations(missingFrom other: RevocationTable, now: Int64) -> [Revocation] {
         var missing: [Revocation] = []
         for i in 0..<storage.count {
-            let e = storage.entries[i]
+            let e = storage.entry(i)
             guard e.until > now else { continue }
-            if let o = other.storage.find(e.id, kind: e.kind), o.pointee.until >= e.until, o.pointee.before >= e.before { continue }
+            if let o = other.storage.find(e.id, kind: e.kind), other.storage.until(o) >= e.until,
+               other.storage.before(o) >= e.before { continue }
             switch e.kind {
             case .token: missing.append(.token(id: e.id, until: e.until))
             case .session: missing.append(.session(id: e.id, until: e.until))
@@ -144,68 +172,118 @@ struct RevocationTable: Sendable {
 }
 
 extension RevocationTable {
-    /// The memory behind a table. Mutated only through a table that holds the one
-    /// reference to it (copy-on-write), so a storage shared by several views, and
-    /// read on their loops, never changes.
+    /// The memory behind a table.
+    ///
+    /// One writer at a time (a table that holds the only reference to it, or
+    /// `ViewReplicas` under its lock) and any number of readers on other threads, with no
+    /// lock: entries are only appended or widened, so a storage read by several loops can
+    /// take new entries in place.
+    /// - An entry's hash, identifier and kind are written before the slot that names it is
+    ///   published (a releasing store); a reader finds the slot with an acquiring load, so it
+    ///   sees them complete. They never change after.
+    /// - An entry's `until` and `before` are atomics: widened in place (releasing), read
+    ///   with acquiring loads.
+    /// - The counts are atomics, raised before the slot is published: a reader that sees a
+    ///   count of 0 sees no entry of that kind either way.
+    /// Pruning, an undo and growth build a new storage (`copy`); the old one is never
+    /// written again, and is freed when its last reader lets go of it (reference counting:
+    /// nothing dangles).
     final class Storage: @unchecked Sendable {
-        // @unchecked Sendable: once shared it is immutable (see type comment); the
-        // counters below change only while uniquely referenced on one queue.
+        // @unchecked Sendable: see the type comment (atomics and publish-after-initialize).
         let hasher = IdentifierHash.process
         /// A power of two (16 at least), or 0 for the empty table.
         let slotCount: Int
-        let slots: UnsafeMutablePointer<UInt64>
+        /// Tag (upper 32 bits of the hash) and entry index + 1; 0 is empty. Atomic.
+        private let slots: UnsafeMutablePointer<UnsafeAtomic<UInt64>.Storage>
         /// At most half the slots: linear probing stays short.
         let capacity: Int
-        let entries: UnsafeMutablePointer<Entry>
-        // @exclusivity(unchecked): see the type comment; the runtime access checks
-        // would otherwise run on every lookup.
-        @exclusivity(unchecked) private(set) var count = 0
-        @exclusivity(unchecked) private var tokenCount = 0
-        @exclusivity(unchecked) private var sessionCount = 0
-        @exclusivity(unchecked) private var subjectCount = 0
-        var hasSubjects: Bool { subjectCount > 0 }
+        /// The immutable part of each entry (written once, before its slot).
+        private let keys: UnsafeMutablePointer<Key>
+        /// Each entry's `until` and `before` (atomic; see the type comment).
+        private let untils: UnsafeMutablePointer<UnsafeAtomic<Int64>.Storage>
+        private let befores: UnsafeMutablePointer<UnsafeAtomic<Int64>.Storage>
+        /// count, token, session and subject entries (atomic).
+        private let counts: UnsafeMutablePointer<UnsafeAtomic<Int>.Storage>
+
+        struct Key {
+            let hash: UInt64
+            let id: String
+            let kind: Kind
+        }
 
         init(slotCount: Int) {
             self.slotCount = slotCount
             capacity = slotCount / 2
             slots = .allocate(capacity: max(slotCount, 1))
-            slots.initialize(repeating: 0, count: max(slotCount, 1))
-            entries = .allocate(capacity: max(capacity, 1))
+            slots.initialize(repeating: .init(0), count: max(slotCount, 1))
+            keys = .allocate(capacity: max(capacity, 1))
+            untils = .allocate(capacity: max(capacity, 1))
+            befores = .allocate(capacity: max(capacity, 1))
+            counts = .allocate(capacity: 4)
+            counts.initialize(repeating: .init(0), count: 4)
         }
 
         deinit {
-            entries.deinitialize(count: count)
-            entries.deallocate()
+            let n = count
+            keys.deinitialize(count: n)
+            untils.deinitialize(count: n)
+            befores.deinitialize(count: n)
+            keys.deallocate()
+            untils.deallocate()
+            befores.deallocate()
+            slots.deinitialize(count: max(slotCount, 1))
             slots.deallocate()
+            counts.deinitialize(count: 4)
+            counts.deallocate()
         }
 
+        @inline(__always)
+        private func counter(_ i: Int) -> UnsafeAtomic<Int> { UnsafeAtomic(at: counts + i) }
+
+        var count: Int { counter(0).load(ordering: .acquiring) }
+        var hasSubjects: Bool { counter(3).load(ordering: .acquiring) > 0 }
         var isFull: Bool { count >= capacity }
 
         @inline(__always)
+        private func countOf(_ kind: Kind) -> Int { counter(Int(kind.rawValue)).load(ordering: .acquiring) }
+
+        @inline(__always)
+        func until(_ i: Int) -> Int64 { UnsafeAtomic<Int64>(at: untils + i).load(ordering: .acquiring) }
+        @inline(__always)
+        func before(_ i: Int) -> Int64 { UnsafeAtomic<Int64>(at: befores + i).load(ordering: .acquiring) }
+
+        /// Entry `i` (below `count`) as it stands now.
+        func entry(_ i: Int) -> Entry {
+            let k = keys[i]
+            return Entry(hash: k.hash, id: k.id, kind: k.kind, until: until(i), before: before(i))
+        }
+
+        @inline(__always)
         func isRevoked(tokenID: String?, sessionID: String?, subject: String, issuedAt: Int64?, now: Int64) -> Bool {
-            if let tokenID, tokenCount > 0, let e = find(tokenID, kind: .token), e.pointee.until > now { return true }
-            if let sessionID, sessionCount > 0, let e = find(sessionID, kind: .session), e.pointee.until > now { return true }
-            if subjectCount > 0, let e = find(subject, kind: .subject), e.pointee.until > now {
+            if let tokenID, countOf(.token) > 0, let i = find(tokenID, kind: .token), until(i) > now { return true }
+            if let sessionID, countOf(.session) > 0, let i = find(sessionID, kind: .session), until(i) > now { return true }
+            if countOf(.subject) > 0, let i = find(subject, kind: .subject), until(i) > now {
                 guard let issuedAt else { return true }
-                if issuedAt < e.pointee.before { return true }
+                if issuedAt < before(i) { return true }
             }
             return false
         }
 
-        /// The entry for (kind, id), if present.
+        /// The index of the entry for (kind, id), if present.
         @inline(__always)
-        func find(_ id: String, kind: Kind) -> UnsafeMutablePointer<Entry>? {
-            guard count > 0 else { return nil }
+        func find(_ id: String, kind: Kind) -> Int? {
+            guard slotCount > 0 else { return nil }
             let hash = hasher.hash(id, kind: kind.rawValue)
             let tag = hash >> 32
             let mask = slotCount &- 1
             var i = Int(truncatingIfNeeded: hash) & mask
             while true {
-                let slot = slots[i]
+                let slot = UnsafeAtomic<UInt64>(at: slots + i).load(ordering: .acquiring)
                 if slot == 0 { return nil }
                 if slot >> 32 == tag {
-                    let e = entries + (Int(truncatingIfNeeded: slot & 0xFFFF_FFFF) &- 1)
-                    if e.pointee.hash == hash && e.pointee.kind == kind && Self.sameBytes(e.pointee.id, id) { return e }
+                    let index = Int(truncatingIfNeeded: slot & 0xFFFF_FFFF) &- 1
+                    let k = keys + index
+                    if k.pointee.hash == hash && k.pointee.kind == kind && Self.sameBytes(k.pointee.id, id) { return index }
                 }
                 i = (i &+ 1) & mask
             }
@@ -226,46 +304,52 @@ extension RevocationTable {
         }
 
         func containsEntry(where predicate: (Entry) -> Bool) -> Bool {
-            (0..<count).contains { predicate(entries[$0]) }
+            (0..<count).contains { predicate(entry($0)) }
         }
 
         /// A new storage with the entries that pass `keep` and room for at least
         /// `minimumCapacity` entries (the smallest power of two of slots that is;
-        /// growing a full storage by one entry doubles it).
+        /// growing a full storage by one entry doubles it). By the writer.
         func copy(minimumCapacity: Int, keeping keep: (Entry) -> Bool) -> Storage {
+            let n = count
             var kept = 0
-            for i in 0..<count where keep(entries[i]) { kept += 1 }
+            for i in 0..<n where keep(entry(i)) { kept += 1 }
             let needed = max(kept, minimumCapacity)
             var slotCount = needed == 0 ? 0 : 16
             while slotCount / 2 < needed { slotCount *= 2 }
             let copy = Storage(slotCount: slotCount)
-            for i in 0..<count where keep(entries[i]) { copy.append(entries[i]) }
+            for i in 0..<n {
+                let e = entry(i)
+                if keep(e) { copy.append(e) }
+            }
             return copy
         }
 
-        /// Widens the entry for (kind, id) or adds it. Uniquely referenced, with room.
+        /// Widens the entry for (kind, id) or adds it. By the writer, with room.
         func upsert(_ id: String, kind: Kind, until: Int64, before: Int64) {
-            if let e = find(id, kind: kind) {
-                e.pointee.until = max(e.pointee.until, until)
-                e.pointee.before = max(e.pointee.before, before)
+            if let i = find(id, kind: kind) {
+                let u = UnsafeAtomic<Int64>(at: untils + i), b = UnsafeAtomic<Int64>(at: befores + i)
+                // `before` first: a reader that sees the later `until` also sees the wider cutoff.
+                b.store(max(b.load(ordering: .relaxed), before), ordering: .releasing)
+                u.store(max(u.load(ordering: .relaxed), until), ordering: .releasing)
                 return
             }
             append(Entry(hash: hasher.hash(id, kind: kind.rawValue), id: id, kind: kind, until: until, before: before))
         }
 
+        /// Adds an entry: everything it is made of first, its slot last. By the writer.
         private func append(_ entry: Entry) {
-            precondition(count < capacity && count < Int(UInt32.max), "revocation table storage full")
-            (entries + count).initialize(to: entry)
-            count += 1
-            switch entry.kind {
-            case .token: tokenCount += 1
-            case .session: sessionCount += 1
-            case .subject: subjectCount += 1
-            }
+            let n = count
+            precondition(n < capacity && n < Int(UInt32.max), "revocation table storage full")
+            (keys + n).initialize(to: Key(hash: entry.hash, id: entry.id, kind: entry.kind))
+            (untils + n).initialize(to: .init(entry.until))
+            (befores + n).initialize(to: .init(entry.before))
+            counter(0).store(n + 1, ordering: .releasing)
+            counter(Int(entry.kind.rawValue)).wrappingIncrement(ordering: .releasing)
             let mask = slotCount - 1
             var i = Int(truncatingIfNeeded: entry.hash) & mask
-            while slots[i] != 0 { i = (i + 1) & mask }
-            slots[i] = (entry.hash >> 32) << 32 | UInt64(count)
+            while UnsafeAtomic<UInt64>(at: slots + i).load(ordering: .relaxed) != 0 { i = (i + 1) & mask }
+            UnsafeAtomic<UInt64>(at: slots + i).store((entry.hash >> 32) << 32 | UInt64(n + 1), ordering: .releasing)
         }
     }
 }

@@ -1,18 +1,20 @@
 import PortcullisCore
 import Synchronization
 
-/// One event loop's replica of the revocation entries, plus how long it may be
-/// trusted. The hot path (`check`) reads plain stored properties and one atomic flag:
-/// no lock, no allocation.
+/// One event loop's window on the process's revocation table (`ViewReplicas`: one table
+/// every loop reads, entries added in place), plus how long it may be trusted. The hot
+/// path (`check`) reads plain stored properties and one atomic flag: no lock, no
+/// allocation.
 ///
-/// Threading: created by a store for loop `loopIndex`; every read and every change of
-/// the replica happens on that loop's queue. The store does not dispatch a block per
-/// change (one thread woken per loop per revocation: on the 2-core VM most of a
-/// revocation's CPU, and a hop between a revocation's announcement and its enforcement):
-/// it posts the change (`post`, any thread) and the loop applies what was posted when it
-/// next reads the view (`catchUp`, first thing in every accessor). A loop that reads
-/// nothing for a while is sent one block once `wakeAfter` changes wait, so the posted
-/// changes stay bounded.
+/// Threading: created by a store for loop `loopIndex`; `table` (which storage this loop
+/// reads), `policy` and `staleAfter` are read and replaced on that loop's queue. The store
+/// does not dispatch a block per change (one thread woken per loop per change: on the
+/// 2-core VM most of a change's CPU, and a hop between its announcement and its
+/// enforcement): it posts the change (`post`, any thread) and the loop applies what was
+/// posted when it next reads the view (`catchUp`, first thing in every accessor). A loop
+/// that reads nothing for a while is sent one block once `wakeAfter` changes wait, so the
+/// posted changes stay bounded. (New entries need no post at all: they are written into
+/// the storage this loop reads.)
 public final class RevocationView: @unchecked Sendable {
     // @unchecked Sendable: the replica is confined to its loop's queue (see type comment);
     // `pending` and `inbox` are the only members touched from other threads, and they
@@ -25,7 +27,8 @@ public final class RevocationView: @unchecked Sendable {
     // @exclusivity(unchecked): only ever touched on the loop's queue (see type
     // comment), so the runtime access tracking (swift_beginAccess, about 70
     // instructions per check) buys nothing here.
-    @exclusivity(unchecked) var table = RevocationTable()
+    /// The process's table as this loop last took it (shares its storage with every view).
+    @exclusivity(unchecked) var table: RevocationTable
     /// Epoch seconds after which the view is stale; `.infinity` while synchronized.
     @exclusivity(unchecked) var staleAfter: Double
 
@@ -43,11 +46,15 @@ public final class RevocationView: @unchecked Sendable {
     /// Changes waiting before a loop that reads nothing is sent a block to apply them.
     static let wakeAfter = 64
 
-    init(loopIndex: Int, policy: RevocationPolicy, staleAfter: Double) {
+    init(loopIndex: Int, policy: RevocationPolicy, staleAfter: Double, table: RevocationTable) {
         self.loopIndex = loopIndex
         self.policy = policy
         self.staleAfter = staleAfter
+        self.table = table
     }
+
+    /// Whether a posted change waits for this loop's next read (tests).
+    var hasPostedChanges: Bool { pending.load(ordering: .acquiring) }
 
     /// Posts a change for the loop to apply (any thread). True when the caller must send
     /// the loop a block that calls `catchUp` (enough changes wait and none was sent yet).
