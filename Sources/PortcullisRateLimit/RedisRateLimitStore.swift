@@ -136,7 +136,6 @@ public final class RedisRateLimitStore: Sendable {
     /// handed to `completion` (nil when any command failed).
     private func finish(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], _ replies: [Result<RedisReply, RedisError>],
                         ahead: Bool, _ completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
-        let rules = checks.map(\.rule)
         var decisions: [GCRA.Decision] = []
         var failure: String?
         let now = EmbeddedRateLimitStore.now()
@@ -157,7 +156,7 @@ public final class RedisRateLimitStore: Sendable {
         }
         // A charge sent ahead was counted when its request was admitted.
         if ahead { return completion(failure == nil ? decisions : nil) }
-        record(rules: rules, decisions: failure == nil ? decisions : nil, failure: failure)
+        record(rules: checks.map(\.rule), decisions: failure == nil ? decisions : nil, failure: failure)
         completion(failure == nil ? decisions : nil)
     }
 

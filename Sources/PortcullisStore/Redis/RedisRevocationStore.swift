@@ -555,8 +555,10 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
                     guard let parts = entry.array, parts.count == 2, let id = parts[0].string else { continue }
                     positions[g].id = id
                     positions[g].consumed += 1
-                    cursors = positions
-                    if let text = Self.field("m", of: parts[1]), !apply(text, fromLog: true) { return }
+                    if let text = Self.field("m", of: parts[1])?.string, !apply(text, fromLog: true) {
+                        cursors = positions  // up to this entry; the full read it asked for sets them anew
+                        return
+                    }
                 }
                 if entries.count == Self.catchUpBatch { more = true }
             }
@@ -580,29 +582,18 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         case .failure:
             return nil
         case .success(let reply):
-            guard let items = reply.array else { return nil }
-            var lastID: String?, added: Int64?, length: Int64?
-            var i = 0
-            while i + 1 < items.count {
-                switch items[i].string {
-                case "last-generated-id": lastID = items[i + 1].string
-                case "entries-added": added = items[i + 1].integer
-                case "length": length = items[i + 1].integer
-                default: break
-                }
-                i += 2
-            }
-            guard let lastID, let added, let length else { return nil }
+            guard let lastID = field("last-generated-id", of: reply)?.string, let added = field("entries-added", of: reply)?.integer,
+                  let length = field("length", of: reply)?.integer else { return nil }
             return (lastID, added, length)
         }
     }
 
     /// A field of a flat [name, value, …] reply (a stream entry's fields, `XINFO STREAM`).
-    static func field(_ name: String, of reply: RedisReply) -> String? {
+    static func field(_ name: String, of reply: RedisReply) -> RedisReply? {
         guard let items = reply.array else { return nil }
         var i = 0
         while i + 1 < items.count {
-            if items[i].string == name { return items[i + 1].string }
+            if items[i].string == name { return items[i + 1] }
             i += 2
         }
         return nil

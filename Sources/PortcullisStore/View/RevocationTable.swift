@@ -104,10 +104,13 @@ struct RevocationTable: Sendable {
     mutating func applyInPlace(_ revocation: Revocation, maxCredentialLifetime: Int64) -> Bool {
         let until = revocation.expiry(maxCredentialLifetime: maxCredentialLifetime)
         let (id, kind, before) = Self.key(revocation)
-        if let i = storage.find(id, kind: kind), storage.until(i) >= until, storage.before(i) >= before { return false }
-        let replaced = storage.find(id, kind: kind) == nil && storage.isFull
+        if let i = storage.find(id, kind: kind) {
+            storage.widen(i, until: until, before: before)
+            return false
+        }
+        let replaced = storage.isFull
         if replaced { storage = storage.copy(minimumCapacity: storage.count + 1, keeping: { _ in true }) }
-        storage.upsert(id, kind: kind, until: until, before: before)
+        storage.add(id, kind: kind, until: until, before: before)
         return replaced
     }
 
@@ -327,13 +330,20 @@ extension RevocationTable {
 
         /// Widens the entry for (kind, id) or adds it. By the writer, with room.
         func upsert(_ id: String, kind: Kind, until: Int64, before: Int64) {
-            if let i = find(id, kind: kind) {
-                let u = UnsafeAtomic<Int64>(at: untils + i), b = UnsafeAtomic<Int64>(at: befores + i)
-                // `before` first: a reader that sees the later `until` also sees the wider cutoff.
-                b.store(max(b.load(ordering: .relaxed), before), ordering: .releasing)
-                u.store(max(u.load(ordering: .relaxed), until), ordering: .releasing)
-                return
-            }
+            if let i = find(id, kind: kind) { return widen(i, until: until, before: before) }
+            add(id, kind: kind, until: until, before: before)
+        }
+
+        /// Widens entry `i` (a later `until`, a later `before` win). By the writer.
+        func widen(_ i: Int, until: Int64, before: Int64) {
+            let u = UnsafeAtomic<Int64>(at: untils + i), b = UnsafeAtomic<Int64>(at: befores + i)
+            // `before` first: a reader that sees the later `until` also sees the wider cutoff.
+            if before > b.load(ordering: .relaxed) { b.store(before, ordering: .releasing) }
+            if until > u.load(ordering: .relaxed) { u.store(until, ordering: .releasing) }
+        }
+
+        /// Adds an entry (kind, id) that is not held. By the writer, with room.
+        func add(_ id: String, kind: Kind, until: Int64, before: Int64) {
             append(Entry(hash: hasher.hash(id, kind: kind.rawValue), id: id, kind: kind, until: until, before: before))
         }
 
