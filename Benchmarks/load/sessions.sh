@@ -128,19 +128,29 @@ for line in io.lines(FILE) do
   local name, value = line:match("^([^:]+):%s*(.*)$")
   if name then lines[#lines + 1] = {name, value} end
 end
+local requests = {}
+init = function(args)  -- formatted once (see auth.sh's make_lua)
+  for k = 1, #lines do requests[k] = wrk.format(nil, nil, {[lines[k][1]] = lines[k][2]}) end
+end
 local i = 0
 request = function()
-  i = i % #lines + 1
-  return wrk.format(nil, nil, {[lines[i][1]] = lines[i][2]})
+  i = i % #requests + 1
+  return requests[i]
 end
 LUA
 cat > "$WORKDIR/exchange.lua.in" <<'LUA'
 local tokens = {}
 for line in io.lines(FILE) do tokens[#tokens + 1] = line end
+local requests = {}
+init = function(args)  -- formatted once (see auth.sh's make_lua)
+  for k = 1, #tokens do
+    requests[k] = wrk.format("POST", "/auth/session", {["content-type"] = "application/json"}, '{"idToken":"' .. tokens[k] .. '"}')
+  end
+end
 local i = 0
 request = function()
-  i = i % #tokens + 1
-  return wrk.format("POST", "/auth/session", {["content-type"] = "application/json"}, '{"idToken":"' .. tokens[i] .. '"}')
+  i = i % #requests + 1
+  return requests[i]
 end
 LUA
 cat > "$WORKDIR/refresh.lua.in" <<'LUA'
