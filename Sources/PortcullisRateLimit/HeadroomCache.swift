@@ -39,25 +39,31 @@ final class HeadroomCache: Sendable {
         let limit = Self.maxAhead(rule)
         guard limit > 0 else { return false }
         let gcra = rule.gcra
-        return table.update(RuleKey(rule: rule.name, key: key), isIdle: { $0.unanswered == 0 && $0.tat <= now }) { entry, _ in
+        return table.update(RuleKey(rule: rule.name, key: key), isIdle: { $0.unanswered == 0 && $0.tat <= now }) { entry, tallies in
             guard var found = entry, found.unanswered < limit else { return false }
             let spent = max(found.tat, now) &- now &+ (found.unanswered &+ 1) &* gcra.interval
             guard spent <= gcra.tolerance / 2 else { return false }
             found.unanswered += 1
             entry = found
+            // Counted here, under the lock the reservation holds anyway (see `tallies`).
+            tallies[rule.name, default: .init()].allowed += 1
             return true
         }
     }
 
     /// Gives back a reservation no charge will answer (another rule of the request refused it).
     func release(_ rule: RateLimitRule, key: RateLimitKey) {
-        table.update(RuleKey(rule: rule.name, key: key), isIdle: { _ in false }) { entry, _ in
+        table.update(RuleKey(rule: rule.name, key: key), isIdle: { _ in false }) { entry, tallies in
+            tallies[rule.name, default: .init()].allowed -= 1
             if var found = entry {
                 found.unanswered = max(0, found.unanswered - 1)
                 entry = found
             }
         }
     }
+
+    /// Requests admitted ahead (reserved and not released), by rule name.
+    func tallies() -> [String: EmbeddedRateLimitStore.Counts] { table.tallies() }
 
     /// Redis answered for `key` (`decision`, read at `now`), or did not (nil: the key waits
     /// for Redis again); `reserved`: the answer settles a request admitted ahead.

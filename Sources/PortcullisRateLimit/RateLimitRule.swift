@@ -32,6 +32,10 @@ public struct RateLimitRule: Sendable, Equatable {
     /// Requests allowed at once from an idle key.
     public let burst: Int64
     public let gcra: GCRA
+    /// What the shared store sends for this rule on every charge, made once: the start of
+    /// its keys (`RedisRateLimitStore.key`) and the script's two arguments.
+    let identityKeyPrefix: String, addressKeyPrefix: String
+    let intervalArgument: String, toleranceArgument: String
 
     public init(name: String, routes: [String]?, key: Key, count: Int64, periodSeconds: Int64, burst: Int64? = nil) {
         self.name = name
@@ -41,6 +45,10 @@ public struct RateLimitRule: Sendable, Equatable {
         self.periodSeconds = periodSeconds
         self.burst = burst ?? count
         gcra = GCRA(count: count, periodMicroseconds: periodSeconds * 1_000_000, burst: self.burst)
+        identityKeyPrefix = RedisRateLimitStore.keyPrefix + name + ":u:"
+        addressKeyPrefix = RedisRateLimitStore.keyPrefix + name + ":a:"
+        intervalArgument = String(gcra.interval)
+        toleranceArgument = String(gcra.tolerance)
     }
 
     /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers): the rule's name, its quota

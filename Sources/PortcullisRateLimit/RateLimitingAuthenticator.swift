@@ -105,9 +105,11 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
             }
             // A key far from its limit: forwarded now, charged in the background. Not with
             // `on_unavailable: deny`: a charge Redis may never take must not let a request by.
-            if onUnavailable == .allow, store.admitAhead(checks, loopIndex: resumption.loop.index) { return outcome }
+            // On the request's loop (as every authenticator is called): the charges leave at
+            // the end of its pass, with the other requests' (see `RedisRateLimitStore`).
+            if onUnavailable == .allow, store.admitAhead(checks, loop: resumption.loop) { return outcome }
             let carried = CarriedOutcome(outcome)
-            store.decide(checks, loopIndex: resumption.loop.index) { [self] decisions in
+            store.decide(checks, loop: resumption.loop) { [self] decisions in
                 guard let decisions else {
                     resumption.resume(onUnavailable == .allow ? carried.take() : .reject(unavailable(routeIndex: routeIndex)))
                     return

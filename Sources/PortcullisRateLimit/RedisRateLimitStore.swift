@@ -1,14 +1,21 @@
 internal import COpenSSL
 import Logging
 import PortcullisCore
+import PortcullisIO
 import PortcullisRedis
 
-/// The rate-limit state of a fleet (`store.redis`, standalone or Sentinel): each key's TAT
-/// (see `GCRA`) in Redis, read and moved by one script per rule in one pipelined write, so
-/// every instance enforces the same budget and none can overwrite another's count (the
-/// script runs atomically on the server, with the server's clock: instances' clocks do not
-/// matter). One key per command, so a Redis Cluster client routes each by its slot
-/// (`RedisKeyedPipelining`: standalone, Sentinel and cluster clients alike).
+/// The rate-limit state of a fleet (`store.redis`, standalone, Sentinel or Cluster): each
+/// key's TAT (see `GCRA`) in Redis, read and moved by a script, so every instance enforces
+/// the same budget and none can overwrite another's count (the script runs atomically on
+/// the server, with the server's clock: instances' clocks do not matter).
+///
+/// One script call charges many keys: the charges a loop's pass produces (every request it
+/// read, each rule's key) leave together at the end of the pass, as one call per server on
+/// standalone and Sentinel Redis, one per slot on a cluster (a script's keys must share a
+/// slot there; `RedisKeyedPipelining.routesBySlot`). Redis's cost is mostly per call (the
+/// command, the script's start): one call for a pass's 8-30 requests instead of one each.
+/// Keys are charged in the order they were asked for, so a key twice in a pass is charged
+/// twice, the second after the first.
 ///
 /// When Redis cannot answer (down, timing out), `decide` completes with nil and the caller
 /// applies `rate_limits.on_unavailable`; the change of state is logged once each way.
@@ -26,6 +33,10 @@ public final class RedisRateLimitStore: Sendable {
     let refusals: RefusalCache
     /// Keys far from their limit, admitted without waiting (see `HeadroomCache`).
     let headroom: HeadroomCache
+    /// Charges waiting for the end of their loop's pass, by loop index (= client index).
+    private let batches: [LoopBatch]
+    /// At most this many keys in one script call (its reply is 3 integers per key).
+    static let maxKeysPerCall = 64
 
     struct State {
         var available = true
@@ -36,22 +47,28 @@ public final class RedisRateLimitStore: Sendable {
     /// an expiry at its TAT: an idle key leaves Redis by itself.
     public static let keyPrefix = "portcullis:ratelimit:"
 
-    /// KEYS[1]: the key. ARGV: interval and tolerance in microseconds. Returns
-    /// {allowed (1/0), microseconds the budget is spent ahead (allowed) or until whole
-    /// (refused), microseconds until a retry (0 when allowed)}.
+    /// KEYS: the keys to charge, in order. ARGV: each key's interval and tolerance in
+    /// microseconds (2 per key). Returns 3 integers per key: allowed (1/0), microseconds the
+    /// budget is spent ahead (allowed) or until whole (refused), microseconds until a retry
+    /// (0 when allowed). With one key, exactly the reply of a single GCRA step.
     static let script = """
     local t = redis.call('TIME')
     local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local interval = tonumber(ARGV[1])
-    local tolerance = tonumber(ARGV[2])
-    local tat = tonumber(redis.call('GET', KEYS[1])) or now
-    if tat < now then tat = now end
-    local ahead = tat + interval - now
-    if ahead > tolerance then
-      return {0, tat - now, ahead - tolerance}
+    local out = {}
+    for i = 1, #KEYS do
+      local interval = tonumber(ARGV[2 * i - 1])
+      local tolerance = tonumber(ARGV[2 * i])
+      local tat = tonumber(redis.call('GET', KEYS[i])) or now
+      if tat < now then tat = now end
+      local ahead = tat + interval - now
+      if ahead > tolerance then
+        out[#out + 1] = 0; out[#out + 1] = tat - now; out[#out + 1] = ahead - tolerance
+      else
+        redis.call('SET', KEYS[i], string.format('%d', tat + interval), 'PX', math.max(1, math.ceil(ahead / 1000)))
+        out[#out + 1] = 1; out[#out + 1] = ahead; out[#out + 1] = 0
+      end
     end
-    redis.call('SET', KEYS[1], string.format('%d', tat + interval), 'PX', math.max(1, math.ceil(ahead / 1000)))
-    return {1, ahead, 0}
+    return out
     """
 
     /// `clients[i]` serves requests of the loop with index `i` (at least one client).
@@ -62,21 +79,20 @@ public final class RedisRateLimitStore: Sendable {
         self.timeout = timeout
         refusals = RefusalCache(maxKeys: maxKeys)
         headroom = HeadroomCache(maxKeys: maxKeys)
+        batches = clients.indices.map { LoopBatch(clientIndex: $0) }
+        for batch in batches { batch.store = self }
     }
 
     /// Admits `checks` at once when every rule's key has headroom here (`HeadroomCache`), and
     /// sends their charges to Redis without waiting; false: ask Redis and wait (`decide`).
     /// `loopIndex`: the caller's loop (its client).
     public func admitAhead(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loopIndex: Int = 0,
-                           now: Int64 = EmbeddedRateLimitStore.now()) -> Bool {
+                           loop: EventLoop? = nil, now: Int64 = EmbeddedRateLimitStore.now()) -> Bool {
         for (index, check) in checks.enumerated() where !headroom.reserve(check.rule, key: check.key, now: now) {
             for earlier in checks[..<index] { headroom.release(earlier.rule, key: earlier.key) }
             return false
         }
-        state.withLock { state in
-            for check in checks { state.counts[check.rule.name, default: .init()].allowed += 1 }
-        }
-        decide(checks, loopIndex: loopIndex, ahead: true) { _ in }
+        decide(checks, loopIndex: loopIndex, loop: loop, ahead: true) { _ in }
         return true
     }
 
@@ -108,61 +124,145 @@ public final class RedisRateLimitStore: Sendable {
         keyPrefix + rule + (key.isAddress ? ":a:" : ":u:") + key.value
     }
 
+    /// `key(rule:_:)` from the rule's prefix made once (one concatenation per charge).
+    @inline(__always)
+    static func key(_ rule: RateLimitRule, _ key: RateLimitKey) -> String {
+        (key.isAddress ? rule.addressKeyPrefix : rule.identityKeyPrefix) + key.value
+    }
+
     /// The decision of each rule for its key, in order, or nil when Redis did not answer.
     /// `loopIndex`: the caller's loop (its client; the completion runs on that loop).
-    /// `ahead`: the charges of a request `admitAhead` let through (settled, not counted again).
-    public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loopIndex: Int = 0, ahead: Bool = false,
-                       completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
-        let client = clients[loopIndex >= 0 ? loopIndex % clients.count : 0]
-        let commands = checks.map { check in
-            let key = Self.key(rule: check.rule.name, check.key)
-            return (key: key, arguments: ["EVALSHA", Self.scriptSHA, "1", key,
-                                          String(check.rule.gcra.interval), String(check.rule.gcra.tolerance)])
+    /// `loop`: the caller's loop when the caller runs on its queue (a request's decision):
+    /// inside one of its passes the charges wait for the pass's end and leave with the
+    /// others (see the type's comment); nil or outside a pass, they leave now.
+    /// `ahead`: the charges of a request `admitAhead` let through (settled, not counted again;
+    /// `completion` gets nil).
+    public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loopIndex: Int = 0, loop: EventLoop? = nil,
+                       ahead: Bool = false, completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
+        let index = (loop?.index ?? loopIndex) >= 0 ? (loop?.index ?? loopIndex) % clients.count : 0
+        let charge = Charge(checks: checks, ahead: ahead, completion: completion)
+        if let loop, loop.inPass {
+            let batch = batches[index]
+            if batch.pending.isEmpty { loop.atPassEnd(batch) }
+            batch.pending.append(charge)
+            return
         }
+        send([charge], clientIndex: index)
+    }
+
+    /// One request's charges: its rules' keys, and where their decisions go.
+    struct Charge {
+        let checks: [(rule: RateLimitRule, key: RateLimitKey)]
+        let ahead: Bool
+        let completion: @Sendable ([GCRA.Decision]?) -> Void
+    }
+
+    /// Sends `charges` as few script calls (see the type's comment), and gives each charge
+    /// its replies, in the order of its checks.
+    func send(_ charges: [Charge], clientIndex: Int) {
+        let client = clients[clientIndex]
+        // Every key of every charge, in order, as (charge, check, key), grouped into calls.
+        var groups: [[(charge: Int, check: Int, key: String)]] = []
+        var bySlot: [Int: Int] = [:]  // slot -> open group (cluster only)
+        for (c, charge) in charges.enumerated() {
+            for (k, check) in charge.checks.enumerated() {
+                let key = Self.key(check.rule, check.key)
+                let item = (charge: c, check: k, key: key)
+                if client.routesBySlot {
+                    let slot = HashSlot.of(key)
+                    if let open = bySlot[slot], groups[open].count < Self.maxKeysPerCall {
+                        groups[open].append(item)
+                    } else {
+                        bySlot[slot] = groups.count
+                        groups.append([item])
+                    }
+                } else if let last = groups.indices.last, groups[last].count < Self.maxKeysPerCall {
+                    groups[last].append(item)
+                } else {
+                    groups.append([item])
+                }
+            }
+        }
+        guard !groups.isEmpty else {
+            for charge in charges { finish(charge, [], failure: nil) }
+            return
+        }
+        let commands = groups.map { group in
+            var arguments = ["EVALSHA", Self.scriptSHA, String(group.count)]
+            arguments.reserveCapacity(3 + 3 * group.count)
+            for item in group { arguments.append(item.key) }
+            for item in group {
+                let rule = charges[item.charge].checks[item.check].rule
+                arguments.append(rule.intervalArgument)
+                arguments.append(rule.toleranceArgument)
+            }
+            return (key: group[0].key, arguments: arguments)
+        }
+        let sent = groups
         client.pipeline(keyed: commands, timeout: timeout) { [self] replies in
             let lostScript = replies.contains { reply in
                 if case .failure(.server(let message)) = reply { return message.hasPrefix("NOSCRIPT") }
                 return false
             }
-            guard lostScript else { return finish(checks, replies, ahead: ahead, completion) }
+            guard lostScript else { return deliver(charges, sent, replies) }
             // A server without the script (restarted, failed over, flushed): EVAL loads it.
             // NOSCRIPT ran nothing, so nothing is counted twice.
             let loading = commands.map { (key: $0.key, arguments: ["EVAL", Self.script] + $0.arguments.dropFirst(2)) }
-            client.pipeline(keyed: loading, timeout: timeout) { [self] replies in finish(checks, replies, ahead: ahead, completion) }
+            client.pipeline(keyed: loading, timeout: timeout) { [self] replies in deliver(charges, sent, replies) }
         }
     }
 
-    /// The replies as decisions: counted, refusals remembered (see `RefusalCache`), then
-    /// handed to `completion` (nil when any command failed).
-    private func finish(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], _ replies: [Result<RedisReply, RedisError>],
-                        ahead: Bool, _ completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
-        var decisions: [GCRA.Decision] = []
-        var failure: String?
-        let now = EmbeddedRateLimitStore.now()
-        for (check, reply) in zip(checks, replies) {
-            var decision: GCRA.Decision?
+    /// Reads each call's reply (3 integers per key) as the decisions of its charges' checks.
+    private func deliver(_ charges: [Charge], _ groups: [[(charge: Int, check: Int, key: String)]],
+                         _ replies: [Result<RedisReply, RedisError>]) {
+        var decided = charges.map { [GCRA.Decision?](repeating: nil, count: $0.checks.count) }
+        var failures = [String?](repeating: nil, count: charges.count)
+        for (group, reply) in zip(groups, replies) {
             switch reply {
             case .success(let value):
-                decision = Self.decision(value, check.rule.gcra)
-                if decision == nil, failure == nil { failure = "unexpected reply to the rate-limit script" }
+                if let items = value.array, items.count == 3 * group.count {
+                    for (j, item) in group.enumerated() {
+                        let rule = charges[item.charge].checks[item.check].rule
+                        if let decision = Self.decision(items, at: 3 * j, rule.gcra) {
+                            decided[item.charge][item.check] = decision
+                            continue
+                        }
+                        if failures[item.charge] == nil { failures[item.charge] = "unexpected reply to the rate-limit script" }
+                    }
+                } else {
+                    for item in group where failures[item.charge] == nil {
+                        failures[item.charge] = "unexpected reply to the rate-limit script"
+                    }
+                }
             case .failure(let error):
-                if failure == nil { failure = error.description }
-            }
-            headroom.learn(check.rule, key: check.key, decision, reserved: ahead, now: now)
-            if let decision {
-                decisions.append(decision)
-                refusals.remember(rule: check.rule.name, key: check.key, decision, now: now)
+                for item in group where failures[item.charge] == nil { failures[item.charge] = error.description }
             }
         }
-        // A charge sent ahead was counted when its request was admitted.
-        if ahead { return completion(failure == nil ? decisions : nil) }
-        record(rules: checks.map(\.rule), decisions: failure == nil ? decisions : nil, failure: failure)
-        completion(failure == nil ? decisions : nil)
+        for (index, charge) in charges.enumerated() {
+            finish(charge, decided[index], failure: failures[index])
+        }
     }
 
-    static func decision(_ reply: RedisReply, _ gcra: GCRA) -> GCRA.Decision? {
-        guard let items = reply.array, items.count == 3, let allowed = items[0].integer,
-              let spent = items[1].integer, let retry = items[2].integer else { return nil }
+    /// A charge's decisions (nil where Redis gave none; then `failure` says why): counted,
+    /// refusals remembered (see `RefusalCache`), the headroom told, then handed to the
+    /// charge's completion (nil when any check failed).
+    private func finish(_ charge: Charge, _ decided: [GCRA.Decision?], failure: String?) {
+        let now = EmbeddedRateLimitStore.now()
+        for (check, decision) in zip(charge.checks, decided) {
+            headroom.learn(check.rule, key: check.key, decision, reserved: charge.ahead, now: now)
+            if let decision { refusals.remember(rule: check.rule.name, key: check.key, decision, now: now) }
+        }
+        // A charge sent ahead was counted when its request was admitted; nobody waits for it.
+        if charge.ahead { return charge.completion(nil) }
+        let decisions = failure == nil ? decided.compactMap { $0 } : nil
+        record(rules: charge.checks.map(\.rule), decisions: decisions, failure: failure)
+        charge.completion(decisions)
+    }
+
+    /// The decision in `items[offset..<offset + 3]` (the script's three integers for a key).
+    static func decision(_ items: [RedisReply], at offset: Int, _ gcra: GCRA) -> GCRA.Decision? {
+        guard offset + 3 <= items.count, let allowed = items[offset].integer, let spent = items[offset + 1].integer,
+              let retry = items[offset + 2].integer else { return nil }
         if allowed == 1 {
             return GCRA.Decision(allowed: true, tat: 0, remaining: max(0, (gcra.tolerance - spent) / gcra.interval),
                                  resetMicroseconds: spent, retryAfterMicroseconds: 0)
@@ -193,5 +293,33 @@ public final class RedisRateLimitStore: Sendable {
     }
 
     /// Decisions by rule name (this instance's), for `/metrics`.
-    public func counts() -> [String: EmbeddedRateLimitStore.Counts] { state.withLock { $0.counts } }
+    /// (The requests admitted ahead are counted by `headroom`, under its shard locks.)
+    public func counts() -> [String: EmbeddedRateLimitStore.Counts] {
+        var total = state.withLock { $0.counts }
+        for (rule, counts) in headroom.tallies() { total[rule, default: .init()].allowed += counts.allowed }
+        return total
+    }
+}
+
+/// The charges one loop's pass produced, sent together when the pass ends (see
+/// `RedisRateLimitStore`). Only touched on its loop's queue: `decide` appends there (its
+/// callers run on the request's loop) and the loop calls `passEnded` there.
+final class LoopBatch: PassEndTarget, @unchecked Sendable {
+    // @unchecked Sendable: confined to one loop's queue (see the type comment).
+    var pending: [RedisRateLimitStore.Charge] = []
+    let clientIndex: Int
+    /// The store; a batch whose store was let go answers its charges as unavailable.
+    weak var store: RedisRateLimitStore?
+
+    init(clientIndex: Int) { self.clientIndex = clientIndex }
+
+    func passEnded() {
+        var charges: [RedisRateLimitStore.Charge] = []
+        swap(&charges, &pending)
+        guard let store else {
+            for charge in charges { charge.completion(nil) }
+            return
+        }
+        store.send(charges, clientIndex: clientIndex)
+    }
 }

@@ -6,6 +6,10 @@ public protocol RedisKeyedPipelining: AnyObject, Sendable {
     /// One result per command, in order.
     func pipeline(keyed commands: [(key: String, arguments: [String])], timeout: Double?,
                   completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void)
+    /// True when commands go to their key's slot (a cluster): a command that names several
+    /// keys must name keys of one slot (Redis answers CROSSSLOT otherwise). False: every
+    /// command goes to the one server, which takes any keys together.
+    var routesBySlot: Bool { get }
 }
 
 extension RedisClient: RedisKeyedPipelining {
@@ -14,6 +18,8 @@ extension RedisClient: RedisKeyedPipelining {
         if let cluster { return cluster.pipeline(commands, timeout: timeout, completion: completion) }
         pipeline(commands.map(\.arguments), timeout: timeout, completion: completion)
     }
+
+    public var routesBySlot: Bool { cluster != nil }
 }
 
 extension RedisClusterClient: RedisKeyedPipelining {
@@ -21,4 +27,6 @@ extension RedisClusterClient: RedisKeyedPipelining {
                          completion: @escaping @Sendable ([Result<RedisReply, RedisError>]) -> Void) {
         pipeline(commands, timeout: timeout, completion: completion)
     }
+
+    public var routesBySlot: Bool { true }
 }

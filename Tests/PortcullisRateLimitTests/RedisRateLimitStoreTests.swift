@@ -88,6 +88,56 @@ import Testing
         #expect(store.counts()["slow"]?.limited == 2)
     }
 
+    /// `charges` sent as one batch (as a loop's pass sends them), each charge's decisions
+    /// waited for (bounded), in the order of the charges.
+    static func batch(_ store: RedisRateLimitStore, _ charges: [[(rule: RateLimitRule, key: RateLimitKey)]]) throws -> [[GCRA.Decision]?] {
+        let answers = Locked<[Int: [GCRA.Decision]?]>([:])
+        let done = DispatchSemaphore(value: 0)
+        store.send(charges.enumerated().map { index, checks in
+            RedisRateLimitStore.Charge(checks: checks, ahead: false) { decisions in
+                answers.update { $0[index] = .some(decisions) }
+                done.signal()
+            }
+        }, clientIndex: 0)
+        for _ in charges {
+            guard done.wait(timeout: .now() + 10) == .success else { throw TestFailure("no answer") }
+        }
+        let all = answers.get()
+        return try charges.indices.map { index in
+            guard let answer = all[index] else { throw TestFailure("charge \(index) answered twice or never") }
+            return answer
+        }
+    }
+
+    /// The charges of several requests leave as one script call (what a loop's pass sends),
+    /// and each request gets the decisions of its own keys: a key charged twice in the batch
+    /// is charged in order (the second sees the first), two rules of one request each count.
+    @Test func oneScriptCallChargesABatchAndEachRequestGetsItsOwnAnswers() throws {
+        let server = try RedisProcess()
+        let store = RedisRateLimitStore(clients: [try Self.client(server.port)], logger: Logger(label: "batch"))
+        let rule = RateLimitRule(name: "per-user", routes: nil, key: .user, count: 10, periodSeconds: 60, burst: 4)
+        let other = RateLimitRule(name: "other", routes: nil, key: .clientAddress, count: 1, periodSeconds: 60, burst: 1)
+        let alice = RateLimitKey(identity: "alice"), carol = RateLimitKey(identity: "carol")
+        let host = RateLimitKey(address: "192.0.2.1")
+        #expect(try Self.decide(store, [(rule, carol)])?.first?.remaining == 3)  // the script is loaded
+        _ = server.cli(["CONFIG", "RESETSTAT"])
+        let answers = try Self.batch(store, [[(rule, alice)], [(rule, alice), (other, host)], [(other, host)], [(rule, alice)],
+                                             [(rule, carol)]])
+        #expect(answers[0]?.map(\.remaining) == [3])
+        #expect(answers[1]?.map(\.allowed) == [true, true] && answers[1]?.first?.remaining == 2)
+        #expect(answers[2]?.map(\.allowed) == [false], "the address's one request was spent by the request before")
+        #expect(answers[3]?.map(\.remaining) == [1])
+        #expect(answers[4]?.map(\.remaining) == [2])
+        let stats = server.cli(["INFO", "commandstats"])
+        #expect(stats.contains("cmdstat_evalsha:calls=1,"), "\(stats)")
+        #expect(store.counts()["per-user"]?.allowed == 5 && store.counts()["other"]?.allowed == 1
+                && store.counts()["other"]?.limited == 1)
+        // A server that lost the script: the whole batch is loaded and charged once.
+        _ = server.cli(["SCRIPT", "FLUSH"])
+        let again = try Self.batch(store, [[(rule, carol)], [(rule, carol)]])
+        #expect(again.map { $0?.first?.remaining } == [1, 0])
+    }
+
     /// On a real 6-node Redis Cluster through `RedisClusterClient`: keys of many users land
     /// on all three masters (each master loads the script on its first NOSCRIPT), and two
     /// clients (two instances) share each user's budget exactly.
@@ -123,6 +173,14 @@ import Testing
             let count = Int(cluster.nodes.first { $0.port == port }!.cli(["DBSIZE"])) ?? 0
             #expect(count > 0, "master \(port) holds no key")
         }
+        // A batch on a cluster: one call per slot (keys of one hash tag together, the others
+        // alone), every master's keys in it, each request its own answers.
+        let tagged = (0..<3).map { RateLimitKey(identity: "{team}member-\($0)") }
+        let fresh = (0..<6).map { RateLimitKey(identity: "batch-\($0)") }
+        #expect(Set(fresh.map { HashSlot.of(RedisRateLimitStore.key(rule: "per-user", $0)) / 5461 }).count == 3)
+        let charges = (tagged + fresh + tagged).map { [(rule: rule, key: $0)] }
+        let answers = try Self.batch(a, charges)
+        #expect(answers.map { $0?.first?.remaining } == Array(repeating: 2, count: 9) + Array(repeating: 1, count: 3))
     }
 
     @Test func aDeadServerAnswersNilAndItIsCounted() throws {
