@@ -200,15 +200,20 @@ public final class RedisRateLimitStore: Sendable {
         }
         let sent = groups
         client.pipeline(keyed: commands, timeout: timeout) { [self] replies in
-            let lostScript = replies.contains { reply in
-                if case .failure(.server(let message)) = reply { return message.hasPrefix("NOSCRIPT") }
+            let lost = replies.indices.filter { index in
+                if case .failure(.server(let message)) = replies[index] { return message.hasPrefix("NOSCRIPT") }
                 return false
             }
-            guard lostScript else { return deliver(charges, sent, replies) }
-            // A server without the script (restarted, failed over, flushed): EVAL loads it.
-            // NOSCRIPT ran nothing, so nothing is counted twice.
-            let loading = commands.map { (key: $0.key, arguments: ["EVAL", Self.script] + $0.arguments.dropFirst(2)) }
-            client.pipeline(keyed: loading, timeout: timeout) { [self] replies in deliver(charges, sent, replies) }
+            guard !lost.isEmpty else { return deliver(charges, sent, replies) }
+            // A server without the script (restarted, failed over, flushed; on a cluster one
+            // master of several): EVAL loads it, for the calls it refused only. NOSCRIPT ran
+            // nothing and the other calls ran once, so nothing is counted twice.
+            let loading = lost.map { (key: commands[$0].key, arguments: ["EVAL", Self.script] + commands[$0].arguments.dropFirst(2)) }
+            client.pipeline(keyed: loading, timeout: timeout) { [self] retried in
+                var merged = replies
+                for (index, reply) in zip(lost, retried) { merged[index] = reply }
+                deliver(charges, sent, merged)
+            }
         }
     }
 

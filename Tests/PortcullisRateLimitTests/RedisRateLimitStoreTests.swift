@@ -181,6 +181,11 @@ import Testing
         let charges = (tagged + fresh + tagged).map { [(rule: rule, key: $0)] }
         let answers = try Self.batch(a, charges)
         #expect(answers.map { $0?.first?.remaining } == Array(repeating: 2, count: 9) + Array(repeating: 1, count: 3))
+        // One master lost the script: its calls are sent again with EVAL, the others' are not
+        // (each key is charged once: one less each, not two).
+        _ = cluster.nodes.first { $0.port == cluster.masterPorts[0] }!.cli(["SCRIPT", "FLUSH"])
+        let again = try Self.batch(a, fresh.map { [(rule: rule, key: $0)] })
+        #expect(again.map { $0?.first?.remaining } == Array(repeating: 1, count: 6))
     }
 
     @Test func aDeadServerAnswersNilAndItIsCounted() throws {
