@@ -13,7 +13,8 @@ import PortcullisRedis
 /// read, each rule's key) leave together at the end of the pass, as one call per server on
 /// standalone and Sentinel Redis, one per slot on a cluster (a script's keys must share a
 /// slot there; `RedisKeyedPipelining.routesBySlot`). Redis's cost is mostly per call (the
-/// command, the script's start): one call for a pass's 8-30 requests instead of one each.
+/// command, the script's start): one call for a pass's requests instead of one each (about
+/// 11 keys a call in the RS256 load row with 64 connections).
 /// Keys are charged in the order they were asked for, so a key twice in a pass is charged
 /// twice, the second after the first.
 ///
@@ -139,7 +140,8 @@ public final class RedisRateLimitStore: Sendable {
     /// `completion` gets nil).
     public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loopIndex: Int = 0, loop: EventLoop? = nil,
                        ahead: Bool = false, completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
-        let index = (loop?.index ?? loopIndex) >= 0 ? (loop?.index ?? loopIndex) % clients.count : 0
+        let asked = loop?.index ?? loopIndex
+        let index = asked >= 0 ? asked % clients.count : 0
         let charge = Charge(checks: checks, ahead: ahead, completion: completion)
         if let loop, loop.inPass {
             let batch = batches[index]
