@@ -47,7 +47,7 @@ extension PortcullisKeysTests {
             try server.setState(["hang_seconds": 8])
             let ticks = LoopTicks(on: testLoop)
             let started = Date()
-            async let outcome = manager.refreshed()
+            async let outcome = manager.refreshedAt()
             // While the fetch hangs, every request verifies with the old keys (a count of
             // attempts, not of what fits in a time window: a loaded machine runs fewer).
             var verifiedWhileHanging = 0
@@ -55,8 +55,8 @@ extension PortcullisKeysTests {
                 if verifier.check(token).identity != nil { verifiedWhileHanging += 1 }
                 try await Task.sleep(nanoseconds: 20_000_000)
             }
-            let result = await outcome
-            let elapsed = Date().timeIntervalSince(started)
+            let (result, answered) = await outcome
+            let elapsed = answered.timeIntervalSince(started)
             let count = ticks.stop()
             guard case .failed(.transport(.timedOut)) = result else {
                 Issue.record("expected a timeout, got \(result)")

@@ -149,6 +149,15 @@ extension KeyManager {
         await withCheckedContinuation { continuation in refresh(provider: TestIssuer.provider) { continuation.resume(returning: $0) } }
     }
 
+    /// `refreshed()` and when its completion ran (on the fetch loop), which a test that
+    /// bounds how long a refresh took reads instead of the time its own task resumed (the
+    /// test pool's threads may be busy with other suites long after the answer).
+    func refreshedAt() async -> (outcome: RefetchOutcome, answered: Date) {
+        await withCheckedContinuation { continuation in
+            refresh(provider: TestIssuer.provider) { continuation.resume(returning: ($0, Date())) }
+        }
+    }
+
     func refetched(on loop: EventLoop = testLoop) async -> RefetchOutcome {
         await withCheckedContinuation { continuation in
             refetchForUnknownKey(provider: TestIssuer.provider, on: loop) { continuation.resume(returning: $0) }
