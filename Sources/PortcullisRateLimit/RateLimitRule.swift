@@ -45,8 +45,8 @@ public struct RateLimitRule: Sendable, Equatable {
         self.periodSeconds = periodSeconds
         self.burst = burst ?? count
         gcra = GCRA(count: count, periodMicroseconds: periodSeconds * 1_000_000, burst: self.burst)
-        identityKeyPrefix = RedisRateLimitStore.keyPrefix + name + ":u:"
-        addressKeyPrefix = RedisRateLimitStore.keyPrefix + name + ":a:"
+        identityKeyPrefix = RedisRateLimitStore.keyStart(rule: name, address: false)
+        addressKeyPrefix = RedisRateLimitStore.keyStart(rule: name, address: true)
         intervalArgument = String(gcra.interval)
         toleranceArgument = String(gcra.tolerance)
     }

@@ -86,14 +86,14 @@ public final class RedisRateLimitStore: Sendable {
 
     /// Admits `checks` at once when every rule's key has headroom here (`HeadroomCache`), and
     /// sends their charges to Redis without waiting; false: ask Redis and wait (`decide`).
-    /// `loopIndex`: the caller's loop (its client).
-    public func admitAhead(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loopIndex: Int = 0,
-                           loop: EventLoop? = nil, now: Int64 = EmbeddedRateLimitStore.now()) -> Bool {
+    /// `loop`: as for `decide`.
+    public func admitAhead(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loop: EventLoop? = nil,
+                           now: Int64 = EmbeddedRateLimitStore.now()) -> Bool {
         for (index, check) in checks.enumerated() where !headroom.reserve(check.rule, key: check.key, now: now) {
             for earlier in checks[..<index] { headroom.release(earlier.rule, key: earlier.key) }
             return false
         }
-        decide(checks, loopIndex: loopIndex, loop: loop, ahead: true) { _ in }
+        decide(checks, loop: loop, ahead: true) { _ in }
         return true
     }
 
@@ -122,7 +122,13 @@ public final class RedisRateLimitStore: Sendable {
     }()
 
     public static func key(rule: String, _ key: RateLimitKey) -> String {
-        keyPrefix + rule + (key.isAddress ? ":a:" : ":u:") + key.value
+        keyStart(rule: rule, address: key.isAddress) + key.value
+    }
+
+    /// What every key of `rule` starts with, for addresses or identities (made once per rule,
+    /// see `RateLimitRule.identityKeyPrefix`).
+    static func keyStart(rule: String, address: Bool) -> String {
+        keyPrefix + rule + (address ? ":a:" : ":u:")
     }
 
     /// `key(rule:_:)` from the rule's prefix made once (one concatenation per charge).
@@ -132,16 +138,15 @@ public final class RedisRateLimitStore: Sendable {
     }
 
     /// The decision of each rule for its key, in order, or nil when Redis did not answer.
-    /// `loopIndex`: the caller's loop (its client; the completion runs on that loop).
-    /// `loop`: the caller's loop when the caller runs on its queue (a request's decision):
-    /// inside one of its passes the charges wait for the pass's end and leave with the
-    /// others (see the type's comment); nil or outside a pass, they leave now.
+    /// `loop`: the caller's loop, on whose queue the caller runs (a request's decision); its
+    /// client sends the charges and the completion runs there. Inside one of its passes the
+    /// charges wait for the pass's end and leave with the others (see the type's comment);
+    /// outside a pass they leave now; nil (tests): the first client, now.
     /// `ahead`: the charges of a request `admitAhead` let through (settled, not counted again;
     /// `completion` gets nil).
-    public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loopIndex: Int = 0, loop: EventLoop? = nil,
+    public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loop: EventLoop? = nil,
                        ahead: Bool = false, completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
-        let asked = loop?.index ?? loopIndex
-        let index = asked >= 0 ? asked % clients.count : 0
+        let index = (loop?.index ?? 0) % clients.count
         let charge = Charge(checks: checks, ahead: ahead, completion: completion)
         if let loop, loop.inPass {
             let batch = batches[index]
@@ -234,12 +239,10 @@ public final class RedisRateLimitStore: Sendable {
                             decided[item.charge][item.check] = decision
                             continue
                         }
-                        if failures[item.charge] == nil { failures[item.charge] = "unexpected reply to the rate-limit script" }
+                        if failures[item.charge] == nil { failures[item.charge] = Self.unexpectedReply }
                     }
                 } else {
-                    for item in group where failures[item.charge] == nil {
-                        failures[item.charge] = "unexpected reply to the rate-limit script"
-                    }
+                    for item in group where failures[item.charge] == nil { failures[item.charge] = Self.unexpectedReply }
                 }
             case .failure(let error):
                 for item in group where failures[item.charge] == nil { failures[item.charge] = error.description }
@@ -249,6 +252,8 @@ public final class RedisRateLimitStore: Sendable {
             finish(charge, decided[index], failure: failures[index])
         }
     }
+
+    static let unexpectedReply = "unexpected reply to the rate-limit script"
 
     /// A charge's decisions (nil where Redis gave none; then `failure` says why): counted,
     /// refusals remembered (see `RefusalCache`), the headroom told, then handed to the
