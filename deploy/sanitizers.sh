@@ -21,7 +21,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 reports="$(mktemp -d /tmp/portcullis-sanitizers.XXXXXX)"
 status=0
+failed=()
 step() { echo "=== sanitizers: $* ==="; }
+# A failed part is named again at the end (deploy/test.sh repeats it after the main suite).
+fail() { status=1; failed+=("$1"); }
 
 step "AddressSanitizer build"
 if ! swift build --build-tests --sanitize=address --scratch-path .build-asan; then exit 1; fi
@@ -31,12 +34,12 @@ step "AddressSanitizer: proxy path and end-to-end tests"
 # and adds shadow memory, so RSS says nothing about the gateway there.
 timeout --kill-after=30 "${ASAN_TEST_TIMEOUT:-2400}" swift test --skip-build --sanitize=address --scratch-path .build-asan \
   --no-parallel --filter 'PortcullisProxyTests|PortcullisEndToEndTests' \
-  --skip 'aLongLivedConnectionDoesNotKeepItsClosedStreams' || status=1
+  --skip 'aLongLivedConnectionDoesNotKeepItsClosedStreams' || fail "AddressSanitizer tests"
 step "AddressSanitizer: chaos (${CHAOS_SECONDS:-60} s, seed ${CHAOS_SEED:-1})"
 # Memory is bounded by the debug-build run in deploy/test.sh: ASan holds freed memory in its
 # quarantine (256 MiB) and maps shadow memory, so here RSS only has to stay under 1 GiB.
 bash Benchmarks/chaos/run.sh --binary .build-asan/debug/portcullis --seconds "${CHAOS_SECONDS:-60}" \
-  --seed "${CHAOS_SEED:-1}" --rss-limit-mib 1024 || status=1
+  --seed "${CHAOS_SEED:-1}" --rss-limit-mib 1024 || fail "AddressSanitizer chaos"
 unset ASAN_OPTIONS
 
 step "ThreadSanitizer build"
@@ -44,12 +47,12 @@ if ! swift build --build-tests --sanitize=thread --scratch-path .build-tsan; the
 step "ThreadSanitizer: keys, stores, Redis"
 TSAN_OPTIONS="halt_on_error=1:log_path=$reports/tsan" \
   timeout --kill-after=30 "${TSAN_TEST_TIMEOUT:-1200}" swift test --skip-build --sanitize=thread --scratch-path .build-tsan \
-  --no-parallel --filter 'PortcullisKeysTests|PortcullisStoreTests|PortcullisRedisTests' || status=1
+  --no-parallel --filter 'PortcullisKeysTests|PortcullisStoreTests|PortcullisRedisTests' || fail "ThreadSanitizer tests"
 
 if [ -n "$(ls -A "$reports")" ]; then
   step "reports (each fails the run)"
   for f in "$reports"/*; do echo "--- $f"; head -60 "$f"; done
-  status=1
+  fail "sanitizer reports"
 fi
-[ "$status" -eq 0 ] && step "clean" || step "FAILED"
+[ "$status" -eq 0 ] && step "clean" || step "FAILED: ${failed[*]}"
 exit "$status"

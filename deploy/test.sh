@@ -20,27 +20,40 @@ fi
 # end-to-end and chaos runs; TSan over the code that hops queues), before the main suite so
 # its summary stays last. A failure there is remembered and fails the run after the main
 # suite has run too.
-sanitizers=0
+# Each step's output is shown as it runs and kept in its own log; a failed step is remembered
+# and, after the main suite, named with the lines of its log that say why, so a CI log cut
+# to its tail still says which step failed and how.
+failed_steps=()
+step_logs="$(mktemp -d /tmp/portcullis-steps.XXXXXX)"
+pre_step() {
+  local name="$1"; shift
+  local log; log="$(mktemp "$step_logs/step.XXXXXX")"
+  set +e
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" -ne 0 ]; then failed_steps+=("$name (exit $rc)|$log"); fi
+}
 # A short seeded chaos run on the debug build (it traps on an exchange event out of phase).
-bash Benchmarks/chaos/run.sh --binary .build/debug/portcullis --seconds "${CHAOS_SECONDS:-30}" \
-  --seed "${CHAOS_SEED:-1}" || sanitizers=1
+pre_step "chaos (debug build)" bash Benchmarks/chaos/run.sh --binary .build/debug/portcullis \
+  --seconds "${CHAOS_SECONDS:-30}" --seed "${CHAOS_SEED:-1}"
 # The state checker (a short seed on each topology): every acknowledged revocation, logout and
 # sign-out stays enforced on every instance across reloads, restarts, Redis restarts, Sentinel
 # failovers and Redis Cluster failovers; the standalone run under wrk and h2load traffic.
-bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis --seconds "${STATE_SECONDS:-25}" \
-  --seed "${STATE_SEED:-1}" --load || sanitizers=1
-bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis --seconds "${STATE_SECONDS:-25}" \
-  --seed "${STATE_SEED:-1}" --topology sentinel || sanitizers=1
-bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis --seconds "${STATE_SECONDS:-25}" \
-  --seed "${STATE_SEED:-1}" --topology cluster || sanitizers=1
+pre_step "state checker (redis, under load)" bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis \
+  --seconds "${STATE_SECONDS:-25}" --seed "${STATE_SEED:-1}" --load
+pre_step "state checker (sentinel)" bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis \
+  --seconds "${STATE_SECONDS:-25}" --seed "${STATE_SEED:-1}" --topology sentinel
+pre_step "state checker (cluster)" bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis \
+  --seconds "${STATE_SECONDS:-25}" --seed "${STATE_SEED:-1}" --topology cluster
 if [ "${PORTCULLIS_SKIP_SANITIZERS:-0}" != "1" ]; then
-  bash deploy/sanitizers.sh || sanitizers=1
+  pre_step "sanitizers (deploy/sanitizers.sh)" bash deploy/sanitizers.sh
 fi
 # The release tarball (deploy/release.sh): built, unpacked into an empty folder and started
 # there with an empty environment (only the system's C libraries under it).
 if [ "${PORTCULLIS_SKIP_RELEASE:-0}" != "1" ]; then
   echo "=== release tarball ==="
-  bash deploy/release.sh --check || sanitizers=1
+  pre_step "release tarball (deploy/release.sh --check)" bash deploy/release.sh --check
 fi
 # Serial: Foundation.Process on Linux crashes when suites spawn children concurrently.
 # On failure the failing tests and their recorded issues are repeated at the end, so a
@@ -63,8 +76,17 @@ if [ "$status" -ne 0 ]; then
   echo "=== failing tests (from $log) ==="
   grep -E "✘|recorded an issue|error:|Fatal error|Exited with signal|Test .* failed" "$log" | head -60 || true
 fi
-if [ "$sanitizers" -ne 0 ]; then
-  echo "=== the sanitizer, chaos or release runs failed (see '=== sanitizers:' and '=== release tarball ===' above) ==="
+if [ "${#failed_steps[@]}" -ne 0 ]; then
+  echo "=== steps before the main suite that failed ==="
+  for entry in "${failed_steps[@]}"; do
+    echo "--- ${entry%%|*}"
+    # The lines that say why: chaos and state checks, test failures, sanitizer reports, the
+    # sanitizers' own step names; then the step's last lines.
+    grep -a -E "check FAIL|BROKEN|broken:|[0-9]+ passed, [1-9][0-9]* failed|✘|recorded an issue|Fatal error|ERROR: (Address|Thread)Sanitizer|WARNING: ThreadSanitizer|SUMMARY:|^=== sanitizers: .*(FAILED|failed)|setup failed|watchdog|error:" \
+      "${entry#*|}" | head -40 || true
+    echo "    (last lines)"
+    tail -n 8 "${entry#*|}" | sed 's/^/    /'
+  done
   [ "$status" -eq 0 ] && status=1
 fi
 exit "$status"
