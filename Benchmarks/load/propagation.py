@@ -5,8 +5,10 @@ instance B refuse it (two gateways sharing one redis-server, all on 127.0.0.1).
 Usage: propagation.py [--binary PATH] [--count N] [--load] [--cluster]
 
 With --cluster the two gateways share a local Redis Cluster (3 masters, 3 replicas, started
-here) through `store.cluster`; the raw subscriber listens on one node (a PUBLISH reaches every
-node), and each revocation is written to its key's master and confirmed with WAIT 1 there.
+here) through `store.cluster`; each revocation is written to its key's master and confirmed
+with WAIT 1 there, and announced on the master of the channel's slot (SPUBLISH; an older
+gateway's PUBLISH crosses the cluster bus to every node). The raw subscriber listens on that
+master to both (SSUBSCRIBE and SUBSCRIBE), so one script measures either kind of gateway.
 
 For each of N tokens: B is polled on a keep-alive connection with the token until it answers
 401; the clock starts when the POST /revocations to A's admin listener is written (A answers
@@ -164,10 +166,22 @@ routes:
             c = socket.create_connection(("127.0.0.1", port), timeout=5)
             c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return c
-        admin, probe, subscriber = connect(a_admin), connect(b_port), connect(redis_port)
         channel = b"portcullis:revocations"
-        subscriber.sendall(b"*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n" % (len(channel), channel))
-        subscriber.recv(4096)
+        if args.cluster:
+            # The master of the channel's slot: the one node that answers a GET of that name
+            # without MOVED.
+            redis_port = next(p for p in ports
+                              if b"MOVED" not in subprocess.run(["redis-cli", "-p", str(p), "GET", channel], capture_output=True,
+                                                                 timeout=5).stdout
+                              and b"role:master" in subprocess.run(["redis-cli", "-p", str(p), "INFO", "replication"],
+                                                                   capture_output=True, timeout=5).stdout)
+        admin, probe, subscriber = connect(a_admin), connect(b_port), connect(redis_port)
+        kinds = [b"SUBSCRIBE", b"SSUBSCRIBE"] if args.cluster else [b"SUBSCRIBE"]
+        for kind in kinds:
+            subscriber.sendall(b"*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(kind), kind, len(channel), channel))
+        confirmations = b""
+        while confirmations.count(b"subscribe\r\n") < len(kinds):
+            confirmations += subscriber.recv(4096)
         pending = bytearray()
 
         def status(token):

@@ -45,6 +45,16 @@ public final class RedisCluster: @unchecked Sendable {
         nodes.filter { $0.pid > 0 && $0.cli(["ROLE"]).hasPrefix("master") }.map(\.port)
     }
 
+    /// The live master that serves `key`'s slot (the others answer `MOVED`); a channel name
+    /// works too (a sharded channel lives in the slot of its name).
+    public func master(ofKey key: String) -> RedisProcess? {
+        nodes.first { node in
+            guard node.pid > 0, node.cli(["ROLE"]).hasPrefix("master") else { return false }
+            let answer = node.cli(["GET", key])
+            return !answer.contains("MOVED") && !answer.contains("CLUSTERDOWN") && !answer.contains("ERR")
+        }
+    }
+
     /// `CLUSTER KEYSLOT key`, as the server computes it.
     public func keySlot(_ key: String) -> Int? { Int(nodes[0].cli(["CLUSTER", "KEYSLOT", key])) }
 }

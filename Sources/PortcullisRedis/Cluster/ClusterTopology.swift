@@ -1,3 +1,5 @@
+import PortcullisIO
+
 /// Which node serves each slot of a Redis Cluster, read from `CLUSTER SLOTS` (Redis 3 to 7:
 /// each entry is `[first slot, last slot, [host, port, id, …] of the master, then one per
 /// replica]`).
@@ -15,6 +17,13 @@ public struct ClusterTopology: Sendable, Equatable {
             self.id = id
         }
         public var description: String { "\(host ?? "?"):\(port)" }
+
+        /// Where to connect: the announced host, which must be an IP address, else
+        /// `fallbackHost` (the host of the node that announced it); nil when neither parses.
+        public func address(fallbackHost: String? = nil) -> SocketAddress? {
+            guard let host = host ?? fallbackHost else { return nil }
+            return try? SocketAddress(parsing: host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
+        }
     }
 
     /// One range of slots, its master and its replicas.

@@ -255,10 +255,7 @@ public final class RedisClusterClient: @unchecked Sendable {
     }
 
     /// A node's address (its announced host, which must be an IP address; nil otherwise).
-    private func address(_ node: ClusterTopology.Node) -> SocketAddress? {
-        guard let host = node.host else { return nil }
-        return try? SocketAddress(parsing: host.contains(":") ? "[\(host)]:\(node.port)" : "\(host):\(node.port)")
-    }
+    private func address(_ node: ClusterTopology.Node) -> SocketAddress? { node.address() }
 
     /// A redirect's address; without an announced host, the host of the node that answered.
     private func address(_ redirect: ClusterRedirect, answeredBy: SocketAddress) -> SocketAddress? {

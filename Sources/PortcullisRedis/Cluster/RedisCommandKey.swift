@@ -1,6 +1,7 @@
 /// The key a command is routed by on a Redis Cluster: the first key of a keyed command
 /// (`EVAL`/`EVALSHA`/`FCALL` name theirs after `numkeys`), nil for a command that names
-/// none (`PUBLISH`, `WAIT`, `ROLE`, `PING`…). A pipeline sends each keyless command to the
+/// none (`PUBLISH`, `WAIT`, `ROLE`, `PING`…; `SPUBLISH` is routed by its channel, whose
+/// slot's shard delivers it). A pipeline sends each keyless command to the
 /// node of the keyed command before it (`WAIT` counts the replicas of that node's writes;
 /// classic `PUBLISH` reaches every node from any one), or of the first keyed command.
 ///
@@ -9,7 +10,7 @@
 public enum RedisCommandKey {
     /// Commands that name no key (upper case).
     static let keyless: Set<String> = [
-        "PUBLISH", "SPUBLISH", "WAIT", "WAITAOF", "ROLE", "PING", "ECHO", "INFO", "TIME", "SCRIPT", "FUNCTION",
+        "PUBLISH", "WAIT", "WAITAOF", "ROLE", "PING", "ECHO", "INFO", "TIME", "SCRIPT", "FUNCTION",
         "CLUSTER", "ASKING", "READONLY", "READWRITE", "DBSIZE", "CONFIG", "CLIENT", "SCAN", "FLUSHALL", "FLUSHDB",
         "HELLO", "AUTH", "SELECT", "COMMAND", "MULTI", "EXEC", "DISCARD", "SUBSCRIBE", "PSUBSCRIBE", "LASTSAVE",
         "SAVE", "BGSAVE", "DEBUG", "SLOWLOG", "LATENCY",

@@ -241,7 +241,8 @@ final class RedisConnection: @unchecked Sendable {
     private static func isPush(_ reply: RedisReply) -> Bool {
         guard case .array(let items) = reply, let first = items.first, case .bulk(let kind) = first else { return false }
         switch String(decoding: kind, as: UTF8.self) {
-        case "message", "pmessage", "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "pong": return true
+        case "message", "pmessage", "smessage", "subscribe", "unsubscribe", "psubscribe", "punsubscribe",
+             "ssubscribe", "sunsubscribe", "pong": return true
         default: return false
         }
     }

@@ -9,6 +9,14 @@ import PortcullisIO
 /// disconnected are lost (pub/sub is fire-and-forget): a caller that must not
 /// miss anything resynchronizes in `onSubscribed`.
 ///
+/// Sharded channels (`SSUBSCRIBE`, Redis 7): on a cluster, the connection goes to the
+/// master serving the channels' slot (`ClusterSlotOwner`; they must share one), where an
+/// `SPUBLISH` is delivered without crossing the cluster bus, which a classic `PUBLISH`
+/// crosses to reach every node. When the slot moves the server pushes a `sunsubscribe`
+/// (and a failover drops the connection): the subscriber reconnects and asks for the owner
+/// again. Classic channels and patterns are subscribed on the same connection. On one
+/// server (standalone, Sentinel) sharded channels are subscribed there as well.
+///
 /// Threading: public methods may be called from any thread; state lives on
 /// `loop.queue`, where all callbacks run.
 public final class RedisSubscriber: @unchecked Sendable {
@@ -18,6 +26,7 @@ public final class RedisSubscriber: @unchecked Sendable {
     private let commandTimeout: Double
     private var channels: Set<String> = []
     private var patterns: Set<String> = []
+    private var shardChannels: Set<String> = []
     private var awaitingConfirmations = 0
     private var onMessage: (@Sendable (RedisPubSubMessage) -> Void)?
     private var onSubscribed: (@Sendable () -> Void)?
@@ -40,16 +49,25 @@ public final class RedisSubscriber: @unchecked Sendable {
 
     /// - Parameters:
     ///   - channels / patterns: subscribed on every connection (`SUBSCRIBE`, `PSUBSCRIBE`).
+    ///   - shardChannels: sharded channels (`SSUBSCRIBE`), all in one hash slot; on a cluster
+    ///     the connection goes to that slot's master.
     ///   - onSubscribed: after each (re)connection, once all subscriptions are confirmed.
     public convenience init(configuration: RedisConfiguration, loop: EventLoop,
-                            channels: [String], patterns: [String] = [],
+                            channels: [String], patterns: [String] = [], shardChannels: [String] = [],
                             onMessage: @escaping @Sendable (RedisPubSubMessage) -> Void,
                             onSubscribed: (@Sendable () -> Void)? = nil,
                             onStateChange: (@Sendable (RedisConnectionState) -> Void)? = nil) {
-        let (resolver, options) = configuration.supervisorSetup()
+        let (configured, options) = configuration.supervisorSetup()
+        var resolver = configured
+        if case .cluster(let seeds) = configuration.topology, let first = shardChannels.first, !(resolver is FailingResolver) {
+            precondition(shardChannels.allSatisfy { HashSlot.of($0) == HashSlot.of(first) },
+                         "sharded channels of one subscriber must share a hash slot")
+            resolver = ClusterSlotOwner(slot: HashSlot.of(first), seeds: seeds, handshake: options.handshake,
+                                        timeout: configuration.connectTimeout, tls: options.tls)
+        }
         self.init(loop: loop, resolver: resolver, options: options,
                   commandTimeout: configuration.commandTimeout,
-                  channels: channels, patterns: patterns,
+                  channels: channels, patterns: patterns, shardChannels: shardChannels,
                   onMessage: onMessage, onSubscribed: onSubscribed, onStateChange: onStateChange)
         if case .sentinel(let name, let sentinels) = configuration.topology {
             switchWatcher = RedisSubscriber.sentinelWatcher(
@@ -64,13 +82,14 @@ public final class RedisSubscriber: @unchecked Sendable {
     }
 
     init(loop: EventLoop, resolver: AddressResolver, options: ConnectionSupervisor.Options, commandTimeout: Double,
-         channels: [String], patterns: [String],
+         channels: [String], patterns: [String], shardChannels: [String] = [],
          onMessage: @escaping @Sendable (RedisPubSubMessage) -> Void,
          onSubscribed: (@Sendable () -> Void)?, onStateChange: (@Sendable (RedisConnectionState) -> Void)?) {
         self.loop = loop
         self.commandTimeout = commandTimeout
         self.channels = Set(channels)
         self.patterns = Set(patterns)
+        self.shardChannels = Set(shardChannels)
         self.onMessage = onMessage
         self.onSubscribed = onSubscribed
         self.onStateChange = onStateChange
@@ -122,9 +141,12 @@ public final class RedisSubscriber: @unchecked Sendable {
         connection = conn
         pingSentAt = 0
         startKeepalive()
-        awaitingConfirmations = channels.count + patterns.count
+        awaitingConfirmations = channels.count + patterns.count + shardChannels.count
         if !channels.isEmpty { conn.enqueue(.strings(["SUBSCRIBE"] + channels.sorted()), timeout: commandTimeout, handler: nil) }
         if !patterns.isEmpty { conn.enqueue(.strings(["PSUBSCRIBE"] + patterns.sorted()), timeout: commandTimeout, handler: nil) }
+        if !shardChannels.isEmpty {
+            conn.enqueue(.strings(["SSUBSCRIBE"] + shardChannels.sorted()), timeout: commandTimeout, handler: nil)
+        }
         conn.flush()
         if awaitingConfirmations == 0 { onSubscribed?() }
     }
@@ -160,17 +182,21 @@ public final class RedisSubscriber: @unchecked Sendable {
         pingSentAt = 0  // anything from the server shows the path is alive
         guard case .array(let items) = reply, let kind = items.first?.string else { return }
         switch kind {
-        case "message" where items.count == 3:
+        case "message" where items.count == 3, "smessage" where items.count == 3:
             guard case .bulk(let payload) = items[2] else { return }
             onMessage?(RedisPubSubMessage(channel: items[1].string ?? "", pattern: nil, payload: payload))
         case "pmessage" where items.count == 4:
             guard case .bulk(let payload) = items[3] else { return }
             onMessage?(RedisPubSubMessage(channel: items[2].string ?? "", pattern: items[1].string, payload: payload))
-        case "subscribe", "psubscribe":
+        case "subscribe", "psubscribe", "ssubscribe":
             if awaitingConfirmations > 0 {
                 awaitingConfirmations -= 1
                 if awaitingConfirmations == 0 { onSubscribed?() }
             }
+        case "sunsubscribe":
+            // Never asked for: the channel's slot moved to another shard. A failure, as a
+            // dropped connection is (the owner catches up once subscribed again there).
+            connection?.close(.disconnected(reason: "the server ended the sharded subscription to '\(items.count > 1 ? items[1].string ?? "" : "")' (its slot moved)"))
         default:
             break
         }

@@ -97,6 +97,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
         subscriber = RedisSubscriber(
             configuration: configuration, loop: io,
             channels: [RedisRevocationSchema.channel], patterns: [keyspacePattern],
+            shardChannels: onCluster ? [RedisRevocationSchema.channel] : [],
             onMessage: { [weak self] message in self?.received(message) },
             onSubscribed: { [weak self] in self?.didSubscribe() },
             onStateChange: { [weak self] state in self?.subscriberStateChanged(state) })
@@ -194,24 +195,25 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     static let replicationWaitMilliseconds = 1000
 
     private func write(_ r: Revocation, done: @escaping @Sendable (RedisError?) -> Void) {
-        writeDurably(RedisRevocationSchema.writeCommands(for: r)) { _, error in done(error) }
+        writeDurably(RedisRevocationSchema.writeCommands(for: r, sharded: onCluster)) { _, error in done(error) }
     }
 
     /// Runs a change: `commands` are the key's write (which decides), its log entry and its
-    /// announcement (a failed `PUBLISH` is repaired by the log). Durable once the key and
+    /// announcement (a failed `PUBLISH`/`SPUBLISH` is repaired by the log). Durable once the key and
     /// the log entry are written and, with Sentinel or Cluster, each confirmed on its own
     /// node (see `confirmReplication`; on a cluster they live on different shards).
     /// `done` gets the first command's integer reply (a `DEL`'s count) and nil, or the
     /// reason the change is not durable.
     private func writeDurably(_ commands: [[String]], done: @escaping @Sendable (Int64?, RedisError?) -> Void) {
         // Each command with the key it goes with: the key's write, then its log entry and the
-        // announcement, all before any `WAIT` (a `WAIT` holds its connection until a replica
-        // answers: nothing queued behind it on that connection, an announcement included,
-        // runs sooner). Then a confirmation from the log's node and from the key's (one
-        // server, or two shards of a cluster: each `WAIT` counts its own node's replicas).
+        // announcement (a `PUBLISH` with the log entry, an `SPUBLISH` to its channel's shard),
+        // all before any `WAIT` (a `WAIT` holds its connection until a replica answers:
+        // nothing queued behind it on that connection, an announcement included, runs
+        // sooner). Then a confirmation from the log's node and from the key's (one server, or
+        // two shards of a cluster: each `WAIT` counts its own node's replicas).
         let key = RedisCommandKey.key(of: commands[0]) ?? ""
         let logKey = commands.count > 1 ? RedisCommandKey.key(of: commands[1]) ?? key : key
-        var keyed = commands.enumerated().map { (key: $0.offset == 0 ? key : logKey, arguments: $0.element) }
+        var keyed = commands.map { (key: RedisCommandKey.key(of: $0) ?? logKey, arguments: $0) }
         let confirm = confirmReplication
         var confirmations: [Int] = []
         if confirm {
@@ -257,7 +259,7 @@ public final class RedisRevocationStore: RevocationStore, @unchecked Sendable {
     /// rewrite of the same revocation (made during an outage) is dropped.
     public func undo(_ target: RevocationTarget, completion: @escaping @Sendable (Result<Bool, StoreError>) -> Void) {
         ioLoop.execute { [self] in
-            writeDurably(RedisRevocationSchema.undoCommands(for: target)) { [self] deleted, error in
+            writeDurably(RedisRevocationSchema.undoCommands(for: target, sharded: onCluster)) { [self] deleted, error in
                 guard let deleted else { return completion(.failure(.unavailable("\(error.map { "\($0)" } ?? "no reply"); the revocation stays"))) }
                 let found = removeLocally(target) || deleted > 0
                 if let error { return completion(.failure(.unavailable("\(error); try the undo again"))) }
