@@ -65,6 +65,37 @@ extension ConfigurationLoader {
         if settings.caFile != nil && scheme != "https" {
             throw node.error("a CA file is for an https:// endpoint", key: "ca_file")
         }
+        // Mutual TLS to the collector: both files from the file, else both from the
+        // environment (the file wins, as everywhere here); checked at start like an upstream's.
+        let certificateNode = try node.optional("client_certificate"), keyNode = try node.optional("client_private_key")
+        let certificateEnv = env("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE") ?? env("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE")
+        let keyEnv = env("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY") ?? env("OTEL_EXPORTER_OTLP_CLIENT_KEY")
+        if scheme != "https", certificateNode != nil || keyNode != nil || certificateEnv != nil || keyEnv != nil {
+            // Asked for mutual TLS with a plain-text collector: refused, not silently sent in clear.
+            let source = certificateNode != nil || keyNode != nil ? "a client certificate" : "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE/_KEY"
+            throw node.error("\(source) is for an https:// endpoint", key: "client_certificate")
+        }
+        if certificateNode != nil || keyNode != nil {
+            guard let certificateNode, let keyNode else {
+                throw node.error("client_certificate and client_private_key go together",
+                                 key: certificateNode == nil ? "client_certificate" : "client_private_key")
+            }
+            let certificate = try certificateNode.string(), key = try keyNode.string()
+            do { _ = try TLSCertificate.client(certificateFile: certificate, keyFile: key) } catch {
+                throw (error.file == key ? keyNode : certificateNode).error(error.description)
+            }
+            settings.clientCertificate = (certificate, key)
+        } else if certificateEnv != nil || keyEnv != nil {
+            guard let certificateEnv, let keyEnv else {
+                throw node.error("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY go together",
+                                 key: certificateEnv == nil ? "client_certificate" : "client_private_key")
+            }
+            do { _ = try TLSCertificate.client(certificateFile: certificateEnv, keyFile: keyEnv) } catch {
+                throw node.error("OTEL_EXPORTER_OTLP_CLIENT_\(error.file == keyEnv ? "KEY" : "CERTIFICATE"): \(error)",
+                                 key: error.file == keyEnv ? "client_private_key" : "client_certificate")
+            }
+            settings.clientCertificate = (certificateEnv, keyEnv)
+        }
         if let n = try node.optional("timeout") {
             let seconds = try n.duration()
             guard seconds >= 0.1, seconds <= 60 else { throw n.error("expected 100ms to 60s") }

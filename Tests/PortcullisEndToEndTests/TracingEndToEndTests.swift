@@ -13,14 +13,16 @@ final class OTLPReceiver {
 
     let secure: Bool
 
-    /// - Parameter tls: a certificate and key: the receiver serves https.
-    init(tls: TestPKI.Leaf? = nil) throws {
+    /// - Parameters:
+    ///   - tls: a certificate and key: the receiver serves https.
+    ///   - clientCA: with `tls`, only clients with a certificate from this CA are served.
+    init(tls: TestPKI.Leaf? = nil, clientCA: String? = nil) throws {
         port = Loopback.freePort()
         output = RedisProcess.makeDirectory() + "/spans.jsonl"
         secure = tls != nil
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", E2E.packageRoot.appendingPathComponent("Tests/PortcullisEndToEndTests/Fixtures/otlp_receiver.py").path,
-                             "\(port)", output] + (tls.map { [$0.certificate, $0.key] } ?? [])
+                             "\(port)", output] + (tls.map { [$0.certificate, $0.key] } ?? []) + (clientCA.map { [$0] } ?? [])
         process.standardOutput = FileHandle.nullDevice
         try process.run()
         guard Loopback.waitForPort(port) else { throw TestFailure("the OTLP receiver did not start") }
@@ -391,6 +393,37 @@ final class OTLPReceiver {
         #expect(!plain.spans().contains { Self.attribute($0, "url.path") == "/refused" }, "a refused batch is never resent")
     }
 
+    /// A collector that demands a client certificate (mutual TLS): the gateway presents the
+    /// configured one (`client_certificate`/`client_private_key`, or the OpenTelemetry
+    /// variables `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`/`_KEY`) and its spans arrive;
+    /// without one the handshake fails, the export failure is logged and nothing arrives.
+    @Test func aCollectorThatDemandsAClientCertificateGetsTheConfiguredOne() throws {
+        let pki = try TestPKI()
+        let client = try pki.leaf(["portcullis-gateway"], clientAuth: true)
+        let upstream = try EchoUpstream()
+        let receiver = try OTLPReceiver(tls: try pki.leaf(["localhost"]), clientCA: pki.caCertificate)
+        let https = "https://localhost:\(receiver.port)/v1/traces"
+        func config(_ extra: String) -> String {
+            Self.config(upstream, receiver, tracing: "ca_file: \"\(pki.caCertificate)\"\(extra)")
+                .replacingOccurrences(of: receiver.endpoint, with: https)
+        }
+        let withFile = try GatewayProcess(config(", client_certificate: \"\(client.certificate)\", client_private_key: \"\(client.key)\""),
+                                          adminToken: Self.token)
+        #expect(E2E.curl(["\(withFile.url)/mtls-file"]).status == 200)
+        #expect(waitUntil(10) { receiver.spans().contains { Self.attribute($0, "url.path") == "/mtls-file" } }, "\(withFile.log.suffix(600))")
+
+        let withEnv = try GatewayProcess(config(""), adminToken: Self.token,
+                                         environment: ["OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": client.certificate,
+                                                       "OTEL_EXPORTER_OTLP_CLIENT_KEY": client.key])
+        #expect(E2E.curl(["\(withEnv.url)/mtls-env"]).status == 200)
+        #expect(waitUntil(10) { receiver.spans().contains { Self.attribute($0, "url.path") == "/mtls-env" } }, "\(withEnv.log.suffix(600))")
+
+        let without = try GatewayProcess(config(""), adminToken: Self.token)
+        #expect(E2E.curl(["\(without.url)/no-certificate"]).status == 200)
+        #expect(waitUntil(10) { without.log.contains("trace export failing") }, "\(without.log.suffix(600))")
+        #expect(!receiver.spans().contains { Self.attribute($0, "url.path") == "/no-certificate" })
+    }
+
     @Test func checkConfigNamesBadTracingSettings() throws {
         let cases: [(String, String)] = [
             ("tracing: {endpoint: \"ftp://127.0.0.1:4318/v1/traces\"}", "tracing.endpoint"),
@@ -402,6 +435,10 @@ final class OTLPReceiver {
             ("tracing: {sample_ratio: 0.5}", "tracing.endpoint"),
             ("tracing: {endpoint: \"http://127.0.0.1:4318\", headers: {host: x}}", "tracing.headers.host"),
             ("tracing: {endpoint: \"http://127.0.0.1:4318\", sampling: 0.5}", "unknown key"),
+            ("tracing: {endpoint: \"https://127.0.0.1:4318\", client_certificate: /etc/hostname}", "tracing.client_private_key"),
+            ("tracing: {endpoint: \"https://127.0.0.1:4318\", client_certificate: /nonexistent.pem, client_private_key: /nonexistent.key}",
+             "tracing.client_certificate"),
+            ("tracing: {endpoint: \"http://127.0.0.1:4318\", client_certificate: CERT, client_private_key: KEY}", "is for an https:// endpoint"),
         ]
         for (section, expected) in cases {
             let errors = E2E.configErrors("""

@@ -24,6 +24,15 @@ public struct TracingSettings: Sendable, Equatable {
     public enum Compression: String, Sendable, CaseIterable { case gzip, none }
     /// Trusted roots for an `https://` collector (`ca_file`; nil: the system store).
     public var caFile: String?
+    /// The certificate (PEM chain) and key the gateway presents to an `https://` collector
+    /// that asks for one (mutual TLS: `client_certificate`/`client_private_key`, or
+    /// `OTEL_EXPORTER_OTLP_[TRACES_]CLIENT_CERTIFICATE`/`_CLIENT_KEY`).
+    public var clientCertificate: (certificate: String, key: String)? {
+        get { clientCertificateFile.map { ($0, clientKeyFile ?? "") } }
+        set { clientCertificateFile = newValue?.certificate; clientKeyFile = newValue?.key }
+    }
+    private var clientCertificateFile: String?
+    private var clientKeyFile: String?
     /// Seconds one export may take, connect included (`timeout`, default 10 s).
     public var timeout: Double = 10
     /// Probability that a request starting a new trace is sampled (`sample_ratio`, 0...1).

@@ -232,7 +232,9 @@ public final class Tracer: @unchecked Sendable {
     /// The one outbound HTTP client (keys and the lookup hook use it too): http or https,
     /// `HTTPS_PROXY`/`NO_PROXY`, a host name resolved on each export.
     static func client(for settings: TracingSettings) -> HTTPGetClient {
-        HTTPGetClient(options: .call(timeout: settings.timeout, userAgent: "portcullis-otlp/1", caFile: settings.caFile))
+        var options = HTTPFetchOptions.call(timeout: settings.timeout, userAgent: "portcullis-otlp/1", caFile: settings.caFile)
+        options.clientCertificate = settings.clientCertificate
+        return HTTPGetClient(options: options)
     }
 
     /// Sends the oldest batch (one POST at a time); its answer continues in `exported`.

@@ -45,5 +45,9 @@ server = http.server.ThreadingHTTPServer(("127.0.0.1", PORT), Handler)
 if len(sys.argv) > 4:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(sys.argv[3], sys.argv[4])
+    if len(sys.argv) > 5:
+        # Mutual TLS: only a client with a certificate from this CA gets through the handshake.
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(sys.argv[5])
     server.socket = context.wrap_socket(server.socket, server_side=True)
 server.serve_forever()
