@@ -13,6 +13,10 @@
 #       refused: counted in process (limitN), or in a local redis-server shared as a fleet
 #       would share it (limitRN, store.redis), or on a local Redis Cluster of 3 masters and
 #       3 replicas (limitCN, store.cluster): what a limit costs each request
+#   A fleet of two Portcullis instances sharing that Redis Cluster, N distinct, with the limit
+#       (fleetLimitCN) and without (fleetCN): one wrk per instance at the same time (half the
+#       connections each), their req/s summed, CPU summed over both instances; p50/p99 are the
+#       larger of the two wrk figures
 # Tokens come from `portcullis mint` with a throwaway RSA key; every row sends
 # them through the same wrk Lua script (one header per request, rotating
 # through the token file), so wrk's own cost is alike. Bounded in time.
@@ -28,7 +32,8 @@ usage: Benchmarks/load/auth.sh [options]
   --duration S      seconds per wrk run (default $DURATION or 10)
   --connections C   wrk connections (default 64)
   --distinct N      distinct tokens for the "distinct" rows (default 10000)
-  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold,limitN,limitRN,limitCN
+  --only ROWS       nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold,limitN,limitRN,limitCN,
+                    fleetCN,fleetLimitCN
                     (default all)
   --target URL      measure only this URL with --tokens FILE (no local servers)
   --tokens FILE     header lines to rotate through (with --target)
@@ -41,7 +46,7 @@ USAGE
 }
 
 ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-10}"; CONNECTIONS="${CONNECTIONS:-64}"; WARMUP="${WARMUP:-2}"
-DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold,limitN,limitRN,limitCN"; TARGET=""; TOKENS=""; KEEP=""; BASELINE_BIN=""
+DISTINCT=10000; ONLY="nginx,haproxy1,haproxyN,portcullis1,portcullisN,assert1,assertN,portcullisCold,limitN,limitRN,limitCN,fleetCN,fleetLimitCN"; TARGET=""; TOKENS=""; KEEP=""; BASELINE_BIN=""
 SUMMARY="${SUMMARY:-}"
 INVOCATION="$0 $*"
 while [[ $# -gt 0 ]]; do
@@ -145,13 +150,28 @@ $LIMITS
 store: {redis: \"redis://127.0.0.1:$REDIS_PORT/0\"}" "" portcullis-limit-redis required
         LIMITR_PORT="$PORTCULLIS_PORT"; LIMITR_PID="$PORTCULLIS_PID"
     fi
+    if wants limitCN || wants fleetCN || wants fleetLimitCN; then start_redis_cluster "$WORKDIR/cluster"; fi
     if wants limitCN; then
-        start_redis_cluster "$WORKDIR/cluster"
         start_portcullis "$PROVIDERS
 $LIMITS
 $CLUSTER_STORE" "" portcullis-limit-cluster required
         LIMITC_PORT="$PORTCULLIS_PORT"; LIMITC_PID="$PORTCULLIS_PID"
     fi
+    # Two-instance fleets on the cluster: URLs and PIDs of both, space-separated.
+    FLEET_URLS=""; FLEET_PIDS=""; FLEET_LIMIT_URLS=""; FLEET_LIMIT_PIDS=""
+    for i in 1 2; do
+        if wants fleetCN; then
+            start_portcullis "$PROVIDERS
+$CLUSTER_STORE" "" "portcullis-fleet-$i" required
+            FLEET_URLS+="http://127.0.0.1:$PORTCULLIS_PORT/ "; FLEET_PIDS+="$PORTCULLIS_PID "
+        fi
+        if wants fleetLimitCN; then
+            start_portcullis "$PROVIDERS
+$LIMITS
+$CLUSTER_STORE" "" "portcullis-fleet-limit-$i" required
+            FLEET_LIMIT_URLS+="http://127.0.0.1:$PORTCULLIS_PORT/ "; FLEET_LIMIT_PIDS+="$PORTCULLIS_PID "
+        fi
+    done
     if [[ -n "$BASELINE_BIN" ]]; then
         start_portcullis "$PROVIDERS" "$BASELINE_BIN" baseline required
         BASE_PORT="$PORTCULLIS_PORT"; BASE_PID="$PORTCULLIS_PID"
@@ -200,6 +220,8 @@ identity: {assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}" "$
     wants limitN && add_row limitN "Portcullis RS256 + rate limit, $DISTINCT tokens" "http://127.0.0.1:$LIMIT_PORT/" "$LIMIT_PID" "$WORKDIR/many.lua"
     wants limitRN && add_row limitRN "Portcullis RS256 + rate limit on Redis, $DISTINCT tokens" "http://127.0.0.1:$LIMITR_PORT/" "$LIMITR_PID" "$WORKDIR/many.lua"
     wants limitCN && add_row limitCN "Portcullis RS256 + rate limit on Redis Cluster, $DISTINCT tokens" "http://127.0.0.1:$LIMITC_PORT/" "$LIMITC_PID" "$WORKDIR/many.lua"
+    wants fleetCN && add_row fleetCN "2 Portcullis on Redis Cluster, RS256, $DISTINCT tokens" "${FLEET_URLS% }" "${FLEET_PIDS% }" "$WORKDIR/many.lua"
+    wants fleetLimitCN && add_row fleetLimitCN "2 Portcullis on Redis Cluster, RS256 + rate limit, $DISTINCT tokens" "${FLEET_LIMIT_URLS% }" "${FLEET_LIMIT_PIDS% }" "$WORKDIR/many.lua"
     wants portcullisCold && add_row portcullisCold "Portcullis RS256, cache off, $DISTINCT tokens" "http://127.0.0.1:$COLD_PORT/" "$COLD_PID" "$WORKDIR/many.lua"
 fi
 
@@ -212,7 +234,9 @@ echo
 
 if (( WARMUP > 0 )); then
     for row in "${ROW_NAMES[@]}"; do
-        wrk -t1 "-c$CONNECTIONS" "-d${WARMUP}s" --timeout 5s -s "${ROW_LUA[$row]}" "${ROW_URL[$row]}" > /dev/null 2>&1 || true
+        for url in ${ROW_URL[$row]}; do
+            wrk -t1 "-c$CONNECTIONS" "-d${WARMUP}s" --timeout 5s -s "${ROW_LUA[$row]}" "$url" > /dev/null 2>&1 || true
+        done
     done
 fi
 RESULTS="$WORKDIR/results.jsonl"; : > "$RESULTS"
@@ -220,8 +244,23 @@ for round in $(seq 1 "$ROUNDS"); do
     for row in "${ROW_NAMES[@]}"; do
         out="$WORKDIR/wrk-$row-$round.txt"; before=""; cpu="null"; hz=100
         [[ -n "${ROW_PIDS[$row]}" ]] && before="$($HELPER cpu ${ROW_PIDS[$row]})"
-        wrk -t1 "-c$CONNECTIONS" "-d${DURATION}s" --timeout 5s --latency -s "${ROW_LUA[$row]}" "${ROW_URL[$row]}" > "$out" 2>&1 \
-            || { echo "error: wrk failed against ${ROW_LABEL[$row]}" >&2; cat "$out" >&2; exit 1; }
+        read -r -a urls <<< "${ROW_URL[$row]}"
+        if (( ${#urls[@]} == 1 )); then
+            wrk -t1 "-c$CONNECTIONS" "-d${DURATION}s" --timeout 5s --latency -s "${ROW_LUA[$row]}" "${urls[0]}" > "$out" 2>&1 \
+                || { echo "error: wrk failed against ${ROW_LABEL[$row]}" >&2; cat "$out" >&2; exit 1; }
+        else
+            # A fleet: one wrk per instance, at the same time, the connections shared out.
+            wrk_pids=()
+            for i in "${!urls[@]}"; do
+                wrk -t1 "-c$(( CONNECTIONS / ${#urls[@]} ))" "-d${DURATION}s" --timeout 5s --latency -s "${ROW_LUA[$row]}" \
+                    "${urls[$i]}" > "$out.$i" 2>&1 &
+                wrk_pids+=("$!")
+            done
+            for i in "${!wrk_pids[@]}"; do
+                wait "${wrk_pids[$i]}" || { echo "error: wrk failed against ${urls[$i]} (${ROW_LABEL[$row]})" >&2; cat "$out.$i" >&2; exit 1; }
+            done
+            $HELPER mergewrk "$out" "$out".[0-9]*
+        fi
         if [[ -n "$before" ]]; then
             after="$($HELPER cpu ${ROW_PIDS[$row]})"; cpu=$(( ${after% *} - ${before% *} )); hz="${after#* }"
         fi

@@ -7,6 +7,7 @@ Subcommands:
                              its descendants, summed, then the tick rate
   rss PID                    print VmRSS of PID in KiB
   wrk FILE                   parse one wrk output file, print JSON
+  mergewrk OUT FILE...       one wrk output from several runs at the same time (a fleet)
   lua HEADER...              print a wrk Lua script that sets the given headers
   table ROWSJSON [--summary FILE --script NAME --section S]
                              print the Markdown table from collected results
@@ -136,6 +137,28 @@ def parse_wrk(path):
             out["non2xx"] = int(s.split(":")[1])
             out["error_text"].append(s)
     return out
+
+
+def merge_wrk(out_path, paths):
+    """The wrk runs of a fleet (one per instance, at the same time) as one wrk output that
+    parse_wrk reads: requests, req/s and errors summed; p50/p99 the larger of the runs'
+    (percentiles of separate runs do not add up; the larger one is the honest bound)."""
+    runs = [parse_wrk(p) for p in paths]
+    def worst(key):
+        values = [r[key] for r in runs if r[key] is not None]
+        return f"{max(values):.2f}ms" if values else "0ms"
+    socket = sum(r["socket_errors"] for r in runs)
+    non2xx = sum(r["non2xx"] for r in runs)
+    with open(out_path, "w") as f:
+        f.write(f"merged from {len(runs)} wrk runs: {' '.join(paths)}\n")
+        f.write(f"  {sum(r['requests'] for r in runs)} requests in the runs together\n")
+        f.write(f"     50% {worst('p50')}\n")
+        f.write(f"     99% {worst('p99')}\n")
+        if socket:
+            f.write(f"  Socket errors: connect {socket}, read 0, write 0, timeout 0\n")
+        if non2xx:
+            f.write(f"  Non-2xx or 3xx responses: {non2xx}\n")
+        f.write(f"Requests/sec: {sum(r['rps'] for r in runs):.2f}\n")
 
 
 def lua_string(text):
@@ -706,6 +729,8 @@ def main():
         print(rss_kib(int(args[0])))
     elif cmd == "wrk":
         print(json.dumps(parse_wrk(args[0])))
+    elif cmd == "mergewrk":
+        merge_wrk(args[0], args[1:])
     elif cmd == "lua":
         sys.stdout.write(lua(args))
     elif cmd == "table":
