@@ -22,7 +22,7 @@ public struct ClusterTopology: Sendable, Equatable {
         /// `fallbackHost` (the host of the node that announced it); nil when neither parses.
         public func address(fallbackHost: String? = nil) -> SocketAddress? {
             guard let host = host ?? fallbackHost else { return nil }
-            return try? SocketAddress(parsing: host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)")
+            return try? SocketAddress(parsing: host.utf8.contains(UInt8(ascii: ":")) ? "[\(host)]:\(port)" : "\(host):\(port)")
         }
     }
 
@@ -73,9 +73,14 @@ public struct ClusterTopology: Sendable, Equatable {
 
     /// The master serving `slot` (nil: none does; the cluster is not whole).
     public func master(forSlot slot: Int) -> Node? {
+        masterIndex(forSlot: slot).map { masters[$0] }
+    }
+
+    /// The index in `masters` of the master serving `slot` (nil: none does).
+    public func masterIndex(forSlot slot: Int) -> Int? {
         guard slot >= 0, slot < HashSlot.count else { return nil }
         let index = owner[slot]
-        return index < 0 ? nil : masters[Int(index)]
+        return index < 0 ? nil : Int(index)
     }
 
     /// Whether every slot has a master.
