@@ -154,6 +154,26 @@ enum H2Client {
         #expect(H2Client.responses(slow).first?["body_length"] as? Int == 65535)
     }
 
+    /// A response whose last bytes arrive while its client is backed up: the read that completes
+    /// it also fills the stream's buffer to its high-water mark, so the exchange pauses the
+    /// upstream connection's reading and ends in the same breath, before its client drained
+    /// (no resume ever reaches that connection). Released to the pool, the connection must
+    /// read again: the next request it carries got no answer before (a 10 s stall, about one
+    /// run in five under ASan). One loop, so the next request takes that pooled connection;
+    /// the body is exactly the high-water mark (64 KiB) and the client never reopens its
+    /// window, so nothing drains between the reads.
+    @Test func aConnectionReleasedWhileItsClientWasBackedUpAnswersTheNextRequest() throws {
+        let upstream = try EchoUpstream()
+        let gateway = try GatewayProcess(Self.config(upstream), workers: 1, listen: Self.h2cListener())
+        for round in 1...3 {
+            let slow = try H2Client.run(gateway.port, timeout: 2, ["request", "--path", "/big/65536", "--read-slowly"])
+            #expect(H2Client.responses(slow).first?["body_length"] as? Int == 65535, "round \(round)")
+            let (_, out, _) = E2E.run("/usr/bin/curl", ["-s", "--http2-prior-knowledge", "--max-time", "5", "-o", "/dev/null",
+                                                        "-w", "%{http_code} %{size_download}", "\(gateway.url)/big/1000"])
+            #expect(out == "200 1000", "round \(round): the request after a backed-up client's response: \(out)")
+        }
+    }
+
     @Test(arguments: [
         ("uppercase field name", ["--header", "X-Upper: 1"]),
         ("TE other than trailers", ["--header", "te: gzip"]),

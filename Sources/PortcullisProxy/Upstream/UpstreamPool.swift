@@ -226,6 +226,11 @@ final class UpstreamPool: @unchecked Sendable {
             connection.close()
             return
         }
+        // Reading may have been paused for the exchange that just ended (its client was
+        // backed up when the response's last bytes arrived, and the exchange let go of the
+        // connection before its client drained, so no resume reaches it): the next exchange
+        // must read its response, and an idle connection must hear the upstream close it.
+        connection.socket.resumeReading()
         // The oldest waiting request anywhere gets it: here by reuse, elsewhere by
         // closing this connection so its slot passes to that loop (first come, first
         // served whichever loop a client landed on).
