@@ -67,24 +67,14 @@ extension ConfigurationLoader {
         }
         // Mutual TLS to the collector: both files from the file, else both from the
         // environment (the file wins, as everywhere here); checked at start like an upstream's.
-        let certificateNode = try node.optional("client_certificate"), keyNode = try node.optional("client_private_key")
+        let fromFile = try clientCertificate(&node, secure: scheme == "https", insecure: "a client certificate is for an https:// endpoint")
         let certificateEnv = env("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE") ?? env("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE")
         let keyEnv = env("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY") ?? env("OTEL_EXPORTER_OTLP_CLIENT_KEY")
-        if scheme != "https", certificateNode != nil || keyNode != nil || certificateEnv != nil || keyEnv != nil {
-            // Asked for mutual TLS with a plain-text collector: refused, not silently sent in clear.
-            let source = certificateNode != nil || keyNode != nil ? "a client certificate" : "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE/_KEY"
-            throw node.error("\(source) is for an https:// endpoint", key: "client_certificate")
-        }
-        if certificateNode != nil || keyNode != nil {
-            guard let certificateNode, let keyNode else {
-                throw node.error("client_certificate and client_private_key go together",
-                                 key: certificateNode == nil ? "client_certificate" : "client_private_key")
-            }
-            let certificate = try certificateNode.string(), key = try keyNode.string()
-            do { _ = try TLSCertificate.client(certificateFile: certificate, keyFile: key) } catch {
-                throw (error.file == key ? keyNode : certificateNode).error(error.description)
-            }
-            settings.clientCertificate = (certificate, key)
+        // Mutual TLS asked for with a plain-text collector is refused, not silently sent in clear.
+        if let fromFile {
+            settings.clientCertificate = fromFile
+        } else if scheme != "https", certificateEnv != nil || keyEnv != nil {
+            throw node.error("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE/_KEY is for an https:// endpoint", key: "client_certificate")
         } else if certificateEnv != nil || keyEnv != nil {
             guard let certificateEnv, let keyEnv else {
                 throw node.error("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY go together",

@@ -6,6 +6,26 @@ import PortcullisTLS
 /// request_headers, resolve_interval, max_connections, max_pending, connect_timeout,
 /// response_timeout, idle_timeout}`.
 extension ConfigurationLoader {
+    /// `client_certificate` and `client_private_key` of `node` (an upstream, the tracing
+    /// collector): both or neither, only over TLS (`secure`, else `insecure` is the reason),
+    /// files that load as a pair; nil when neither is set.
+    static func clientCertificate(_ node: inout ConfigNode, secure: Bool,
+                                  insecure: String) throws(ConfigurationError) -> (certificate: String, key: String)? {
+        let certificateNode = try node.optional("client_certificate")
+        let keyNode = try node.optional("client_private_key")
+        guard certificateNode != nil || keyNode != nil else { return nil }
+        guard let certificateNode, let keyNode else {
+            throw node.error("client_certificate and client_private_key go together", key: certificateNode == nil ? "client_certificate" : "client_private_key")
+        }
+        guard secure else { throw certificateNode.error(insecure) }
+        let certificate = try certificateNode.string()
+        let key = try keyNode.string()
+        do throws(TLSFileError) { _ = try TLSCertificate.client(certificateFile: certificate, keyFile: key) } catch {
+            throw (error.file == key ? keyNode : certificateNode).error(error.description)
+        }
+        return (certificate, key)
+    }
+
     static func upstreams(_ upstreamsNode: ConfigNode) throws(ConfigurationError) -> [UpstreamConfiguration] {
         var upstreams: [UpstreamConfiguration] = []
         var errors: [ConfigurationError] = []
@@ -33,18 +53,8 @@ extension ConfigurationLoader {
             guard url.secure else { throw n.error("ca_file applies to https:// upstreams only") }
             upstream.caFile = try n.caFile()
         }
-        let certificateNode = try node.optional("client_certificate")
-        let keyNode = try node.optional("client_private_key")
-        if certificateNode != nil || keyNode != nil {
-            guard let certificateNode, let keyNode else {
-                throw node.error("client_certificate and client_private_key go together", key: certificateNode == nil ? "client_certificate" : "client_private_key")
-            }
-            guard url.secure else { throw certificateNode.error("client certificates apply to https:// upstreams only") }
-            let certificate = try certificateNode.string()
-            let key = try keyNode.string()
-            do { _ = try TLSCertificate.client(certificateFile: certificate, keyFile: key) } catch {
-                throw (error.file == key ? keyNode : certificateNode).error(error.description)
-            }
+        if let (certificate, key) = try clientCertificate(&node, secure: url.secure,
+                                                          insecure: "client certificates apply to https:// upstreams only") {
             upstream.clientCertificate = certificate
             upstream.clientPrivateKey = key
         }
