@@ -39,9 +39,9 @@ public final class EmbeddedRateLimitStore: Sendable {
             let decision = rule.gcra.decide(tat: tat, now: now)
             if decision.allowed {
                 tat = decision.tat
-                tallies[rule.name, default: Counts()].allowed += 1
+                tallies.add(rule.name, allowed: 1)
             } else {
-                tallies[rule.name, default: Counts()].limited += 1
+                tallies.add(rule.name, limited: 1)
             }
             return decision
         }

@@ -19,7 +19,7 @@ final class KeyTable<Value>: @unchecked Sendable {
     final class Shard {
         let lock = Lock()
         var entries: [RuleKey: Value] = [:]
-        var tallies: [String: EmbeddedRateLimitStore.Counts] = [:]
+        var tallies = RuleTallies()
         var evictions = 0
     }
 
@@ -35,7 +35,7 @@ final class KeyTable<Value>: @unchecked Sendable {
     /// Runs `body` under the key's shard lock with its entry (nil: none) and the shard's
     /// tallies; what `body` leaves in the entry is kept (nil removes it).
     func update<Result>(_ key: RuleKey, isIdle: (Value) -> Bool,
-                        _ body: (inout Value?, inout [String: EmbeddedRateLimitStore.Counts]) -> Result) -> Result {
+                        _ body: (inout Value?, inout RuleTallies) -> Result) -> Result {
         let shard = shards[Int(UInt(bitPattern: key.hashValue) % UInt(Self.shardCount))]
         return shard.lock.withLock {
             var value = shard.entries[key]
@@ -64,7 +64,7 @@ final class KeyTable<Value>: @unchecked Sendable {
         var total: [String: EmbeddedRateLimitStore.Counts] = [:]
         for shard in shards {
             shard.lock.withLock {
-                for (rule, counts) in shard.tallies {
+                for (rule, counts) in shard.tallies.byRule {
                     total[rule, default: .init()].allowed += counts.allowed
                     total[rule, default: .init()].limited += counts.limited
                     total[rule, default: .init()].unavailable += counts.unavailable
@@ -76,4 +76,20 @@ final class KeyTable<Value>: @unchecked Sendable {
 
     var evictions: Int { shards.reduce(0) { sum, shard in sum + shard.lock.withLock { shard.evictions } } }
     var count: Int { shards.reduce(0) { sum, shard in sum + shard.lock.withLock { shard.entries.count } } }
+}
+
+/// Decision counts by rule name, as a shard keeps them: a short list searched in order (a
+/// configuration has a handful of rules), so counting a decision under the shard's lock
+/// costs a comparison of names, not a hashed lookup.
+struct RuleTallies {
+    private(set) var byRule: [(rule: String, counts: EmbeddedRateLimitStore.Counts)] = []
+
+    /// Adds to `rule`'s counts.
+    mutating func add(_ rule: String, allowed: Int = 0, limited: Int = 0) {
+        guard let index = byRule.firstIndex(where: { $0.rule == rule }) else {
+            return byRule.append((rule, .init(allowed: allowed, limited: limited)))
+        }
+        byRule[index].counts.allowed += allowed
+        byRule[index].counts.limited += limited
+    }
 }

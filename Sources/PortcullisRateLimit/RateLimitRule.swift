@@ -1,5 +1,8 @@
 /// One `rate_limits:` rule: which routes, what a request is counted under, and the rate.
-public struct RateLimitRule: Sendable, Equatable {
+/// A class: a request's checks and charges carry the rule by reference (one retain), not
+/// its names, prefixes and arguments copied field by field. Immutable; equal when configured
+/// alike.
+public final class RateLimitRule: Sendable, Equatable {
     /// What a request is counted under.
     public enum Key: Sendable, Equatable, CustomStringConvertible {
         /// The verified user id the gateway injects; a request without identity counts
@@ -49,6 +52,11 @@ public struct RateLimitRule: Sendable, Equatable {
         addressKeyPrefix = RedisRateLimitStore.keyStart(rule: name, address: true)
         intervalArgument = String(gcra.interval)
         toleranceArgument = String(gcra.tolerance)
+    }
+
+    public static func == (lhs: RateLimitRule, rhs: RateLimitRule) -> Bool {
+        lhs.name == rhs.name && lhs.routes == rhs.routes && lhs.key == rhs.key && lhs.count == rhs.count
+            && lhs.periodSeconds == rhs.periodSeconds && lhs.burst == rhs.burst
     }
 
     /// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers): the rule's name, its quota

@@ -99,15 +99,16 @@ public final class RateLimitingAuthenticator: RequestAuthenticator {
             return outcome
         case .shared(let store):
             let checks = rules.map { rule in (rule: rule, key: Self.key(rule.key, grant: grant, client: client)) }
-            // A refusal Redis gave that still stands is answered here, without a round trip.
-            if let (index, decision) = store.standingRefusal(checks) {
-                return .reject(refusal(rules[index], decision, routeIndex: routeIndex))
-            }
-            // A key far from its limit: forwarded now, charged in the background. Not with
+            // A refusal Redis gave that still stands is answered here, without a round trip;
+            // a key far from its limit is forwarded now, charged in the background. Not with
             // `on_unavailable: deny`: a charge Redis may never take must not let a request by.
             // On the request's loop (as every authenticator is called): the charges leave at
             // the end of its pass, with the other requests' (see `RedisRateLimitStore`).
-            if onUnavailable == .allow, store.admitAhead(checks, loop: resumption.loop) { return outcome }
+            switch store.admit(checks, loop: resumption.loop, mayGoAhead: onUnavailable == .allow) {
+            case .refused(let index, let decision): return .reject(refusal(rules[index], decision, routeIndex: routeIndex))
+            case .ahead: return outcome
+            case .ask: break
+            }
             let carried = CarriedOutcome(outcome)
             store.decide(checks, loop: resumption.loop) { [self] decisions in
                 guard let decisions else {

@@ -30,10 +30,8 @@ public final class RedisRateLimitStore: Sendable {
     /// How long a request waits for Redis before `on_unavailable` applies.
     let timeout: Double
     private let state = LockedValue(State())
-    /// Refusals still standing, answered without asking Redis (see `RefusalCache`).
-    let refusals: RefusalCache
-    /// Keys far from their limit, admitted without waiting (see `HeadroomCache`).
-    let headroom: HeadroomCache
+    /// Standing refusals and headroom, from Redis's answers (see `KeyPicture`).
+    let picture: KeyPicture
     /// Charges waiting for the end of their loop's pass, by loop index (= client index).
     private let batches: [LoopBatch]
     /// At most this many keys in one script call (its reply is 3 integers per key).
@@ -78,36 +76,27 @@ public final class RedisRateLimitStore: Sendable {
         self.clients = clients
         self.logger = logger
         self.timeout = timeout
-        refusals = RefusalCache(maxKeys: maxKeys)
-        headroom = HeadroomCache(maxKeys: maxKeys)
+        picture = KeyPicture(maxKeys: maxKeys)
         batches = clients.indices.map { LoopBatch(clientIndex: $0) }
         for batch in batches { batch.store = self }
     }
 
-    /// Admits `checks` at once when every rule's key has headroom here (`HeadroomCache`), and
-    /// sends their charges to Redis without waiting; false: ask Redis and wait (`decide`).
-    /// `loop`: as for `decide`.
-    public func admitAhead(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loop: EventLoop? = nil,
-                           now: Int64 = EmbeddedRateLimitStore.now()) -> Bool {
-        for (index, check) in checks.enumerated() where !headroom.reserve(check.rule, key: check.key, now: now) {
-            for earlier in checks[..<index] { headroom.release(earlier.rule, key: earlier.key) }
-            return false
+    /// A request's way in (see `KeyPicture`): refused at once by a refusal Redis gave that
+    /// still stands (counted as limited); admitted ahead when `mayGoAhead` and every rule's
+    /// key has headroom here, its charges sent to Redis without waiting (`loop`: as for
+    /// `decide`); else `.ask`: the caller asks Redis with `decide` and waits.
+    public func admit(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loop: EventLoop? = nil, mayGoAhead: Bool = true,
+                      now: Int64 = EmbeddedRateLimitStore.now()) -> RateLimitAdmission {
+        switch picture.admit(checks, mayGoAhead: mayGoAhead, now: now) {
+        case .refused(let index, let decision):
+            state.withLock { $0.counts[checks[index].rule.name, default: .init()].limited += 1 }
+            return .refused(index: index, decision)
+        case .ahead:
+            decide(checks, loop: loop, ahead: true) { _ in }
+            return .ahead
+        case .ask:
+            return .ask
         }
-        decide(checks, loop: loop, ahead: true) { _ in }
-        return true
-    }
-
-    /// The first of `checks` whose refusal still stands (answered here, counted as limited),
-    /// or nil: ask Redis.
-    public func standingRefusal(_ checks: [(rule: RateLimitRule, key: RateLimitKey)],
-                                now: Int64 = EmbeddedRateLimitStore.now()) -> (index: Int, decision: GCRA.Decision)? {
-        for (index, check) in checks.enumerated() {
-            if let decision = refusals.refusal(rule: check.rule.name, key: check.key, now: now) {
-                state.withLock { $0.counts[check.rule.name, default: .init()].limited += 1 }
-                return (index, decision)
-            }
-        }
-        return nil
     }
 
     /// The script's SHA-1, for `EVALSHA` (40 bytes on the wire instead of the script; a
@@ -142,7 +131,7 @@ public final class RedisRateLimitStore: Sendable {
     /// client sends the charges and the completion runs there. Inside one of its passes the
     /// charges wait for the pass's end and leave with the others (see the type's comment);
     /// outside a pass they leave now; nil (tests): the first client, now.
-    /// `ahead`: the charges of a request `admitAhead` let through (settled, not counted again;
+    /// `ahead`: the charges of a request `admit` let through ahead (settled, not counted again;
     /// `completion` gets nil).
     public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loop: EventLoop? = nil,
                        ahead: Bool = false, completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
@@ -256,13 +245,12 @@ public final class RedisRateLimitStore: Sendable {
     static let unexpectedReply = "unexpected reply to the rate-limit script"
 
     /// A charge's decisions (nil where Redis gave none; then `failure` says why): counted,
-    /// refusals remembered (see `RefusalCache`), the headroom told, then handed to the
+    /// the picture told (see `KeyPicture`), then handed to the
     /// charge's completion (nil when any check failed).
     private func finish(_ charge: Charge, _ decided: [GCRA.Decision?], failure: String?) {
         let now = EmbeddedRateLimitStore.now()
         for (check, decision) in zip(charge.checks, decided) {
-            headroom.learn(check.rule, key: check.key, decision, reserved: charge.ahead, now: now)
-            if let decision { refusals.remember(rule: check.rule.name, key: check.key, decision, now: now) }
+            picture.learn(check.rule, key: check.key, decision, reserved: charge.ahead, now: now)
         }
         // A charge sent ahead was counted when its request was admitted; nobody waits for it.
         if charge.ahead { return charge.completion(nil) }
@@ -305,10 +293,10 @@ public final class RedisRateLimitStore: Sendable {
     }
 
     /// Decisions by rule name (this instance's), for `/metrics`.
-    /// (The requests admitted ahead are counted by `headroom`, under its shard locks.)
+    /// (The requests admitted ahead are counted by `picture`, under its shard locks.)
     public func counts() -> [String: EmbeddedRateLimitStore.Counts] {
         var total = state.withLock { $0.counts }
-        for (rule, counts) in headroom.tallies() { total[rule, default: .init()].allowed += counts.allowed }
+        for (rule, counts) in picture.tallies() { total[rule, default: .init()].allowed += counts.allowed }
         return total
     }
 }

@@ -75,16 +75,20 @@ import Testing
         let rule = RateLimitRule(name: "slow", routes: nil, key: .user, count: 1, periodSeconds: 2, burst: 1)
         let key = RateLimitKey(identity: "hammer")
         #expect(try Self.decide(store, [(rule, key)])?.first?.allowed == true)
-        #expect(store.standingRefusal([(rule, key)]) == nil)
+        #expect(store.admit([(rule, key)], mayGoAhead: false) == .ask)
         let refused = try #require(try Self.decide(store, [(rule, key)])?.first)
         #expect(!refused.allowed)
         // Now answered here: Redis is not asked (its key is not touched even if it vanished).
         _ = server.cli(["FLUSHALL"])
-        let standing = try #require(store.standingRefusal([(rule, key)]))
-        #expect(standing.index == 0 && !standing.decision.allowed)
-        #expect(standing.decision.retryAfterMicroseconds > 0 && standing.decision.retryAfterMicroseconds <= refused.retryAfterMicroseconds)
+        guard case .refused(let index, let standing) = store.admit([(rule, key)]) else {
+            Issue.record("no standing refusal")
+            return
+        }
+        #expect(index == 0 && !standing.allowed)
+        #expect(standing.retryAfterMicroseconds > 0 && standing.retryAfterMicroseconds <= refused.retryAfterMicroseconds)
         // Past its Retry-After the refusal is gone and Redis decides again.
-        #expect(store.standingRefusal([(rule, key)], now: EmbeddedRateLimitStore.now() + refused.retryAfterMicroseconds + 1) == nil)
+        #expect(store.admit([(rule, key)], mayGoAhead: false,
+                            now: EmbeddedRateLimitStore.now() + refused.retryAfterMicroseconds + 1) == .ask)
         #expect(store.counts()["slow"]?.limited == 2)
     }
 
@@ -200,41 +204,68 @@ import Testing
 }
 
 /// Keys far from their limit are admitted at once and charged in the background
-/// (`HeadroomCache`); near the limit, or with a small burst, requests wait for Redis.
+/// (`KeyPicture`); near the limit, or with a small burst, requests wait for Redis.
 @Suite(.serialized) struct HeadroomTests {
     static let rule = RateLimitRule(name: "wide", routes: nil, key: .user, count: 100, periodSeconds: 1, burst: 80)
 
     @Test func theCacheAdmitsAheadOnlyWithHalfTheBurstLeftAndFewUnanswered() {
-        let cache = HeadroomCache()
+        let cache = KeyPicture()
         let key = RateLimitKey(identity: "k")
         let interval = Self.rule.gcra.interval
         let now: Int64 = 1_000_000_000
-        #expect(!cache.reserve(Self.rule, key: key, now: now), "never answered: wait for Redis")
+        #expect(cache.admit([(Self.rule, key)], mayGoAhead: true, now: now) != .ahead, "never answered: wait for Redis")
         // Redis answered: one request spent.
         cache.learn(Self.rule, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 79, resetMicroseconds: interval,
                                                      retryAfterMicroseconds: 0), reserved: false, now: now)
         // Ahead, up to an eighth of the burst (10) unanswered.
         var admitted = 0
-        while cache.reserve(Self.rule, key: key, now: now) { admitted += 1 }
-        #expect(admitted == Int(HeadroomCache.maxAhead(Self.rule)))
+        while cache.admit([(Self.rule, key)], mayGoAhead: true, now: now) == .ahead { admitted += 1 }
+        #expect(admitted == Int(KeyPicture.maxAhead(Self.rule)))
         // Each answer settles one and replaces the picture: 38 spent leaves less than half.
         cache.learn(Self.rule, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 42, resetMicroseconds: 38 * interval,
                                                      retryAfterMicroseconds: 0), reserved: true, now: now)
-        #expect(!cache.reserve(Self.rule, key: key, now: now), "38 spent, 9 unanswered, 1 more: 48 of 80")
+        #expect(cache.admit([(Self.rule, key)], mayGoAhead: true, now: now) != .ahead, "38 spent, 9 unanswered, 1 more: 48 of 80")
         cache.learn(Self.rule, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 60, resetMicroseconds: 20 * interval,
                                                      retryAfterMicroseconds: 0), reserved: true, now: now)
-        #expect(cache.reserve(Self.rule, key: key, now: now), "20 spent, 8 unanswered, 1 more: 29 of 80")
+        #expect(cache.admit([(Self.rule, key)], mayGoAhead: true, now: now) == .ahead, "20 spent, 8 unanswered, 1 more: 29 of 80")
         // A small burst never goes ahead.
         let tight = RateLimitRule(name: "tight", routes: nil, key: .user, count: 5, periodSeconds: 60, burst: 5)
         cache.learn(tight, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 4, resetMicroseconds: tight.gcra.interval,
                                                  retryAfterMicroseconds: 0), reserved: false, now: now)
-        #expect(!cache.reserve(tight, key: key, now: now))
+        #expect(cache.admit([(tight, key)], mayGoAhead: true, now: now) != .ahead)
         // No answer (Redis down): no headroom until Redis answers again.
         let other = RateLimitKey(identity: "other")
         cache.learn(Self.rule, key: other, GCRA.Decision(allowed: true, tat: 0, remaining: 79, resetMicroseconds: interval,
                                                        retryAfterMicroseconds: 0), reserved: false, now: now)
         cache.learn(Self.rule, key: other, nil, reserved: false, now: now)
-        #expect(!cache.reserve(Self.rule, key: other, now: now))
+        #expect(cache.admit([(Self.rule, other)], mayGoAhead: true, now: now) != .ahead)
+    }
+
+    /// Standing refusals and headroom share one entry per key: a request with several rules
+    /// is refused by the first refusal that stands, and gives back what it reserved on the
+    /// way (so the keys it did not use keep their whole allowance ahead).
+    @Test func aStandingRefusalAnswersAndGivesBackTheReservationsOfTheRequest() {
+        let picture = KeyPicture()
+        let key = RateLimitKey(identity: "k")
+        let now: Int64 = 1_000_000_000
+        let wide = Self.rule, other = RateLimitRule(name: "other", routes: nil, key: .user, count: 100, periodSeconds: 1, burst: 80)
+        let whole = GCRA.Decision(allowed: true, tat: 0, remaining: 79, resetMicroseconds: wide.gcra.interval, retryAfterMicroseconds: 0)
+        picture.learn(wide, key: key, whole, reserved: false, now: now)
+        picture.learn(other, key: key, GCRA.Decision(allowed: false, tat: 0, remaining: 0, resetMicroseconds: 3_000_000,
+                                                     retryAfterMicroseconds: 2_000_000), reserved: false, now: now)
+        guard case .refused(let index, let decision) = picture.admit([(wide, key), (other, key)], mayGoAhead: true, now: now + 10) else {
+            Issue.record("the refusal of the second rule does not stand")
+            return
+        }
+        #expect(index == 1 && !decision.allowed && decision.retryAfterMicroseconds == 1_999_990 && decision.resetMicroseconds == 2_999_990)
+        #expect(picture.tallies()["wide"]?.allowed ?? 0 == 0, "the first rule's reservation was given back")
+        var admitted = 0
+        while picture.admit([(wide, key)], mayGoAhead: true, now: now) == .ahead { admitted += 1 }
+        #expect(admitted == Int(KeyPicture.maxAhead(wide)))
+        // With `mayGoAhead` false nothing is reserved, and a refusal still answers.
+        #expect(picture.admit([(other, key)], mayGoAhead: false, now: now + 1) != .ask)
+        // Past its Retry-After the refusal lapses: the second rule's key is asked again.
+        #expect(picture.admit([(other, key)], mayGoAhead: true, now: now + 2_000_001) == .ask)
     }
 }
 
@@ -250,8 +281,8 @@ extension HeadroomTests {
         let alice = RateLimitKey(identity: "alice")
         // The first request waits (nothing known yet); the next goes ahead.
         #expect(try RedisRateLimitStoreTests.decide(a, [(rule, alice)])?.first?.allowed == true)
-        #expect(a.admitAhead([(rule, alice)]))
-        #expect(!a.admitAhead([(rule, RateLimitKey(identity: "nobody"))]), "a key never answered waits")
+        #expect(a.admit([(rule, alice)]) == .ahead)
+        #expect(a.admit([(rule, RateLimitKey(identity: "nobody"))]) == .ask, "a key never answered waits")
         // The charge sent ahead reached Redis (on the same connection, before this one): the
         // third request leaves 13 of 16.
         let third = try #require(try RedisRateLimitStoreTests.decide(a, [(rule, alice)])?.first)
@@ -267,8 +298,11 @@ extension HeadroomTests {
                 let done = DispatchSemaphore(value: 0)
                 let pending = Locked<Int>(0)
                 for _ in 0..<200 {
-                    if store.standingRefusal([(rule, bob)]) != nil { continue }
-                    if store.admitAhead([(rule, bob)]) { passed.update { $0 += 1 }; continue }
+                    switch store.admit([(rule, bob)]) {
+                    case .refused: continue
+                    case .ahead: passed.update { $0 += 1 }; continue
+                    case .ask: break
+                    }
                     pending.update { $0 += 1 }
                     store.decide([(rule, bob)]) { decisions in
                         if decisions?.first?.allowed == true { passed.update { $0 += 1 } }
@@ -284,6 +318,6 @@ extension HeadroomTests {
         #expect(group.wait(timeout: .now() + 60) == .success)
         let total = passed.get()
         print("two instances, one key, burst 16: \(total) admitted")
-        #expect(total >= 16 && total <= 16 + 2 * Int(HeadroomCache.maxAhead(rule)), "\(total)")
+        #expect(total >= 16 && total <= 16 + 2 * Int(KeyPicture.maxAhead(rule)), "\(total)")
     }
 }
