@@ -11,10 +11,11 @@ import PortcullisRedis
 ///
 /// One script call charges many keys: the charges a loop's pass produces (every request it
 /// read, each rule's key) leave together at the end of the pass, as one call per server on
-/// standalone and Sentinel Redis, one per slot on a cluster (a script's keys must share a
-/// slot there; `RedisKeyedPipelining.routesBySlot`). Redis's cost is mostly per call (the
-/// command, the script's start): one call for a pass's requests instead of one each (about
-/// 11 keys a call in the RS256 load row with 64 connections).
+/// standalone and Sentinel Redis, one per master on a cluster (`clusterScript`, whose keys may
+/// lie in several slots of the master it runs on; by slot while the slot map is not known,
+/// and again by slot for a call that met a key that moved). Redis's cost is mostly per call
+/// (the command, the script's start): one call for a pass's requests instead of one each
+/// (about 11 keys a call in the RS256 load row with 64 connections).
 /// Keys are charged in the order they were asked for, so a key twice in a pass is charged
 /// twice, the second after the first.
 ///
@@ -99,16 +100,55 @@ public final class RedisRateLimitStore: Sendable {
         }
     }
 
-    /// The script's SHA-1, for `EVALSHA` (40 bytes on the wire instead of the script; a
+    /// `script` for keys of several slots on one cluster master (one call per master instead of
+    /// one per slot): Redis 7's `allow-cross-slot-keys` flag lets a script touch keys of
+    /// several slots of the node it runs on. KEYS: the first key (it routes the call). ARGV:
+    /// the other keys, then each key's interval and tolerance. Every key is read before any is
+    /// written, so a key not served here (the caller's slot map moved) fails the call before
+    /// it changed anything, and the caller can send its keys again, one call per slot. A key
+    /// twice is charged twice, the second after the first, as in `script`.
+    static let clusterScript = """
+    #!lua flags=allow-cross-slot-keys
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    local n = (#ARGV + 1) / 3
+    local keys = {KEYS[1]}
+    for i = 2, n do keys[i] = ARGV[i - 1] end
+    local stored = {}
+    for i = 1, n do stored[i] = redis.call('GET', keys[i]) end
+    local charged = {}
+    local out = {}
+    for i = 1, n do
+      local key = keys[i]
+      local interval = tonumber(ARGV[n + 2 * i - 2])
+      local tolerance = tonumber(ARGV[n + 2 * i - 1])
+      local tat = charged[key] or tonumber(stored[i]) or now
+      if tat < now then tat = now end
+      local ahead = tat + interval - now
+      if ahead > tolerance then
+        out[#out + 1] = 0; out[#out + 1] = tat - now; out[#out + 1] = ahead - tolerance
+      else
+        charged[key] = tat + interval
+        redis.call('SET', key, string.format('%d', tat + interval), 'PX', math.max(1, math.ceil(ahead / 1000)))
+        out[#out + 1] = 1; out[#out + 1] = ahead; out[#out + 1] = 0
+      end
+    end
+    return out
+    """
+
+    /// The scripts' SHA-1s, for `EVALSHA` (40 bytes on the wire instead of the script; a
     /// server that lost its script cache answers NOSCRIPT and gets `EVAL` once).
-    static let scriptSHA: String = {
-        let bytes = Array(script.utf8)
+    static let scriptSHA = sha1Hex(script)
+    static let clusterScriptSHA = sha1Hex(clusterScript)
+
+    static func sha1Hex(_ text: String) -> String {
+        let bytes = Array(text.utf8)
         var digest = [UInt8](repeating: 0, count: 20)
         var length: UInt32 = 0
         _ = EVP_Digest(bytes, bytes.count, &digest, &length, EVP_sha1(), nil)
         let hex = Array("0123456789abcdef".utf8)
         return String(decoding: digest.prefix(Int(length)).flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 15)]] }, as: UTF8.self)
-    }()
+    }
 
     public static func key(rule: String, _ key: RateLimitKey) -> String {
         keyStart(rule: rule, address: key.isAddress) + key.value
@@ -157,68 +197,122 @@ public final class RedisRateLimitStore: Sendable {
     /// its replies, in the order of its checks.
     func send(_ charges: [Charge], clientIndex: Int) {
         let client = clients[clientIndex]
-        // Every key of every charge, in order, as (charge, check, key), grouped into calls.
-        var groups: [[(charge: Int, check: Int, key: String)]] = []
-        var bySlot: [Int: Int] = [:]  // slot -> open group (cluster only)
+        // Every key of every charge, in order, grouped into calls.
+        var calls: [Call] = []
+        var open: [Int: Int] = [:]  // cluster: master index (or -1 - slot, map unknown) -> open call
         for (c, charge) in charges.enumerated() {
             for (k, check) in charge.checks.enumerated() {
-                let key = Self.key(check.rule, check.key)
-                let item = (charge: c, check: k, key: key)
-                if client.routesBySlot {
-                    let slot = HashSlot.of(key)
-                    if let open = bySlot[slot], groups[open].count < Self.maxKeysPerCall {
-                        groups[open].append(item)
+                let item = Item(charge: c, check: k, key: Self.key(check.rule, check.key))
+                guard client.routesBySlot else {
+                    if let last = calls.indices.last, calls[last].items.count < Self.maxKeysPerCall {
+                        calls[last].items.append(item)
                     } else {
-                        bySlot[slot] = groups.count
-                        groups.append([item])
+                        calls.append(Call(items: [item], slot: -1))
                     }
-                } else if let last = groups.indices.last, groups[last].count < Self.maxKeysPerCall {
-                    groups[last].append(item)
+                    continue
+                }
+                let slot = HashSlot.of(item.key)
+                let group = client.master(ofSlot: slot) ?? (-1 - slot)
+                if let index = open[group], calls[index].items.count < Self.maxKeysPerCall {
+                    calls[index].items.append(item)
+                    if calls[index].slot != slot { calls[index].spansSlots = true }
                 } else {
-                    groups.append([item])
+                    open[group] = calls.count
+                    calls.append(Call(items: [item], slot: slot))
                 }
             }
         }
-        guard !groups.isEmpty else {
+        guard !calls.isEmpty else {
             for charge in charges { finish(charge, [], failure: nil) }
             return
         }
-        let commands = groups.map { group in
-            var arguments = ["EVALSHA", Self.scriptSHA, String(group.count)]
-            arguments.reserveCapacity(3 + 3 * group.count)
-            for item in group { arguments.append(item.key) }
-            for item in group {
-                let rule = charges[item.charge].checks[item.check].rule
-                arguments.append(rule.intervalArgument)
-                arguments.append(rule.toleranceArgument)
-            }
-            return (key: group[0].key, arguments: arguments)
-        }
-        let sent = groups
-        client.pipeline(keyed: commands, timeout: timeout) { [self] replies in
+        run(calls, charges, on: client) { [self] calls, replies in deliver(charges, calls, replies) }
+    }
+
+    /// One key of one check of a charge.
+    struct Item: Sendable {
+        let charge: Int, check: Int, key: String
+    }
+
+    /// One script call: its keys, in order; the slot of its first; whether others lie in other
+    /// slots (on a cluster, keys of one master: `clusterScript`).
+    struct Call: Sendable {
+        var items: [Item]
+        let slot: Int
+        var spansSlots = false
+    }
+
+    /// Sends `calls` and hands `done` every call with its reply. A server without the script
+    /// (restarted, failed over, flushed; on a cluster one master of several) answers NOSCRIPT:
+    /// EVAL loads it, for the calls it refused only (NOSCRIPT ran nothing and the other calls
+    /// ran once, so nothing is counted twice). A call spanning slots whose keys are not all
+    /// on the master it reached (the slot map moved since) ran nothing either (the script reads
+    /// every key before it writes one): its keys go again, one call per slot.
+    private func run(_ calls: [Call], _ charges: [Charge], on client: any RedisKeyedPipelining,
+                     then done: @escaping @Sendable ([Call], [Result<RedisReply, RedisError>]) -> Void) {
+        let commands = calls.map { Self.command($0, charges) }
+        client.pipeline(keyed: commands.map { (key: $0.key, arguments: $0.arguments) }, timeout: timeout) { [self] replies in
             let lost = replies.indices.filter { index in
                 if case .failure(.server(let message)) = replies[index] { return message.hasPrefix("NOSCRIPT") }
                 return false
             }
-            guard !lost.isEmpty else { return deliver(charges, sent, replies) }
-            // A server without the script (restarted, failed over, flushed; on a cluster one
-            // master of several): EVAL loads it, for the calls it refused only. NOSCRIPT ran
-            // nothing and the other calls ran once, so nothing is counted twice.
-            let loading = lost.map { (key: commands[$0].key, arguments: ["EVAL", Self.script] + commands[$0].arguments.dropFirst(2)) }
-            client.pipeline(keyed: loading, timeout: timeout) { [self] retried in
+            let split: @Sendable ([Result<RedisReply, RedisError>]) -> Void = { [self] replies in
+                let moved = calls.indices.filter { calls[$0].spansSlots && Self.isMisrouted(replies[$0]) }
+                guard !moved.isEmpty else { return done(calls, replies) }
+                let kept = calls.indices.filter { !moved.contains($0) }
+                var again: [Call] = []
+                for index in moved {
+                    var bySlot: [Int: Int] = [:]
+                    for item in calls[index].items {
+                        let slot = HashSlot.of(item.key)
+                        if let open = bySlot[slot] { again[open].items.append(item); continue }
+                        bySlot[slot] = again.count
+                        again.append(Call(items: [item], slot: slot))
+                    }
+                }
+                run(again, charges, on: client) { retried, answers in
+                    done(kept.map { calls[$0] } + retried, kept.map { replies[$0] } + answers)
+                }
+            }
+            guard !lost.isEmpty else { return split(replies) }
+            let loading = lost.map { index in
+                (key: commands[index].key, arguments: ["EVAL", commands[index].script] + commands[index].arguments.dropFirst(2))
+            }
+            client.pipeline(keyed: loading, timeout: timeout) { retried in
                 var merged = replies
                 for (index, reply) in zip(lost, retried) { merged[index] = reply }
-                deliver(charges, sent, merged)
+                split(merged)
             }
         }
     }
 
+    /// The command for `call`: `script` with every key declared, or, for keys of several slots,
+    /// `clusterScript` with the first declared (it routes the call) and the others as arguments.
+    private static func command(_ call: Call, _ charges: [Charge]) -> (key: String, arguments: [String], script: String) {
+        let spans = call.spansSlots
+        var arguments = ["EVALSHA", spans ? clusterScriptSHA : scriptSHA, spans ? "1" : String(call.items.count)]
+        arguments.reserveCapacity(3 + 3 * call.items.count)
+        for item in call.items { arguments.append(item.key) }
+        for item in call.items {
+            let rule = charges[item.charge].checks[item.check].rule
+            arguments.append(rule.intervalArgument)
+            arguments.append(rule.toleranceArgument)
+        }
+        return (call.items[0].key, arguments, spans ? clusterScript : script)
+    }
+
+    /// The error a call spanning slots gets when one of its keys is not served where it ran.
+    static func isMisrouted(_ reply: Result<RedisReply, RedisError>) -> Bool {
+        guard case .failure(.server(let message)) = reply else { return false }
+        return message.contains("non local key") || message.contains("same slot") || message.hasPrefix("CROSSSLOT")
+    }
+
     /// Reads each call's reply (3 integers per key) as the decisions of its charges' checks.
-    private func deliver(_ charges: [Charge], _ groups: [[(charge: Int, check: Int, key: String)]],
-                         _ replies: [Result<RedisReply, RedisError>]) {
+    private func deliver(_ charges: [Charge], _ calls: [Call], _ replies: [Result<RedisReply, RedisError>]) {
         var decided = charges.map { [GCRA.Decision?](repeating: nil, count: $0.checks.count) }
         var failures = [String?](repeating: nil, count: charges.count)
-        for (group, reply) in zip(groups, replies) {
+        for (call, reply) in zip(calls, replies) {
+            let group = call.items
             switch reply {
             case .success(let value):
                 if let items = value.array, items.count == 3 * group.count {

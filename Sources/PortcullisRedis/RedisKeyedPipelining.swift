@@ -10,6 +10,12 @@ public protocol RedisKeyedPipelining: AnyObject, Sendable {
     /// keys must name keys of one slot (Redis answers CROSSSLOT otherwise). False: every
     /// command goes to the one server, which takes any keys together.
     var routesBySlot: Bool { get }
+    /// On a cluster: which master serves `slot` in this client's slot map (an index into the
+    /// map's masters), so that commands for one master can be sent as one; nil when the map is
+    /// not known yet, when called off the client's loop (the map is confined to it), or when
+    /// the client has no slots. The map may be stale: a command built on it can meet a key
+    /// that moved (`MOVED` for its routing key, or an error for another key it names).
+    func master(ofSlot slot: Int) -> Int?
 }
 
 extension RedisClient: RedisKeyedPipelining {
@@ -20,6 +26,8 @@ extension RedisClient: RedisKeyedPipelining {
     }
 
     public var routesBySlot: Bool { cluster != nil }
+
+    public func master(ofSlot slot: Int) -> Int? { cluster?.master(ofSlot: slot) }
 }
 
 extension RedisClusterClient: RedisKeyedPipelining {

@@ -94,15 +94,19 @@ import Testing
 
     /// `charges` sent as one batch (as a loop's pass sends them), each charge's decisions
     /// waited for (bounded), in the order of the charges.
-    static func batch(_ store: RedisRateLimitStore, _ charges: [[(rule: RateLimitRule, key: RateLimitKey)]]) throws -> [[GCRA.Decision]?] {
+    /// `on`: sent from that loop's queue (a cluster client's, as a pass's end sends them:
+    /// there the client's slot map groups keys by master); nil: from the caller's thread.
+    static func batch(_ store: RedisRateLimitStore, _ charges: [[(rule: RateLimitRule, key: RateLimitKey)]],
+                      on loop: EventLoop? = nil) throws -> [[GCRA.Decision]?] {
         let answers = Locked<[Int: [GCRA.Decision]?]>([:])
         let done = DispatchSemaphore(value: 0)
-        store.send(charges.enumerated().map { index, checks in
+        let sent = charges.enumerated().map { index, checks in
             RedisRateLimitStore.Charge(checks: checks, ahead: false) { decisions in
                 answers.update { $0[index] = .some(decisions) }
                 done.signal()
             }
-        }, clientIndex: 0)
+        }
+        if let loop { loop.execute { store.send(sent, clientIndex: 0) } } else { store.send(sent, clientIndex: 0) }
         for _ in charges {
             guard done.wait(timeout: .now() + 10) == .success else { throw TestFailure("no answer") }
         }
@@ -200,6 +204,64 @@ import Testing
         server.stop()
         #expect(waitUntil(10) { (try? Self.decide(store, [(rule, RateLimitKey(identity: "u"))])) == .some(nil) })
         #expect((store.counts()["r"]?.unavailable ?? 0) >= 1)
+    }
+}
+
+extension RedisRateLimitStoreTests {
+    /// On a real 6-node cluster, a batch sent from the client's loop is one script call per
+    /// master (its keys in several slots), each key charged once; a key whose slot moved to
+    /// another master since the client read the slot map makes its call fail before it wrote
+    /// anything, and the call's keys go again one call per slot: every key is still charged
+    /// exactly once, the moved one on its new master.
+    @Test func onAClusterABatchIsOneCallPerMasterAndAKeyThatMovedIsChargedOnce() throws {
+        let cluster = try RedisCluster()
+        let base = RedisConfiguration(topology: .standalone(try SocketAddress(parsing: "127.0.0.1:1")),
+                                      commandTimeout: 2, connectTimeout: 1,
+                                      backoff: ReconnectBackoff(initial: 0.02, maximum: 0.2))
+        let loop = EventLoop(index: 0)
+        let client = RedisClusterClient(seeds: [try SocketAddress(parsing: "127.0.0.1:\(cluster.nodes[0].port)")], base: base, loop: loop)
+        client.start()
+        defer { client.shutdown() }
+        let store = RedisRateLimitStore(clients: [client], logger: Logger(label: "per-master"), timeout: 2)
+        let rule = RateLimitRule(name: "per-user", routes: nil, key: .user, count: 1, periodSeconds: 60, burst: 3)
+        func key(_ user: RateLimitKey) -> String { RedisRateLimitStore.key(rule: "per-user", user) }
+        func scriptCalls() -> Int {
+            cluster.masterPorts.reduce(0) { sum, port in
+                let stats = cluster.nodes.first { $0.port == port }!.cli(["INFO", "commandstats"])
+                let line = stats.split(whereSeparator: \.isNewline).first { $0.hasPrefix("cmdstat_evalsha:") } ?? ""
+                let calls = line.split(separator: ",").first?.split(separator: "=").last.flatMap { Int($0) } ?? 0
+                return sum + calls
+            }
+        }
+        // The slot map is known (the first call waits for it).
+        #expect(try Self.decide(store, [(rule, RateLimitKey(identity: "warm-up"))])?.first?.allowed == true)
+        let users = (0..<12).map { RateLimitKey(identity: "spread-\($0)") }
+        // A fresh cluster's masters serve a third of the slots each, in order.
+        func third(_ user: RateLimitKey) -> Int { HashSlot.of(key(user)) / 5461 }
+        #expect(Set(users.map(third)).count == 3, "the keys span every master")
+        let charges = users.map { [(rule: rule, key: $0)] }
+        #expect(try Self.batch(store, charges, on: loop).map { $0?.first?.remaining } == Array(repeating: 2, count: 12))
+        let before = scriptCalls()
+        #expect(try Self.batch(store, charges, on: loop).map { $0?.first?.remaining } == Array(repeating: 1, count: 12))
+        #expect(scriptCalls() - before == 3, "one call per master, not one per slot")
+
+        // A fresh key's slot moves to another master behind the client's back.
+        let from = try #require(cluster.master(ofKey: key(users[0])))
+        let to = try #require(users.first { third($0) != third(users[0]) }.flatMap { cluster.master(ofKey: key($0)) })
+        let candidates = (0..<200).map { RateLimitKey(identity: "fresh-\($0)") }.filter { third($0) == third(users[0]) }
+        let moving = candidates[0], stay = Array(candidates[1...3])
+        let slot = HashSlot.of(key(moving))
+        #expect(stay.allSatisfy { HashSlot.of(key($0)) != slot })
+        #expect(from.cli(["CLUSTER", "COUNTKEYSINSLOT", "\(slot)"]) == "0")
+        let toID = to.cli(["CLUSTER", "MYID"])
+        for node in cluster.nodes where node.cli(["ROLE"]).hasPrefix("master") {
+            _ = node.cli(["CLUSTER", "SETSLOT", "\(slot)", "NODE", toID])
+        }
+        #expect(waitUntil(10) { cluster.master(ofKey: key(moving))?.port == to.port })
+        let mixed = ([moving] + stay).map { [(rule: rule, key: $0)] }
+        #expect(try Self.batch(store, mixed, on: loop).map { $0?.first?.remaining } == [2, 2, 2, 2])
+        #expect(try Self.batch(store, mixed, on: loop).map { $0?.first?.remaining } == [1, 1, 1, 1], "each charged once a batch")
+        #expect(to.cli(["EXISTS", key(moving)]) == "1" && from.cli(["CLUSTER", "COUNTKEYSINSLOT", "\(slot)"]) == "0")
     }
 }
 

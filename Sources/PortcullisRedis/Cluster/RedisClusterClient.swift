@@ -73,6 +73,13 @@ public final class RedisClusterClient: @unchecked Sendable {
         loop.execute { [self] in onNodeState = handler }
     }
 
+    /// The index of the master serving `slot` in the slot map in use; nil off `loop.queue`
+    /// (the map is confined to it) or before the map is known.
+    public func master(ofSlot slot: Int) -> Int? {
+        guard loop.isCurrent, let topology else { return nil }
+        return topology.masterIndex(forSlot: slot)
+    }
+
     /// The slot map in use (tests, diagnostics). On `loop.queue` only.
     public var currentTopology: ClusterTopology? { topology }
 
