@@ -245,9 +245,9 @@ public final class RedisRateLimitStore: Sendable {
     /// Sends `calls` and hands `done` every call with its reply. A server without the script
     /// (restarted, failed over, flushed; on a cluster one master of several) answers NOSCRIPT:
     /// EVAL loads it, for the calls it refused only (NOSCRIPT ran nothing and the other calls
-    /// ran once, so nothing is counted twice). A call spanning slots whose keys are not all
-    /// on the master it reached (the slot map moved since) ran nothing either (the script reads
-    /// every key before it writes one): its keys go again, one call per slot.
+    /// ran once, so nothing is counted twice). A call spanning slots that the server refused
+    /// (its keys not all on the master it reached, the slot map having moved since, see
+    /// `isRefusal`) ran nothing either: its keys go again, one call per slot.
     private func run(_ calls: [Call], _ charges: [Charge], on client: any RedisKeyedPipelining,
                      then done: @escaping @Sendable ([Call], [Result<RedisReply, RedisError>]) -> Void) {
         let commands = calls.map { Self.command($0, charges) }
@@ -257,11 +257,11 @@ public final class RedisRateLimitStore: Sendable {
                 return false
             }
             let split: @Sendable ([Result<RedisReply, RedisError>]) -> Void = { [self] replies in
-                let moved = calls.indices.filter { calls[$0].spansSlots && Self.isMisrouted(replies[$0]) }
-                guard !moved.isEmpty else { return done(calls, replies) }
-                let kept = calls.indices.filter { !moved.contains($0) }
+                let refused = calls.indices.filter { calls[$0].spansSlots && Self.isRefusal(replies[$0]) }
+                guard !refused.isEmpty else { return done(calls, replies) }
+                let kept = calls.indices.filter { !refused.contains($0) }
                 var again: [Call] = []
-                for index in moved {
+                for index in refused {
                     var bySlot: [Int: Int] = [:]
                     for item in calls[index].items {
                         let slot = HashSlot.of(item.key)
@@ -301,10 +301,14 @@ public final class RedisRateLimitStore: Sendable {
         return (call.items[0].key, arguments, spans ? clusterScript : script)
     }
 
-    /// The error a call spanning slots gets when one of its keys is not served where it ran.
-    static func isMisrouted(_ reply: Result<RedisReply, RedisError>) -> Bool {
-        guard case .failure(.server(let message)) = reply else { return false }
-        return message.contains("non local key") || message.contains("same slot") || message.hasPrefix("CROSSSLOT")
+    /// Whether a call spanning slots was refused by the server, which then ran none of its
+    /// writes: a key not served where it ran (the script reads every key before it writes
+    /// one), a server that does not take the script's flag (before Redis 7), memory full
+    /// (checked before a script that writes starts). Not a timeout or a lost connection:
+    /// the call may have run.
+    static func isRefusal(_ reply: Result<RedisReply, RedisError>) -> Bool {
+        if case .failure(.server) = reply { return true }
+        return false
     }
 
     /// Reads each call's reply (3 integers per key) as the decisions of its charges' checks.
