@@ -99,7 +99,7 @@ var package = Package(
         // the device list, the lookup hook; the embedded and the Redis session stores.
         .target(name: "PortcullisSessions", dependencies: [
             "PortcullisCore", "PortcullisIO", "PortcullisProxy", "PortcullisAuth", "PortcullisRedis", "PortcullisStore",
-            "PortcullisKeys", "PortcullisEdgeAuth", "PortcullisOutbound",
+            "PortcullisKeys", "PortcullisEdgeAuth", "PortcullisOutbound", "PortcullisTLS",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // Configuration, wiring, admin endpoints, lifecycle.

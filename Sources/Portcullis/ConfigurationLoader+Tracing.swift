@@ -84,7 +84,7 @@ extension ConfigurationLoader {
                 throw node.error("OTEL_EXPORTER_OTLP_CLIENT_\(error.file == keyEnv ? "KEY" : "CERTIFICATE"): \(error)",
                                  key: error.file == keyEnv ? "client_private_key" : "client_certificate")
             }
-            settings.clientCertificate = (certificateEnv, keyEnv)
+            settings.clientCertificate = ClientCertificateFiles(certificate: certificateEnv, key: keyEnv)
         }
         if let n = try node.optional("timeout") {
             let seconds = try n.duration()

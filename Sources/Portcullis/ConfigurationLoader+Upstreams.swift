@@ -10,7 +10,7 @@ extension ConfigurationLoader {
     /// collector): both or neither, only over TLS (`secure`, else `insecure` is the reason),
     /// files that load as a pair; nil when neither is set.
     static func clientCertificate(_ node: inout ConfigNode, secure: Bool,
-                                  insecure: String) throws(ConfigurationError) -> (certificate: String, key: String)? {
+                                  insecure: String) throws(ConfigurationError) -> ClientCertificateFiles? {
         let certificateNode = try node.optional("client_certificate")
         let keyNode = try node.optional("client_private_key")
         guard certificateNode != nil || keyNode != nil else { return nil }
@@ -23,7 +23,7 @@ extension ConfigurationLoader {
         do throws(TLSFileError) { _ = try TLSCertificate.client(certificateFile: certificate, keyFile: key) } catch {
             throw (error.file == key ? keyNode : certificateNode).error(error.description)
         }
-        return (certificate, key)
+        return ClientCertificateFiles(certificate: certificate, key: key)
     }
 
     static func upstreams(_ upstreamsNode: ConfigNode) throws(ConfigurationError) -> [UpstreamConfiguration] {
@@ -53,10 +53,9 @@ extension ConfigurationLoader {
             guard url.secure else { throw n.error("ca_file applies to https:// upstreams only") }
             upstream.caFile = try n.caFile()
         }
-        if let (certificate, key) = try clientCertificate(&node, secure: url.secure,
-                                                          insecure: "client certificates apply to https:// upstreams only") {
-            upstream.clientCertificate = certificate
-            upstream.clientPrivateKey = key
+        if let pair = try clientCertificate(&node, secure: url.secure, insecure: "client certificates apply to https:// upstreams only") {
+            upstream.clientCertificate = pair.certificate
+            upstream.clientPrivateKey = pair.key
         }
         if let n = try node.optional("request_headers") {
             for (headerName, valueNode) in try n.entries() {

@@ -225,7 +225,9 @@ public final class GatewayRuntime: @unchecked Sendable {
     static func sessionLookup(_ configuration: GatewayConfiguration, assertionKeys: AssertionKeys?) -> SessionLookup? {
         guard let hook = configuration.sessions?.lookup,
               let upstream = configuration.proxy.upstreams.first(where: { $0.name == hook.upstream }) else { return nil }
-        let certificate = upstream.clientCertificate.map { ($0, upstream.clientPrivateKey ?? $0) }
+        let certificate = upstream.clientCertificate.map {
+            ClientCertificateFiles(certificate: $0, key: upstream.clientPrivateKey ?? $0)
+        }
         let audience = upstream.url.origin
         var assertion: (@Sendable (String, String) -> (header: String, token: String)?)?
         if let keys = assertionKeys {

@@ -1,3 +1,5 @@
+import PortcullisTLS
+
 /// Limits for one outbound GET.
 public struct HTTPFetchOptions: Sendable, Equatable {
     /// Seconds allowed for the TCP connect (per address tried).
@@ -11,12 +13,7 @@ public struct HTTPFetchOptions: Sendable, Equatable {
     /// PEM file of trusted root certificates for `https://`; nil → the system store.
     public var caFile: String?
     /// A client certificate (PEM chain) and its key to present over `https://` (mutual TLS).
-    public var clientCertificate: (certificate: String, key: String)? {
-        get { clientCertificateFile.map { ($0, clientKeyFile ?? "") } }
-        set { clientCertificateFile = newValue?.certificate; clientKeyFile = newValue?.key }
-    }
-    var clientCertificateFile: String?
-    var clientKeyFile: String?
+    public var clientCertificate: ClientCertificateFiles?
     /// `HTTPS_PROXY` / `HTTP_PROXY` / `NO_PROXY` (see `EgressProxy`): the process's by default.
     public var proxies: EgressProxy.Settings = .process
 

@@ -77,11 +77,11 @@ public struct HTTPGetClient: Sendable {
 final class TLSContextSlot: @unchecked Sendable {
     // @unchecked Sendable: `made` is read and written only inside `lock.sync`.
     private let caFile: String?
-    private let clientCertificate: (certificate: String, key: String)?
+    private let clientCertificate: ClientCertificateFiles?
     private let lock = DispatchQueue(label: "portcullis.keys.tls-context")
     private var made: Result<TLSClientContext, HTTPFetchError>?
 
-    init(caFile: String?, clientCertificate: (certificate: String, key: String)? = nil) {
+    init(caFile: String?, clientCertificate: ClientCertificateFiles? = nil) {
         self.caFile = caFile
         self.clientCertificate = clientCertificate
     }

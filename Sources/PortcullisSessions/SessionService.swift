@@ -5,6 +5,7 @@ import PortcullisCore
 import PortcullisEdgeAuth
 import PortcullisIO
 import PortcullisKeys
+import PortcullisTLS
 import PortcullisProxy
 import PortcullisStore
 import PortcullisOutbound
@@ -330,7 +331,7 @@ public final class SessionLookup: @unchecked Sendable {
 
     /// `clientCertificate`: the upstream's (`client_certificate`/`client_private_key`), so an
     /// app locked to the gateway's certificate (mutual TLS) can be asked.
-    public init(url: String, caFile: String?, clientCertificate: (certificate: String, key: String)? = nil,
+    public init(url: String, caFile: String?, clientCertificate: ClientCertificateFiles? = nil,
          headers: [(name: String, value: String)], timeout: Double, loop: EventLoop,
          assertion: (@Sendable (String, String) -> (header: String, token: String)?)? = nil) {
         var options = HTTPFetchOptions.call(timeout: timeout, userAgent: "portcullis-sessions/1", caFile: caFile)

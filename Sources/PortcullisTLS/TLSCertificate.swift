@@ -168,3 +168,15 @@ public final class TLSCertificate: @unchecked Sendable {
         }
     }
 }
+
+/// A client certificate to present (mutual TLS, to an upstream, a lookup hook or a trace
+/// collector): the file of its PEM chain and the file of its private key.
+public struct ClientCertificateFiles: Equatable, Sendable {
+    public var certificate: String
+    public var key: String
+
+    public init(certificate: String, key: String) {
+        self.certificate = certificate
+        self.key = key
+    }
+}

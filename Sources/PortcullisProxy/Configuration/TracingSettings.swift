@@ -1,4 +1,5 @@
 import PortcullisIO
+import PortcullisTLS
 
 /// `tracing:` — W3C Trace Context in and out, one server span per request exported over
 /// OTLP/HTTP (JSON, gzip) to a collector, through the gateway's one outbound HTTP client
@@ -27,12 +28,7 @@ public struct TracingSettings: Sendable, Equatable {
     /// The certificate (PEM chain) and key the gateway presents to an `https://` collector
     /// that asks for one (mutual TLS: `client_certificate`/`client_private_key`, or
     /// `OTEL_EXPORTER_OTLP_[TRACES_]CLIENT_CERTIFICATE`/`_CLIENT_KEY`).
-    public var clientCertificate: (certificate: String, key: String)? {
-        get { clientCertificateFile.map { ($0, clientKeyFile ?? "") } }
-        set { clientCertificateFile = newValue?.certificate; clientKeyFile = newValue?.key }
-    }
-    private var clientCertificateFile: String?
-    private var clientKeyFile: String?
+    public var clientCertificate: ClientCertificateFiles?
     /// Seconds one export may take, connect included (`timeout`, default 10 s).
     public var timeout: Double = 10
     /// Probability that a request starting a new trace is sampled (`sample_ratio`, 0...1).
