@@ -208,6 +208,13 @@ public final class RedisClient: @unchecked Sendable {
 
     // MARK: Connection
 
+    /// Whether the connection is down now (its last reported state): a command sent now
+    /// fails at once, unsent. On `loop.queue`.
+    var isDown: Bool {
+        if case .disconnected = supervisor.reported { return true }
+        return false
+    }
+
     private func withConnection(timeout: Double?, _ run: @escaping (Result<RedisConnection, RedisError>) -> Void) {
         if isShutdown { return run(.failure(.shutdown)) }
         if let conn = supervisor.connection { return run(.success(conn)) }

@@ -119,3 +119,86 @@ import Testing
         }
     }
 }
+
+extension ClusterFailoverEndToEndTests {
+    /// Each user's 4 requests, every user's at once on one multiplexed h2c connection (so an
+    /// event loop reads many users' requests in one pass and charges them together, one script
+    /// call per master): the statuses by user, in `users`' order.
+    static func burst(_ gateway: GatewayProcess, _ users: [(sub: String, header: String)], each: Int = 4) -> [[String]] {
+        var arguments = ["-s", "--http2-prior-knowledge", "--parallel", "--parallel-immediate", "--parallel-max", "100", "--max-time", "20"]
+        for (index, user) in users.enumerated() {
+            for request in 0..<each {
+                if index + request > 0 { arguments.append("--next") }
+                arguments += ["-H", user.header, "-o", "/dev/null", "-w", "%{http_code} %{url}\n", "\(gateway.url)/api/\(user.sub)/\(request)"]
+            }
+        }
+        let (_, out, _) = E2E.run("/usr/bin/curl", arguments)
+        var byUser: [String: [String]] = [:]
+        for line in out.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, let path = parts[1].split(separator: "/api/").last?.split(separator: "/").first else { continue }
+            byUser[String(path), default: []].append(String(parts[0]))
+        }
+        return users.map { (byUser[$0.sub] ?? []).sorted() }
+    }
+
+    /// #36: a shard's primary killed on a real 6-node cluster; once the cluster recovered,
+    /// every user's limit holds exactly again on every master, the promoted replica's too
+    /// (the gateway's calls, grouped by master, follow the new slot map), and users counted
+    /// on the surviving masters before the kill are still refused.
+    @Test func everyUsersLimitHoldsOnEveryMasterAfterAShardsFailover() throws {
+        let cluster = try RedisCluster()
+        let upstream = try EchoUpstream()
+        let seeds = cluster.nodes.map { "\"127.0.0.1:\($0.port)\"" }.joined(separator: ", ")
+        let config = """
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        store: {cluster: {nodes: [\(seeds)]}}
+        rate_limits:
+          - {name: per-user, key: user, rate: 3/m, burst: 3}
+        """
+        let gateway = try GatewayProcess(config, adminToken: Self.token, listen: "  - {address: \"127.0.0.1:PORT\", h2c: true}")
+        func users(_ prefix: String, _ count: Int) throws -> [(sub: String, header: String)] {
+            let headers = try gateway.mint(["--provider", "app", "--sub", prefix, "--count", "\(count)"]).split(separator: "\n").map(String.init)
+            return headers.enumerated().map { ("\(prefix)\($0.offset + 1)", $0.element) }
+        }
+        func master(_ sub: String) -> UInt16? { cluster.master(ofKey: "portcullis:ratelimit:per-user:u:\(sub)")?.port }
+        let exact = ["200", "200", "200", "429"]
+
+        let before = try users("before", 12)
+        let masters = before.map { master($0.sub) }
+        #expect(Set(masters.compactMap { $0 }).count == 3, "the users' keys span every master")
+        let first = Self.burst(gateway, before)
+        #expect(first.allSatisfy { $0 == exact }, "\(first)")
+
+        let victim = try #require(cluster.nodes.first { $0.port == masters[0] })
+        let victimPort = victim.port
+        let others = cluster.nodes.filter { $0.port != victimPort }
+        victim.stop()
+        #expect(waitUntil(30) { others.allSatisfy { $0.cli(["CLUSTER", "INFO"]).contains("cluster_state:ok") } }, "the cluster recovered")
+        #expect(waitUntil(30) { master(before[0].sub).map { $0 != victimPort } ?? false }, "a replica took the slot")
+
+        // The gateway decides on every master again: a probe user per master is refused
+        // once its budget is spent (a request Redis could not decide is let through, uncounted).
+        let probes = try users("probe", 30)
+        let live = Set(cluster.nodes.filter { $0.port != victimPort && $0.cli(["ROLE"]).hasPrefix("master") }.map(\.port))
+        #expect(live.count == 3)
+        for port in live {
+            let probe = try #require(probes.first { master($0.sub) == port })
+            #expect(waitUntil(20) { E2E.curl(["-H", probe.header, "\(gateway.url)/api/probe"]).status == 429 }, "master \(port) decides again")
+        }
+
+        let after = try users("after", 12)
+        #expect(Set(after.compactMap { master($0.sub) }).count == 3)
+        let second = Self.burst(gateway, after)
+        #expect(second.allSatisfy { $0 == exact }, "\(second)")
+        // Users counted on the masters that stayed are still refused.
+        for (user, port) in zip(before, masters) where port != victimPort {
+            #expect(E2E.curl(["-H", user.header, "\(gateway.url)/api/again"]).status == 429, "\(user.sub)")
+        }
+    }
+}

@@ -132,6 +132,20 @@ public final class RedisClusterClient: @unchecked Sendable {
                 client = self.client(for: address)
                 masterClients[index] = client
             }
+            if client.isDown, hops == 0 {
+                // The master's connection is down (its node may have failed over since the map
+                // was read): read the map again and send where it says then, once. Nothing was
+                // sent, so nothing can run twice; a map that still names this node sends it there
+                // and fails as before.
+                waitingForMap.append { [self] result in
+                    switch result {
+                    case .failure(let error): completion(.failure(error))
+                    case .success: route(arguments, slot: slot, timeout: timeout, hops: 1, asking: nil, completion: completion)
+                    }
+                }
+                if !refreshing { refreshTopology() }
+                return
+            }
         } else {
             waitingForMap.append { [self] result in
                 switch result {
