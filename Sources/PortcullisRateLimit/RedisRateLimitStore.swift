@@ -51,25 +51,10 @@ public final class RedisRateLimitStore: Sendable {
     /// microseconds (2 per key). Returns 3 integers per key: allowed (1/0), microseconds the
     /// budget is spent ahead (allowed) or until whole (refused), microseconds until a retry
     /// (0 when allowed). With one key, exactly the reply of a single GCRA step.
-    static let script = """
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    local out = {}
-    for i = 1, #KEYS do
-      local interval = tonumber(ARGV[2 * i - 1])
-      local tolerance = tonumber(ARGV[2 * i])
-      local tat = tonumber(redis.call('GET', KEYS[i])) or now
-      if tat < now then tat = now end
-      local ahead = tat + interval - now
-      if ahead > tolerance then
-        out[#out + 1] = 0; out[#out + 1] = tat - now; out[#out + 1] = ahead - tolerance
-      else
-        redis.call('SET', KEYS[i], string.format('%d', tat + interval), 'PX', math.max(1, math.ceil(ahead / 1000)))
-        out[#out + 1] = 1; out[#out + 1] = ahead; out[#out + 1] = 0
-      end
-    end
-    return out
-    """
+    static let script = gcra(keys: """
+    local keys = KEYS
+    local base = 0
+    """)
 
     /// `clients[i]` serves requests of the loop with index `i` (at least one client).
     public init(clients: [any RedisKeyedPipelining], logger: Logger, timeout: Double = 0.5, maxKeys: Int = 100_000) {
@@ -103,38 +88,47 @@ public final class RedisRateLimitStore: Sendable {
     /// `script` for keys of several slots on one cluster master (one call per master instead of
     /// one per slot): Redis 7's `allow-cross-slot-keys` flag lets a script touch keys of
     /// several slots of the node it runs on. KEYS: the first key (it routes the call). ARGV:
-    /// the other keys, then each key's interval and tolerance. Every key is read before any is
-    /// written, so a key not served here (the caller's slot map moved) fails the call before
-    /// it changed anything, and the caller can send its keys again, one call per slot. A key
-    /// twice is charged twice, the second after the first, as in `script`.
-    static let clusterScript = """
-    #!lua flags=allow-cross-slot-keys
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    /// the other keys, then each key's interval and tolerance. A key not served here (the
+    /// caller's slot map moved) fails the call before it changed anything (see `gcra`), and
+    /// the caller can send its keys again, one call per slot.
+    static let clusterScript = gcra(flags: "#!lua flags=allow-cross-slot-keys\n", keys: """
     local n = (#ARGV + 1) / 3
     local keys = {KEYS[1]}
     for i = 2, n do keys[i] = ARGV[i - 1] end
-    local stored = {}
-    for i = 1, n do stored[i] = redis.call('GET', keys[i]) end
-    local charged = {}
-    local out = {}
-    for i = 1, n do
-      local key = keys[i]
-      local interval = tonumber(ARGV[n + 2 * i - 2])
-      local tolerance = tonumber(ARGV[n + 2 * i - 1])
-      local tat = charged[key] or tonumber(stored[i]) or now
-      if tat < now then tat = now end
-      local ahead = tat + interval - now
-      if ahead > tolerance then
-        out[#out + 1] = 0; out[#out + 1] = tat - now; out[#out + 1] = ahead - tolerance
-      else
-        charged[key] = tat + interval
-        redis.call('SET', key, string.format('%d', tat + interval), 'PX', math.max(1, math.ceil(ahead / 1000)))
-        out[#out + 1] = 1; out[#out + 1] = ahead; out[#out + 1] = 0
-      end
-    end
-    return out
-    """
+    local base = n - 1
+    """)
+
+    /// The GCRA step of both scripts, for `keys` (a Lua array the `keys` preamble sets, with
+    /// `base`: where in ARGV the first key's interval and tolerance follow). Every key is read
+    /// before any is written, so a script that fails on a key fails before it changed
+    /// anything; a key twice is charged twice, the second after the first (`charged`).
+    private static func gcra(flags: String = "", keys: String) -> String {
+        flags + keys + """
+
+        local t = redis.call('TIME')
+        local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        local stored = {}
+        for i = 1, #keys do stored[i] = redis.call('GET', keys[i]) end
+        local charged = {}
+        local out = {}
+        for i = 1, #keys do
+          local key = keys[i]
+          local interval = tonumber(ARGV[base + 2 * i - 1])
+          local tolerance = tonumber(ARGV[base + 2 * i])
+          local tat = charged[key] or tonumber(stored[i]) or now
+          if tat < now then tat = now end
+          local ahead = tat + interval - now
+          if ahead > tolerance then
+            out[#out + 1] = 0; out[#out + 1] = tat - now; out[#out + 1] = ahead - tolerance
+          else
+            charged[key] = tat + interval
+            redis.call('SET', key, string.format('%d', tat + interval), 'PX', math.max(1, math.ceil(ahead / 1000)))
+            out[#out + 1] = 1; out[#out + 1] = ahead; out[#out + 1] = 0
+          end
+        end
+        return out
+        """
+    }
 
     /// The scripts' SHA-1s, for `EVALSHA` (40 bytes on the wire instead of the script; a
     /// server that lost its script cache answers NOSCRIPT and gets `EVAL` once).
