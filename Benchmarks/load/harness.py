@@ -213,7 +213,8 @@ def write_summary(path, script, entries):
     """Append one JSON line per row to PATH (machine-readable, for all.sh and for you):
     {"script", "section", "row" (a stable key: the row names of the script's --only and
     table code), "label", "unit", "rate" (median req/s or handshakes/s; null when the row
-    failed), "cpu_us" (median server CPU µs per request or handshake), "rounds" (the
+    failed), "cpu_us" (median server CPU µs per request or handshake), "store_cpu_us" (the
+    redis-servers' CPU per request, for rows whose gateways share Redis; else absent), "rounds" (the
     per-round rates), "p50", "p99" (ms, when measured), "errors", "failed" (the reason,
     or null)}. The medians are the ones the script's own table prints."""
     if not path:
@@ -225,11 +226,14 @@ def write_summary(path, script, entries):
                     "rate": e.get("rate"), "cpu_us": e.get("cpu_us"),
                     "rounds": e.get("rounds", []), "p50": e.get("p50"), "p99": e.get("p99"),
                     "errors": e.get("errors", 0), "failed": e.get("failed")}
+            if e.get("store_cpu_us") is not None:
+                line["store_cpu_us"] = e["store_cpu_us"]
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
 
 
 def table(path, summary_path=None, script="run.sh", section=None):
-    """path: JSON lines {row, label, round, wrk-file, cpu_ticks, hz}."""
+    """path: JSON lines {row, label, round, wrk-file, cpu_ticks, hz[, store_ticks]}: store_ticks,
+    the CPU of the redis-servers the row's gateways share (a column of its own)."""
     runs = {}
     order = []
     with open(path) as f:
@@ -246,15 +250,19 @@ def table(path, summary_path=None, script="run.sh", section=None):
     for row in order:
         rs = runs[row]
         cpu = []
+        store = []
         for w in rs:
             if w.get("cpu_ticks") is not None and w["requests"] > 0:
                 cpu.append(w["cpu_ticks"] / w["hz"] * 1e6 / w["requests"])
+            if w.get("store_ticks") is not None and w["requests"] > 0:
+                store.append(w["store_ticks"] / w["hz"] * 1e6 / w["requests"])
         summary[row] = {
             "label": rs[0]["label"],
             "rps": med([w["rps"] for w in rs]),
             "p50": med([w["p50"] for w in rs]),
             "p99": med([w["p99"] for w in rs]),
             "cpu": med(cpu) if cpu else None,
+            "store_cpu": med(store) if store else None,
             "rounds": len(rs),
             "rps_all": [w["rps"] for w in rs],
             "errors": sum(w["socket_errors"] + w["non2xx"] for w in rs),
@@ -267,6 +275,10 @@ def table(path, summary_path=None, script="run.sh", section=None):
     sep = "|---|---:|---:|" + ("---:|" if haproxy else "") + "---:|---:|"
     if show_cpu:
         head += " server CPU µs per request |"
+        sep += "---:|"
+    show_store = any(s["store_cpu"] is not None for s in summary.values())
+    if show_store:
+        head += " Redis CPU µs per request |"
         sep += "---:|"
     head += " errors | req/s per round |"
     sep += "---:|---|"
@@ -281,6 +293,8 @@ def table(path, summary_path=None, script="run.sh", section=None):
         line += f"{_fmt(s['p50'], '.2f')} | {_fmt(s['p99'], '.2f')} |"
         if show_cpu:
             line += f" {_fmt(s['cpu'], '.1f')} |"
+        if show_store:
+            line += f" {_fmt(s['store_cpu'], '.1f')} |"
         line += f" {s['errors']} | {', '.join(f'{x:,.0f}' for x in s['rps_all'])} |"
         print(line)
     problems = [t for row in order for t in
@@ -293,7 +307,7 @@ def table(path, summary_path=None, script="run.sh", section=None):
             print(f"- {p}")
     write_summary(summary_path, script, [
         {"section": section, "row": row, "label": summary[row]["label"], "rate": summary[row]["rps"],
-         "cpu_us": summary[row]["cpu"], "rounds": summary[row]["rps_all"], "p50": summary[row]["p50"],
+         "cpu_us": summary[row]["cpu"], "store_cpu_us": summary[row]["store_cpu"], "rounds": summary[row]["rps_all"], "p50": summary[row]["p50"],
          "p99": summary[row]["p99"], "errors": summary[row]["errors"]} for row in order])
 
 

@@ -58,19 +58,20 @@ stop_servers() {
 
 # start_redis_cluster DIR: a local Redis Cluster, 3 masters and 3 replicas on free ports (bus
 # ports free too), joined with `redis-cli --cluster create` and waited for until every node
-# says cluster_state:ok; sets CLUSTER_PORTS and CLUSTER_STORE (a `store:` line with two seeds).
+# says cluster_state:ok; sets CLUSTER_PORTS, CLUSTER_PIDS and CLUSTER_STORE (a `store:` line with
+# two seeds).
 # The nodes stop with the other servers.
 start_redis_cluster() {
     local dir="$1" port bus i ok
     command -v redis-server >/dev/null || { echo "error: redis-server not found (apt-get install redis-server)" >&2; exit 1; }
-    CLUSTER_PORTS=()
+    CLUSTER_PORTS=(); CLUSTER_PIDS=()
     for i in 1 2 3 4 5 6; do
         port="$(free_port)"; bus="$(free_port)"
         mkdir -p "$dir/$port"
         (cd "$dir/$port" && exec redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
             --cluster-config-file nodes.conf --cluster-port "$bus" --cluster-node-timeout 2000 \
             --save "" --appendonly no) > "$dir/$port/out.log" 2>&1 &
-        STARTED_PIDS+=("$!"); CLUSTER_PORTS+=("$port")
+        STARTED_PIDS+=("$!"); CLUSTER_PIDS+=("$!"); CLUSTER_PORTS+=("$port")
     done
     for port in "${CLUSTER_PORTS[@]}"; do
         for _ in $(seq 1 50); do redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
