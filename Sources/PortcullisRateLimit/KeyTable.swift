@@ -6,8 +6,8 @@ struct RuleKey: Hashable {
     let key: RateLimitKey
 }
 
-/// Per-key rate-limit state (the embedded store's TATs, the shared store's standing
-/// refusals): a map split into 16 shards, each behind its own lock held for one lookup and
+/// Per-key rate-limit state (the embedded store's TATs, the shared store's `KeyPicture`):
+/// a map split into 16 shards, each behind its own lock held for one lookup and
 /// update (no I/O under it), and bounded: a shard that is full when a new key comes first
 /// forgets its idle entries (`isIdle`), then, if that was not enough, an eighth of its
 /// entries (counted in `evictions`). Each shard also keeps tallies by rule name, under the
