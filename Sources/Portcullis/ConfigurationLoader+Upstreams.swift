@@ -53,10 +53,8 @@ extension ConfigurationLoader {
             guard url.secure else { throw n.error("ca_file applies to https:// upstreams only") }
             upstream.caFile = try n.caFile()
         }
-        if let pair = try clientCertificate(&node, secure: url.secure, insecure: "client certificates apply to https:// upstreams only") {
-            upstream.clientCertificate = pair.certificate
-            upstream.clientPrivateKey = pair.key
-        }
+        upstream.clientCertificate = try clientCertificate(&node, secure: url.secure,
+                                                           insecure: "client certificates apply to https:// upstreams only")
         if let n = try node.optional("request_headers") {
             for (headerName, valueNode) in try n.entries() {
                 try checkRequestHeaderName(headerName, valueNode)

@@ -178,7 +178,7 @@ extension GatewayConfiguration {
             for pair in listen.tls?.certificates ?? [] { files += [pair.certificate, pair.privateKey] }
         }
         for upstream in proxy.upstreams {
-            files += [upstream.clientCertificate, upstream.clientPrivateKey, upstream.caFile].compactMap { $0 }
+            files += [upstream.clientCertificate?.certificate, upstream.clientCertificate?.key, upstream.caFile].compactMap { $0 }
         }
         return CertificateFiles(files)
     }

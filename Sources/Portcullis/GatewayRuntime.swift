@@ -225,9 +225,6 @@ public final class GatewayRuntime: @unchecked Sendable {
     static func sessionLookup(_ configuration: GatewayConfiguration, assertionKeys: AssertionKeys?) -> SessionLookup? {
         guard let hook = configuration.sessions?.lookup,
               let upstream = configuration.proxy.upstreams.first(where: { $0.name == hook.upstream }) else { return nil }
-        let certificate = upstream.clientCertificate.map {
-            ClientCertificateFiles(certificate: $0, key: upstream.clientPrivateKey ?? $0)
-        }
         let audience = upstream.url.origin
         var assertion: (@Sendable (String, String) -> (header: String, token: String)?)?
         if let keys = assertionKeys {
@@ -235,7 +232,7 @@ public final class GatewayRuntime: @unchecked Sendable {
                 keys.lookupAssertion(audience: audience, provider: provider, subject: subject, now: WallClock.nowSeconds())
             }
         }
-        return SessionLookup(url: upstream.url.origin + hook.path, caFile: upstream.caFile, clientCertificate: certificate,
+        return SessionLookup(url: upstream.url.origin + hook.path, caFile: upstream.caFile, clientCertificate: upstream.clientCertificate,
                              headers: upstream.requestHeaders.map { ($0.name, $0.value) },
                              timeout: hook.timeout, loop: EventLoop(index: -6), assertion: assertion)
     }

@@ -56,35 +56,6 @@ public final class RedisRateLimitStore: Sendable {
     local base = 0
     """)
 
-    /// `clients[i]` serves requests of the loop with index `i` (at least one client).
-    public init(clients: [any RedisKeyedPipelining], logger: Logger, timeout: Double = 0.5, maxKeys: Int = 100_000) {
-        precondition(!clients.isEmpty)
-        self.clients = clients
-        self.logger = logger
-        self.timeout = timeout
-        picture = KeyPicture(maxKeys: maxKeys)
-        batches = clients.indices.map { LoopBatch(clientIndex: $0) }
-        for batch in batches { batch.store = self }
-    }
-
-    /// A request's way in (see `KeyPicture`): refused at once by a refusal Redis gave that
-    /// still stands (counted as limited); admitted ahead when `mayGoAhead` and every rule's
-    /// key has headroom here, its charges sent to Redis without waiting (`loop`: as for
-    /// `decide`); else `.ask`: the caller asks Redis with `decide` and waits.
-    public func admit(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loop: EventLoop? = nil, mayGoAhead: Bool = true,
-                      now: Int64 = EmbeddedRateLimitStore.now()) -> RateLimitAdmission {
-        switch picture.admit(checks, mayGoAhead: mayGoAhead, now: now) {
-        case .refused(let index, let decision):
-            state.withLock { $0.counts[checks[index].rule.name, default: .init()].limited += 1 }
-            return .refused(index: index, decision)
-        case .ahead:
-            decide(checks, loop: loop, ahead: true) { _ in }
-            return .ahead
-        case .ask:
-            return .ask
-        }
-    }
-
     /// `script` for keys of several slots on one cluster master (one call per master instead of
     /// one per slot): Redis 7's `allow-cross-slot-keys` flag lets a script touch keys of
     /// several slots of the node it runs on. KEYS: the first key (it routes the call). ARGV:
@@ -128,6 +99,35 @@ public final class RedisRateLimitStore: Sendable {
         end
         return out
         """
+    }
+
+    /// `clients[i]` serves requests of the loop with index `i` (at least one client).
+    public init(clients: [any RedisKeyedPipelining], logger: Logger, timeout: Double = 0.5, maxKeys: Int = 100_000) {
+        precondition(!clients.isEmpty)
+        self.clients = clients
+        self.logger = logger
+        self.timeout = timeout
+        picture = KeyPicture(maxKeys: maxKeys)
+        batches = clients.indices.map { LoopBatch(clientIndex: $0) }
+        for batch in batches { batch.store = self }
+    }
+
+    /// A request's way in (see `KeyPicture`): refused at once by a refusal Redis gave that
+    /// still stands (counted as limited); admitted ahead when `mayGoAhead` and every rule's
+    /// key has headroom here, its charges sent to Redis without waiting (`loop`: as for
+    /// `decide`); else `.ask`: the caller asks Redis with `decide` and waits.
+    public func admit(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loop: EventLoop? = nil, mayGoAhead: Bool = true,
+                      now: Int64 = EmbeddedRateLimitStore.now()) -> RateLimitAdmission {
+        switch picture.admit(checks, mayGoAhead: mayGoAhead, now: now) {
+        case .refused(let index, let decision):
+            state.withLock { $0.counts[checks[index].rule.name, default: .init()].limited += 1 }
+            return .refused(index: index, decision)
+        case .ahead:
+            decide(checks, loop: loop, ahead: true) { _ in }
+            return .ahead
+        case .ask:
+            return .ask
+        }
     }
 
     /// The scripts' SHA-1s, for `EVALSHA` (40 bytes on the wire instead of the script; a
@@ -191,31 +191,18 @@ public final class RedisRateLimitStore: Sendable {
     /// its replies, in the order of its checks.
     func send(_ charges: [Charge], clientIndex: Int) {
         let client = clients[clientIndex]
-        // Every key of every charge, in order, grouped into calls.
-        var calls: [Call] = []
-        var open: [Int: Int] = [:]  // cluster: master index (or -1 - slot, map unknown) -> open call
+        // Every key of every charge, in order: one server takes them all together; a cluster's
+        // master takes the keys of its slots (by slot while the map is not known here).
+        var items: [Item] = []
+        items.reserveCapacity(charges.count)
         for (c, charge) in charges.enumerated() {
             for (k, check) in charge.checks.enumerated() {
-                let item = Item(charge: c, check: k, key: Self.key(check.rule, check.key))
-                guard client.routesBySlot else {
-                    if let last = calls.indices.last, calls[last].items.count < Self.maxKeysPerCall {
-                        calls[last].items.append(item)
-                    } else {
-                        calls.append(Call(items: [item], slot: -1))
-                    }
-                    continue
-                }
-                let slot = HashSlot.of(item.key)
-                let group = client.master(ofSlot: slot) ?? (-1 - slot)
-                if let index = open[group], calls[index].items.count < Self.maxKeysPerCall {
-                    calls[index].items.append(item)
-                    if calls[index].slot != slot { calls[index].spansSlots = true }
-                } else {
-                    open[group] = calls.count
-                    calls.append(Call(items: [item], slot: slot))
-                }
+                items.append(Item(charge: c, check: k, key: Self.key(check.rule, check.key)))
             }
         }
+        let calls = client.routesBySlot
+            ? Self.calls(items) { slot in client.master(ofSlot: slot) ?? (-1 - slot) }
+            : Self.calls(items, slotted: false) { _ in 0 }
         guard !calls.isEmpty else {
             for charge in charges { finish(charge, [], failure: nil) }
             return
@@ -228,12 +215,31 @@ public final class RedisRateLimitStore: Sendable {
         let charge: Int, check: Int, key: String
     }
 
-    /// One script call: its keys, in order; the slot of its first; whether others lie in other
-    /// slots (on a cluster, keys of one master: `clusterScript`).
+    /// One script call: its keys, in order; whether they lie in several slots (on a cluster,
+    /// keys of one master: `clusterScript`).
     struct Call: Sendable {
         var items: [Item]
-        let slot: Int
         var spansSlots = false
+    }
+
+    /// `items` as calls of at most `maxKeysPerCall` keys, in order, those of one `group` (of
+    /// their slot) together; `slotted`: keys have slots (a cluster), so a call whose keys lie
+    /// in several is marked.
+    static func calls(_ items: [Item], slotted: Bool = true, group: (_ slot: Int) -> Int) -> [Call] {
+        var calls: [Call] = []
+        var open: [Int: (call: Int, slot: Int)] = [:]  // group -> open call, and its first key's slot
+        for item in items {
+            let slot = slotted ? HashSlot.of(item.key) : 0
+            let key = group(slot)
+            if let (index, first) = open[key], calls[index].items.count < maxKeysPerCall {
+                calls[index].items.append(item)
+                if first != slot { calls[index].spansSlots = true }
+            } else {
+                open[key] = (calls.count, slot)
+                calls.append(Call(items: [item]))
+            }
+        }
+        return calls
     }
 
     /// Sends `calls` and hands `done` every call with its reply. A server without the script
@@ -254,16 +260,7 @@ public final class RedisRateLimitStore: Sendable {
                 let refused = calls.indices.filter { calls[$0].spansSlots && Self.isRefusal(replies[$0]) }
                 guard !refused.isEmpty else { return done(calls, replies) }
                 let kept = calls.indices.filter { !refused.contains($0) }
-                var again: [Call] = []
-                for index in refused {
-                    var bySlot: [Int: Int] = [:]
-                    for item in calls[index].items {
-                        let slot = HashSlot.of(item.key)
-                        if let open = bySlot[slot] { again[open].items.append(item); continue }
-                        bySlot[slot] = again.count
-                        again.append(Call(items: [item], slot: slot))
-                    }
-                }
+                let again = Self.calls(refused.flatMap { calls[$0].items }) { slot in slot }
                 run(again, charges, on: client) { retried, answers in
                     done(kept.map { calls[$0] } + retried, kept.map { replies[$0] } + answers)
                 }

@@ -1,5 +1,6 @@
 import PortcullisHTTP
 import PortcullisIO
+import PortcullisTLS
 
 /// Whether a route needs a verified credential.
 public enum AuthMode: String, Sendable, CaseIterable {
@@ -72,8 +73,7 @@ public struct UpstreamConfiguration: Sendable, Equatable {
     public var requestHeaders: [SecretHeader] = []
     /// A client certificate (PEM chain) and its key for an `https://` upstream that
     /// checks client certificates (mutual TLS); reloaded on SIGHUP.
-    public var clientCertificate: String?
-    public var clientPrivateKey: String?
+    public var clientCertificate: ClientCertificateFiles?
     public init(name: String, url: UpstreamURL, maxConnections: Int = 256, maxPending: Int = 1024,
                 connectTimeout: Double = 2, responseTimeout: Double = 30, idleTimeout: Double = 60) {
         self.name = name

@@ -48,8 +48,8 @@ public final class UpstreamTarget: @unchecked Sendable {
 
     private static func makeTLSContext(_ configuration: UpstreamConfiguration) throws(TLSFileError) -> TLSClientContext {
         var certificate: TLSCertificate?
-        if let file = configuration.clientCertificate, let key = configuration.clientPrivateKey {
-            certificate = try TLSCertificate.client(certificateFile: file, keyFile: key)
+        if let pair = configuration.clientCertificate {
+            certificate = try TLSCertificate.client(certificateFile: pair.certificate, keyFile: pair.key)
         }
         return try TLSClientContext(caFile: configuration.caFile, certificate: certificate)
     }
@@ -58,10 +58,10 @@ public final class UpstreamTarget: @unchecked Sendable {
     /// use the new ones; on failure the old context stays and the error names the file.
     /// Nothing to do (nil) for an upstream without a client certificate.
     public func reloadClientCertificate() throws(TLSFileError) -> String? {
-        guard configuration.url.secure, let file = configuration.clientCertificate else { return nil }
+        guard configuration.url.secure, let pair = configuration.clientCertificate else { return nil }
         let context = try Self.makeTLSContext(configuration)
         lock.withLock { tlsContext = context }
-        return file
+        return pair.certificate
     }
 
     /// Resolves a host name now (blocking: call before the loops serve) and then on

@@ -137,24 +137,10 @@ public final class RedisClusterClient: @unchecked Sendable {
                 // was read): read the map again and send where it says then, once. Nothing was
                 // sent, so nothing can run twice; a map that still names this node sends it there
                 // and fails as before.
-                waitingForMap.append { [self] result in
-                    switch result {
-                    case .failure(let error): completion(.failure(error))
-                    case .success: route(arguments, slot: slot, timeout: timeout, hops: 1, asking: nil, completion: completion)
-                    }
-                }
-                if !refreshing { refreshTopology() }
-                return
+                return routeOnNewMap(arguments, slot: slot, timeout: timeout, hops: 1, completion: completion)
             }
         } else {
-            waitingForMap.append { [self] result in
-                switch result {
-                case .failure(let error): completion(.failure(error))
-                case .success: route(arguments, slot: slot, timeout: timeout, hops: hops, asking: nil, completion: completion)
-                }
-            }
-            if !refreshing { refreshTopology() }
-            return
+            return routeOnNewMap(arguments, slot: slot, timeout: timeout, hops: hops, completion: completion)
         }
         let handle: Completion = { [self] result in
             guard case .failure(let error) = result else { return completion(result) }
@@ -187,6 +173,24 @@ public final class RedisClusterClient: @unchecked Sendable {
         client.sendOnLoop(arguments, timeout: timeout, completion: handle)
     }
 
+    /// Routes the command once the slot map has been read (again).
+    private func routeOnNewMap(_ arguments: CommandArguments, slot: Int, timeout: Double?, hops: Int,
+                               completion: @escaping Completion) {
+        whenMapRead { [self] result in
+            switch result {
+            case .failure(let error): completion(.failure(error))
+            case .success: route(arguments, slot: slot, timeout: timeout, hops: hops, asking: nil, completion: completion)
+            }
+        }
+    }
+
+    /// Reads the slot map (again, unless a read is under way) and runs `then` once it is read
+    /// or could not be. On `loop.queue`.
+    private func whenMapRead(_ then: @escaping (Result<Void, RedisError>) -> Void) {
+        waitingForMap.append(then)
+        if !refreshing { refreshTopology() }
+    }
+
     /// `ASKING` then the command on `address`, one after the other on its connection (the
     /// flag lasts one command).
     private func askThenSend(_ arguments: CommandArguments, slot: Int, to address: SocketAddress, timeout: Double?, hops: Int,
@@ -211,14 +215,12 @@ public final class RedisClusterClient: @unchecked Sendable {
         loop.execute { [self] in
             guard !isShutdown else { return completion(.failure(.shutdown)) }
             guard let nodes = cursor.nodes ?? topology.map({ $0.masters.compactMap(address) }) else {
-                waitingForMap.append { [self] result in
+                return whenMapRead { [self] result in
                     switch result {
                     case .failure(let error): completion(.failure(error))
                     case .success: scan(from: cursor, match: pattern, count: count, completion: completion)
                     }
                 }
-                if !refreshing { refreshTopology() }
-                return
             }
             guard cursor.index < nodes.count else { return completion(.success((nil, []))) }
             client(for: nodes[cursor.index]).sendOnLoop(.strings(["SCAN", cursor.cursor, "MATCH", pattern, "COUNT", "\(count)"]),
