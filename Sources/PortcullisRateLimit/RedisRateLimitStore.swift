@@ -122,8 +122,11 @@ public final class RedisRateLimitStore: Sendable {
         case .refused(let index, let decision):
             state.withLock { $0.counts[checks[index].rule.name, default: .init()].limited += 1 }
             return .refused(index: index, decision)
-        case .ahead:
-            decide(checks, loop: loop, ahead: true) { _ in }
+        case .ahead(let units):
+            // Checks a lease paid for send nothing; a request paid for entirely, no charge.
+            if !units.allPrepaid {
+                enqueue(Charge(checks: checks, ahead: true, units: units, admitted: now) { _ in }, loop: loop)
+            }
             return .ahead
         case .ask:
             return .ask
@@ -169,8 +172,11 @@ public final class RedisRateLimitStore: Sendable {
     /// `completion` gets nil).
     public func decide(_ checks: [(rule: RateLimitRule, key: RateLimitKey)], loop: EventLoop? = nil,
                        ahead: Bool = false, completion: @escaping @Sendable ([GCRA.Decision]?) -> Void) {
+        enqueue(Charge(checks: checks, ahead: ahead, completion: completion), loop: loop)
+    }
+
+    private func enqueue(_ charge: Charge, loop: EventLoop?) {
         let index = (loop?.index ?? 0) % clients.count
-        let charge = Charge(checks: checks, ahead: ahead, completion: completion)
         if let loop, loop.inPass {
             let batch = batches[index]
             if batch.pending.isEmpty { loop.atPassEnd(batch) }
@@ -180,11 +186,17 @@ public final class RedisRateLimitStore: Sendable {
         send([charge], clientIndex: index)
     }
 
-    /// One request's charges: its rules' keys, and where their decisions go.
+    /// One request's charges: its rules' keys, and where their decisions go. A request
+    /// admitted ahead (`ahead`, at `admitted`) may charge a lease of several units for a
+    /// check, or nothing for one a lease paid for (`units`; nil: one unit each).
     struct Charge {
         let checks: [(rule: RateLimitRule, key: RateLimitKey)]
         let ahead: Bool
+        var units: LeaseUnits? = nil
+        var admitted: Int64 = 0
         let completion: @Sendable ([GCRA.Decision]?) -> Void
+
+        func units(of check: Int) -> Int64 { units?[check] ?? 1 }
     }
 
     /// Sends `charges` as few script calls (see the type's comment), and gives each charge
@@ -197,7 +209,8 @@ public final class RedisRateLimitStore: Sendable {
         items.reserveCapacity(charges.count)
         for (c, charge) in charges.enumerated() {
             for (k, check) in charge.checks.enumerated() {
-                items.append(Item(charge: c, check: k, key: Self.key(check.rule, check.key)))
+                let units = charge.units(of: k)
+                if units > 0 { items.append(Item(charge: c, check: k, units: units, key: Self.key(check.rule, check.key))) }
             }
         }
         let calls = client.routesBySlot
@@ -210,9 +223,11 @@ public final class RedisRateLimitStore: Sendable {
         run(calls, charges, on: client) { [self] calls, replies in deliver(charges, calls, replies) }
     }
 
-    /// One key of one check of a charge.
+    /// One key of one check of a charge, and the units it charges.
     struct Item: Sendable {
-        let charge: Int, check: Int, key: String
+        let charge: Int, check: Int
+        var units: Int64 = 1
+        let key: String
     }
 
     /// One script call: its keys, in order; whether they lie in several slots (on a cluster,
@@ -285,8 +300,9 @@ public final class RedisRateLimitStore: Sendable {
         arguments.reserveCapacity(3 + 3 * call.items.count)
         for item in call.items { arguments.append(item.key) }
         for item in call.items {
+            // `units` requests at once are one GCRA step of `units` intervals.
             let rule = charges[item.charge].checks[item.check].rule
-            arguments.append(rule.intervalArgument)
+            arguments.append(item.units == 1 ? rule.intervalArgument : String(rule.gcra.interval &* item.units))
             arguments.append(rule.toleranceArgument)
         }
         return (call.items[0].key, arguments, spans ? clusterScript : script)
@@ -338,8 +354,11 @@ public final class RedisRateLimitStore: Sendable {
     /// charge's completion (nil when any check failed).
     private func finish(_ charge: Charge, _ decided: [GCRA.Decision?], failure: String?) {
         let now = EmbeddedRateLimitStore.now()
-        for (check, decision) in zip(charge.checks, decided) {
-            picture.learn(check.rule, key: check.key, decision, reserved: charge.ahead, now: now)
+        for (index, (check, decision)) in zip(charge.checks, decided).enumerated() {
+            let units = charge.units(of: index)
+            guard units > 0 else { continue }  // paid for by a lease: nothing was sent
+            picture.learn(check.rule, key: check.key, decision, reserved: charge.ahead, units: units,
+                          admitted: charge.admitted, now: now)
         }
         // A charge sent ahead was counted when its request was admitted; nobody waits for it.
         if charge.ahead { return charge.completion(nil) }

@@ -275,32 +275,32 @@ extension RedisRateLimitStoreTests {
         let key = RateLimitKey(identity: "k")
         let interval = Self.rule.gcra.interval
         let now: Int64 = 1_000_000_000
-        #expect(cache.admit([(Self.rule, key)], mayGoAhead: true, now: now) != .ahead, "never answered: wait for Redis")
+        #expect(!cache.admit([(Self.rule, key)], mayGoAhead: true, now: now).isAhead, "never answered: wait for Redis")
         // Redis answered: one request spent.
         cache.learn(Self.rule, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 79, resetMicroseconds: interval,
                                                      retryAfterMicroseconds: 0), reserved: false, now: now)
         // Ahead, up to an eighth of the burst (10) unanswered.
         var admitted = 0
-        while cache.admit([(Self.rule, key)], mayGoAhead: true, now: now) == .ahead { admitted += 1 }
+        while cache.admit([(Self.rule, key)], mayGoAhead: true, now: now).isAhead { admitted += 1 }
         #expect(admitted == Int(KeyPicture.maxAhead(Self.rule)))
         // Each answer settles one and replaces the picture: 38 spent leaves less than half.
         cache.learn(Self.rule, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 42, resetMicroseconds: 38 * interval,
                                                      retryAfterMicroseconds: 0), reserved: true, now: now)
-        #expect(cache.admit([(Self.rule, key)], mayGoAhead: true, now: now) != .ahead, "38 spent, 9 unanswered, 1 more: 48 of 80")
+        #expect(!cache.admit([(Self.rule, key)], mayGoAhead: true, now: now).isAhead, "38 spent, 9 unanswered, 1 more: 48 of 80")
         cache.learn(Self.rule, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 60, resetMicroseconds: 20 * interval,
                                                      retryAfterMicroseconds: 0), reserved: true, now: now)
-        #expect(cache.admit([(Self.rule, key)], mayGoAhead: true, now: now) == .ahead, "20 spent, 8 unanswered, 1 more: 29 of 80")
+        #expect(cache.admit([(Self.rule, key)], mayGoAhead: true, now: now).isAhead, "20 spent, 8 unanswered, 1 more: 29 of 80")
         // A small burst never goes ahead.
         let tight = RateLimitRule(name: "tight", routes: nil, key: .user, count: 5, periodSeconds: 60, burst: 5)
         cache.learn(tight, key: key, GCRA.Decision(allowed: true, tat: 0, remaining: 4, resetMicroseconds: tight.gcra.interval,
                                                  retryAfterMicroseconds: 0), reserved: false, now: now)
-        #expect(cache.admit([(tight, key)], mayGoAhead: true, now: now) != .ahead)
+        #expect(!cache.admit([(tight, key)], mayGoAhead: true, now: now).isAhead)
         // No answer (Redis down): no headroom until Redis answers again.
         let other = RateLimitKey(identity: "other")
         cache.learn(Self.rule, key: other, GCRA.Decision(allowed: true, tat: 0, remaining: 79, resetMicroseconds: interval,
                                                        retryAfterMicroseconds: 0), reserved: false, now: now)
         cache.learn(Self.rule, key: other, nil, reserved: false, now: now)
-        #expect(cache.admit([(Self.rule, other)], mayGoAhead: true, now: now) != .ahead)
+        #expect(!cache.admit([(Self.rule, other)], mayGoAhead: true, now: now).isAhead)
     }
 
     /// Standing refusals and headroom share one entry per key: a request with several rules
@@ -322,12 +322,168 @@ extension RedisRateLimitStoreTests {
         #expect(index == 1 && !decision.allowed && decision.retryAfterMicroseconds == 1_999_990 && decision.resetMicroseconds == 2_999_990)
         #expect(picture.tallies()["wide"]?.allowed ?? 0 == 0, "the first rule's reservation was given back")
         var admitted = 0
-        while picture.admit([(wide, key)], mayGoAhead: true, now: now) == .ahead { admitted += 1 }
+        while picture.admit([(wide, key)], mayGoAhead: true, now: now).isAhead { admitted += 1 }
         #expect(admitted == Int(KeyPicture.maxAhead(wide)))
         // With `mayGoAhead` false nothing is reserved, and a refusal still answers.
         #expect(picture.admit([(other, key)], mayGoAhead: false, now: now + 1) != .ask)
         // Past its Retry-After the refusal lapses: the second rule's key is asked again.
         #expect(picture.admit([(other, key)], mayGoAhead: true, now: now + 2_000_001) == .ask)
+    }
+}
+
+/// Leases (`KeyPicture`): a key that keeps coming is charged several requests at once and
+/// the next ones use what was paid; the size follows the demand and the headroom.
+@Suite struct LeaseTests {
+    // 1,000/s with a burst of 512: interval 1 ms, leases up to 32 units, fresh for 64 ms.
+    static let rule = RateLimitRule(name: "busy", routes: nil, key: .user, count: 1000, periodSeconds: 1, burst: 512)
+    static let key = RateLimitKey(identity: "k")
+    static let start: Int64 = 1_000_000_000
+
+    /// The units `admit` charges for one request of `key` (0: paid for), nil when it does not go ahead.
+    static func units(_ picture: KeyPicture, _ rule: RateLimitRule = rule, at now: Int64) -> Int64? {
+        guard case .ahead(let units) = picture.admit([(rule, key)], mayGoAhead: true, now: now) else { return nil }
+        return units[0]
+    }
+
+    /// Redis's answer to a charge of `units` admitted at `admitted`, with `spent` intervals spent after it.
+    static func answer(_ picture: KeyPicture, _ rule: RateLimitRule = rule, units: Int64, admitted: Int64, spent: Int64,
+                       allowed: Bool = true, at now: Int64) {
+        let interval = rule.gcra.interval
+        let decision = allowed
+            ? GCRA.Decision(allowed: true, tat: 0, remaining: 0, resetMicroseconds: spent * interval, retryAfterMicroseconds: 0)
+            : GCRA.Decision(allowed: false, tat: 0, remaining: 0, resetMicroseconds: spent * interval, retryAfterMicroseconds: interval)
+        picture.learn(rule, key: key, decision, reserved: true, units: units, admitted: admitted, now: now)
+    }
+
+    @Test func aLeaseDoublesWhileItsUnitsAreUsedAndThoseSendNothing() {
+        let picture = KeyPicture()
+        let now = Self.start
+        #expect(KeyPicture.maxLease(Self.rule) == 32 && KeyPicture.leaseLifetime(Self.rule) == 64_000)
+        picture.learn(Self.rule, key: Self.key, GCRA.Decision(allowed: true, tat: 0, remaining: 511, resetMicroseconds: 1000,
+                                                              retryAfterMicroseconds: 0), reserved: false, now: now)
+        #expect(Self.units(picture, at: now) == 1, "no lease answered yet: one unit")
+        Self.answer(picture, units: 1, admitted: now, spent: 2, at: now + 100)
+        // Used up while fresh: the next lease is twice as big; while it is in flight, single units.
+        #expect(Self.units(picture, at: now + 200) == 2)
+        #expect(Self.units(picture, at: now + 210) == 1, "one lease in flight at a time")
+        Self.answer(picture, units: 2, admitted: now + 200, spent: 4, at: now + 300)
+        Self.answer(picture, units: 1, admitted: now + 210, spent: 5, at: now + 310)
+        #expect(Self.units(picture, at: now + 400) == 0, "the lease's second unit is paid for")
+        #expect(Self.units(picture, at: now + 500) == 4)
+        Self.answer(picture, units: 4, admitted: now + 500, spent: 9, at: now + 600)
+        #expect((0..<3).map { Self.units(picture, at: now + 700 + $0) } == [0, 0, 0])
+        #expect(Self.units(picture, at: now + 800) == 8)
+        // Every request was tallied as allowed here (requests, not units): 5 charged, 4 paid for.
+        #expect(picture.tallies()["busy"]?.allowed == 9)
+    }
+
+    @Test func unitsLapseAfterTheLifetimeAndTheNextLeaseIsSmaller() {
+        let picture = KeyPicture()
+        let now = Self.start
+        picture.learn(Self.rule, key: Self.key, GCRA.Decision(allowed: true, tat: 0, remaining: 511, resetMicroseconds: 1000,
+                                                              retryAfterMicroseconds: 0), reserved: false, now: now)
+        var size: Int64 = 1, t = now
+        // Grow to 8 units, each lease used up at once.
+        while size < 8 {
+            #expect(Self.units(picture, at: t) == size)
+            Self.answer(picture, units: size, admitted: t, spent: 2 * size, at: t + 10)
+            for _ in 1..<size { #expect(Self.units(picture, at: t + 20) == 0) }
+            size *= 2
+            t += 100
+        }
+        #expect(Self.units(picture, at: t) == 8)
+        Self.answer(picture, units: 8, admitted: t, spent: 16, at: t + 10)
+        #expect(Self.units(picture, at: t + 20) == 0)
+        // Six units left when the lifetime ends: they are not used, and the next lease halves.
+        let late = t + KeyPicture.leaseLifetime(Self.rule)
+        #expect(Self.units(picture, at: late) == 4, "lapsed: 8 halved, no paid unit used")
+        Self.answer(picture, units: 4, admitted: late, spent: 4, allowed: false, at: late + 10)
+        #expect(Self.units(picture, at: late + 20) == nil, "a refused lease leaves a standing refusal")
+        #expect(Self.units(picture, at: late + 20 + Self.rule.gcra.interval) == 1, "and the lease starts over at 1")
+    }
+
+    @Test func headroomSmallBurstsAndOtherChecksLimitLeases() {
+        // A lease never takes the key past half its burst: 250 of 512 spent leaves room for 6.
+        let picture = KeyPicture()
+        let now = Self.start
+        picture.learn(Self.rule, key: Self.key, GCRA.Decision(allowed: true, tat: 0, remaining: 0, resetMicroseconds: 1000,
+                                                              retryAfterMicroseconds: 0), reserved: false, now: now)
+        var t = now
+        for size: Int64 in [1, 2, 4, 8] {
+            #expect(Self.units(picture, at: t) == size)
+            Self.answer(picture, units: size, admitted: t, spent: size == 8 ? 250 : 2 * size, at: t + 10)
+            for _ in 1..<size { #expect(Self.units(picture, at: t + 20) == 0) }
+            t += 100
+        }
+        #expect(Self.units(picture, at: t) == 1, "16 units would pass half the burst: one")
+        // A burst under 32 never leases.
+        let small = RateLimitRule(name: "small", routes: nil, key: .user, count: 1000, periodSeconds: 1, burst: 31)
+        #expect(KeyPicture.maxLease(small) == 1)
+        picture.learn(small, key: Self.key, GCRA.Decision(allowed: true, tat: 0, remaining: 30, resetMicroseconds: 1000,
+                                                          retryAfterMicroseconds: 0), reserved: false, now: now)
+        for step in 0..<3 {
+            let at = now + Int64(step) * 100
+            #expect(Self.units(picture, small, at: at) == 1)
+            Self.answer(picture, small, units: 1, admitted: at, spent: 1, at: at + 10)
+        }
+        // A paid unit a request did not use (its other check has to wait) is given back.
+        let unknown = RateLimitRule(name: "unknown", routes: nil, key: .user, count: 1000, periodSeconds: 1, burst: 512)
+        let fresh = KeyPicture()
+        fresh.learn(Self.rule, key: Self.key, GCRA.Decision(allowed: true, tat: 0, remaining: 511, resetMicroseconds: 1000,
+                                                            retryAfterMicroseconds: 0), reserved: false, now: now)
+        #expect(Self.units(fresh, at: now) == 1)
+        Self.answer(fresh, units: 1, admitted: now, spent: 2, at: now + 10)
+        #expect(Self.units(fresh, at: now + 20) == 2)
+        Self.answer(fresh, units: 2, admitted: now + 20, spent: 4, at: now + 30)
+        #expect(fresh.admit([(Self.rule, Self.key), (unknown, Self.key)], mayGoAhead: true, now: now + 40) == .ask)
+        #expect(Self.units(fresh, at: now + 50) == 0, "the paid unit is still there")
+        #expect(fresh.tallies()["busy"]?.allowed == 3, "three requests; the one given back is not counted")
+    }
+}
+
+/// Leases against a real redis-server: Redis is charged before a paid unit is used (its
+/// count never falls below what was admitted), with far fewer script calls than requests.
+@Suite(.serialized) struct LeaseRedisTests {
+    @Test func everyAdmittedRequestIsInRedisAndMostSendNothing() throws {
+        let server = try RedisProcess()
+        let client = try RedisRateLimitStoreTests.client(server.port)
+        let store = RedisRateLimitStore(clients: [client], logger: Logger(label: "lease"))
+        // One round trip on the store's connection: the answers to the charges sent before it
+        // have been read (and the picture told) when it returns.
+        func settle() {
+            let done = DispatchSemaphore(value: 0)
+            client.pipeline(keyed: [(key: "settle", arguments: ["PING"])], timeout: 5) { _ in done.signal() }
+            _ = done.wait(timeout: .now() + 10)
+        }
+        // One request per 36 s, a burst of 1,024: leases up to 64, fresh for 10 s.
+        let rule = RateLimitRule(name: "lease", routes: nil, key: .user, count: 100, periodSeconds: 3600, burst: 1024)
+        let alice = RateLimitKey(identity: "alice")
+        var admitted = 0
+        for _ in 0..<300 {
+            switch store.admit([(rule, alice)]) {
+            case .ahead: admitted += 1; settle()
+            case .refused: Issue.record("refused far from the limit")
+            case .ask:
+                // Waits: the charges sent before it (same connection) have their answers too.
+                if try RedisRateLimitStoreTests.decide(store, [(rule, alice)])?.first?.allowed == true { admitted += 1 }
+            }
+        }
+        _ = try RedisRateLimitStoreTests.decide(store, [(rule, RateLimitKey(identity: "flush"))])
+        #expect(admitted == 300)
+        // Redis's TAT for alice: how many intervals it was charged.
+        let key = RedisRateLimitStore.key(rule: "lease", alice)
+        let tat = try #require(Int64(server.cli(["GET", key]).trimmingCharacters(in: .whitespacesAndNewlines)))
+        let time = server.cli(["TIME"]).split(whereSeparator: \.isNewline).compactMap { Int64($0) }
+        let now = time[0] * 1_000_000 + time[1]
+        let charged = (tat - now + rule.gcra.interval - 1) / rule.gcra.interval
+        let stats = server.cli(["INFO", "commandstats"]).split(whereSeparator: \.isNewline)
+        let calls = stats.first { $0.hasPrefix("cmdstat_evalsha:") }?.split(separator: ",").first?.split(separator: "=").last
+            .flatMap { Int($0) } ?? 0
+        print("300 requests of one key: \(charged) units charged in \(calls) script calls")
+        #expect(charged >= 300, "Redis was told less than what was admitted: \(charged)")
+        #expect(charged <= 300 + KeyPicture.maxLease(rule), "at most one lease unused: \(charged)")
+        // Leases of 1, 2, 4, …, 64 units, then 64 each: about a dozen calls (and the first one's NOSCRIPT).
+        #expect(calls <= 20, "\(calls) script calls for 300 requests")
     }
 }
 
@@ -351,35 +507,46 @@ extension HeadroomTests {
         #expect(third.allowed && third.remaining == 13, "\(third)")
         // Two instances, 200 requests each at once from two threads: at most the burst plus
         // two eighths of it in all (no refill within the test: one request per 225 s).
-        let bob = RateLimitKey(identity: "bob")
+        let total = Self.hammer(a, b, rule, RateLimitKey(identity: "bob"))
+        print("two instances, one key, burst 16: \(total) admitted")
+        #expect(total >= 16 && total <= 16 + 2 * Int(KeyPicture.maxAhead(rule)), "\(total)")
+        // With leases (a burst of 128: up to 8 units at once): paid units are counted before
+        // they are used, so the bound is the same; a lease Redis refused near the limit may
+        // leave fewer than its units unspent.
+        let wide = RateLimitRule(name: "wide", routes: nil, key: .user, count: 128, periodSeconds: 3600, burst: 128)
+        #expect(try RedisRateLimitStoreTests.decide(a, [(wide, alice)])?.first?.allowed == true)
+        #expect(try RedisRateLimitStoreTests.decide(b, [(wide, alice)])?.first?.allowed == true)
+        let leased = Self.hammer(a, b, wide, alice)
+        print("two instances, one key, burst 128: \(leased + 2) admitted")
+        let maxLease = Int(KeyPicture.maxLease(wide)), maxAhead = Int(KeyPicture.maxAhead(wide))
+        #expect(leased + 2 >= 128 - maxLease && leased + 2 <= 128 + 2 * maxAhead, "\(leased + 2)")
+    }
+
+    /// 200 requests of `key` from each of two instances at once (two threads, one waiting
+    /// request at a time per thread, as a connection would): how many were admitted.
+    static func hammer(_ a: RedisRateLimitStore, _ b: RedisRateLimitStore, _ rule: RateLimitRule, _ key: RateLimitKey) -> Int {
         let passed = Locked<Int>(0)
         let group = DispatchGroup()
         for store in [a, b] {
             group.enter()
             DispatchQueue.global().async {
                 let done = DispatchSemaphore(value: 0)
-                let pending = Locked<Int>(0)
                 for _ in 0..<200 {
-                    switch store.admit([(rule, bob)]) {
+                    switch store.admit([(rule, key)]) {
                     case .refused: continue
                     case .ahead: passed.update { $0 += 1 }; continue
                     case .ask: break
                     }
-                    pending.update { $0 += 1 }
-                    store.decide([(rule, bob)]) { decisions in
+                    store.decide([(rule, key)]) { decisions in
                         if decisions?.first?.allowed == true { passed.update { $0 += 1 } }
-                        pending.update { $0 -= 1 }
                         done.signal()
                     }
-                    // One waiting request at a time per thread, as a connection would.
                     _ = done.wait(timeout: .now() + 5)
                 }
                 group.leave()
             }
         }
         #expect(group.wait(timeout: .now() + 60) == .success)
-        let total = passed.get()
-        print("two instances, one key, burst 16: \(total) admitted")
-        #expect(total >= 16 && total <= 16 + 2 * Int(KeyPicture.maxAhead(rule)), "\(total)")
+        return passed.get()
     }
 }
