@@ -144,6 +144,55 @@ struct RateLimitEndToEndTests {
         #expect(ttl > 0 && ttl <= 60_000, "\(ttl)")
     }
 
+    /// A rule with a burst wide enough for leases (64: up to 4 requests charged at once, see
+    /// `KeyPicture`), through two real instances and both protocols: the fleet still admits
+    /// within one burst (64 - 4 ... 64 + 2 × 8), every admitted request reached the app, and
+    /// Redis was charged at least every request admitted — with fewer script calls than
+    /// requests on one server (the leases' units went without any).
+    @Test(arguments: ["redis", "cluster"])
+    func leasesKeepTheFleetWithinOneBurstAndRedisCountsEveryRequest(_ kind: String) throws {
+        let redis = try SharedRedis(kind)
+        let upstream = try EchoUpstream()
+        let body = """
+        providers:
+          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
+        upstreams:
+          app: {url: "http://127.0.0.1:\(upstream.port)"}
+        routes:
+          - {path: /api, upstream: app, auth: required}
+        \(redis.storeYAML)
+        rate_limits:
+          - {name: per-user, key: user, rate: 64/h, burst: 64}
+        """
+        let listen = "  - {address: \"127.0.0.1:PORT\", h2c: true}"
+        let one = try GatewayProcess(body, adminToken: Self.adminToken, listen: listen)
+        let two = try GatewayProcess(body, adminToken: Self.adminToken, listen: listen)
+        let alice = try one.mint(["--provider", "app", "--sub", "alice"])
+        _ = try upstream.seen()
+        var statuses = Self.statuses("\(one.url)/api/a", count: 30, ["-H", alice]).map { String($0.prefix(3)) }
+        statuses += Self.http2Statuses("\(two.url)/api/b", streams: 30, header: alice)
+        statuses += Self.statuses("\(two.url)/api/c", count: 20, ["-H", alice]).map { String($0.prefix(3)) }
+        statuses += Self.statuses("\(one.url)/api/d", count: 20, ["-H", alice]).map { String($0.prefix(3)) }
+        let admitted = statuses.filter { $0 == "200" }.count
+        #expect(statuses.count == 100 && admitted + statuses.filter { $0 == "429" }.count == 100, "\(statuses)")
+        #expect(admitted >= 60 && admitted <= 80, "\(admitted) admitted: \(statuses)")
+        #expect(try upstream.seen().count == admitted)
+        // Redis's TAT for alice, in intervals (56.25 s each) from now: the units it was charged.
+        let key = "portcullis:ratelimit:per-user:u:alice"
+        let tat = Int64(redis.cli(["GET", key]).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        let time = redis.cli(["TIME"]).split(whereSeparator: \.isNewline).compactMap { Int64($0) }
+        let interval: Int64 = 3_600_000_000 / 64
+        let charged = time.count == 2 ? (tat - (time[0] * 1_000_000 + time[1]) + interval - 1) / interval : -1
+        #expect(charged >= Int64(min(admitted, 64)) && charged <= 64 + 2 * 4, "\(charged) units for \(admitted) admitted")
+        if let server = redis.server {
+            let stats = server.cli(["INFO", "commandstats"]).split(whereSeparator: \.isNewline)
+            let calls = stats.first { $0.hasPrefix("cmdstat_evalsha:") }?.split(separator: ",").first?.split(separator: "=").last
+                .flatMap { Int($0) } ?? 0
+            print("leases, one redis-server: \(admitted) admitted, \(charged) units charged, \(calls) script calls")
+            #expect(calls > 0 && calls < admitted / 2, "\(calls) script calls for \(admitted) admitted")
+        }
+    }
+
     /// With Redis down, `on_unavailable` decides: `allow` forwards (uncounted), `deny`
     /// answers 503 with Retry-After; the change is logged once, and counted.
     @Test func withRedisDownOnUnavailableDecides() throws {
