@@ -39,7 +39,8 @@ pre_step "chaos (debug build)" bash Benchmarks/chaos/run.sh --binary .build/debu
   --seconds "${CHAOS_SECONDS:-30}" --seed "${CHAOS_SEED:-1}"
 # The state checker (a short seed on each topology): every acknowledged revocation, logout and
 # sign-out stays enforced on every instance across reloads, restarts, Redis restarts, Sentinel
-# failovers and Redis Cluster failovers; the standalone run under wrk and h2load traffic.
+# failovers and Redis Cluster failovers, and a fleet-wide rate limit admits within its bound;
+# the standalone run under wrk and h2load traffic.
 pre_step "state checker (redis, under load)" bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis \
   --seconds "${STATE_SECONDS:-25}" --seed "${STATE_SEED:-1}" --load
 pre_step "state checker (sentinel)" bash Benchmarks/chaos/run.sh --state --binary .build/debug/portcullis \

@@ -19,7 +19,10 @@ What one run does (everything on 127.0.0.1, every process it starts is stopped a
     traffic flowing throughout;
   - after every step the history is checked: every acknowledged revocation, logout and sign-out
     is enforced on every instance of its group within --bound seconds (an access token refused,
-    a refresh token refused), and nothing the checker saw refused is ever accepted again.
+    a refresh token refused), and nothing the checker saw refused is ever accepted again;
+  - a rate-limit step sends a fresh user's 100 requests over the live instances of one group:
+    admitted at most the burst plus its documented bound (see `step_ratelimit`), and, when
+    the store answered every charge, at least the burst less one lease per instance.
 
 Exit status: 0 every check held, 1 a promise was broken (printed with the step and instance),
 2 setup error. The last line is "N passed, N failed".
@@ -128,10 +131,13 @@ sessions:
   refresh_token: {{secret: "{r.refresh_secret}", reuse_grace: 2s}}
   require_tls: false
 store: {self.store}
+rate_limits:
+  - {{name: per-user, routes: [/limited], key: user, rate: 30/h, burst: {Run.LIMIT_BURST}}}
 upstreams:
   app: {{url: "http://127.0.0.1:{r.upstream_port}"}}
 routes:
   - {{path: /api, upstream: app, auth: required}}
+  - {{path: /limited, upstream: app, auth: required}}
 """
         if self.extra_route:
             text += "  - {path: /extra, upstream: app, auth: none}\n"
@@ -566,8 +572,52 @@ class Run:
             time.sleep(0.05)
         return "redis restart"
 
+    # A fleet-wide rate limit (#36): /limited lets each user through LIMIT_BURST times at once
+    # (30/h: one more every two minutes, nothing within a step), counted on the group's store.
+    # The bound the README gives: an instance admits at most an eighth of the burst ahead of
+    # Redis's answer (KeyPicture.maxAhead), leased units are charged before they are used, and a
+    # request Redis did not answer is let through under `on_unavailable: allow` (counted as
+    # `unavailable` on /metrics). A lease Redis refused near the limit may leave up to its size
+    # (a sixteenth of the burst) unspent, per instance.
+    LIMIT_BURST = 64
+    LIMIT_AHEAD = LIMIT_BURST // 8
+    LIMIT_LEASE = LIMIT_BURST // 16
+
+    def unavailable_decisions(self, g):
+        """This instance's `unavailable` rate-limit decisions so far (None: /metrics did not answer)."""
+        status, text = request(g.admin, "GET", "/metrics", headers={"authorization": f"Bearer {self.admin_token}"})
+        if status != 200:
+            return None
+        prefix = 'portcullis_rate_limit_decisions_total{rule="per-user",result="unavailable"}'
+        return sum(int(float(line.split()[-1])) for line in text.splitlines() if line.startswith(prefix))
+
+    def step_ratelimit(self):
+        group = self.rng.choice(["redis", "redis", "embedded"])
+        live = self.group(group)
+        if not live:
+            return "rate limit: no live instance"
+        user = f"limited-{self.rng.randrange(1 << 40):x}"
+        now = int(time.time())
+        token = jwt.encode({"sub": user, "iat": now - 5, "exp": now + 3600}, self.app_secret, algorithm="HS256")
+        before = [self.unavailable_decisions(g) for g in live]
+        statuses = []
+        for _ in range(100):
+            g = self.rng.choice(live)
+            statuses.append(request(g.port, "GET", "/limited/x", headers={"authorization": f"Bearer {token}"})[0])
+        after = [self.unavailable_decisions(g) for g in live]
+        admitted = statuses.count(200)
+        known = None not in before and None not in after
+        unanswered = sum(b - a for a, b in zip(before, after)) if known else 0
+        ceiling = self.LIMIT_BURST + len(live) * self.LIMIT_AHEAD + unanswered + 1
+        what = f"rate limit on {'+'.join(g.name for g in live)}: {admitted} of 100 admitted, {unanswered} unanswered"
+        self.check(known and admitted <= ceiling, f"{what}: more than the burst ({self.LIMIT_BURST}) and its bound ({ceiling})")
+        if known and unanswered == 0 and all(s in (200, 429) for s in statuses):
+            floor = self.LIMIT_BURST - len(live) * self.LIMIT_LEASE
+            self.check(admitted >= floor, f"{what}: fewer than the burst allows ({floor})")
+        return what
+
     STEPS = [("revoke", 6), ("exchange", 6), ("refresh", 6), ("logout", 3), ("signout", 2),
-             ("good_reload", 2), ("bad_reload", 2), ("restart", 1), ("redis", 1)]
+             ("good_reload", 2), ("bad_reload", 2), ("restart", 1), ("redis", 1), ("ratelimit", 2)]
 
     def storm(self):
         names = [n for n, w in self.STEPS for _ in range(w)]
