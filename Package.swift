@@ -55,6 +55,8 @@ var package = Package(
         // Redis client on the Dispatch loops (hiredis used only for its RESP reader).
         .target(name: "PortcullisRedis", dependencies: [
             "CHiredis", "PortcullisCore", "PortcullisIO", "PortcullisTLS",
+            // The slot map a process's cluster clients share (`ClusterMapBoard`).
+            .product(name: "Atomics", package: "swift-atomics"),
         ]),
         // Revocation storage: embedded (default) or shared through Redis.
         .target(name: "PortcullisStore", dependencies: [

@@ -199,6 +199,41 @@ import Testing
         #expect(waitUntil(10) { client.loop.queue.sync { client.currentTopology?.master(forSlot: slot)?.port } == to.port })
     }
 
+    /// One `MOVED` updates every loop: the map a client reads after it is taken by the
+    /// process's other clients of the same cluster before their next command
+    /// (`ClusterMapBoard`), so they do not each meet the redirect (counted by the old owner's
+    /// `INFO errorstats`).
+    @Test func aMovedSeenOnOneLoopUpdatesTheOtherLoopsMap() throws {
+        let cluster = try RedisCluster()
+        let key = "board-key"
+        let slot = HashSlot.of(key)
+        let from = Self.node(cluster, port: try Self.owner(cluster, slot: slot))
+        let to = try #require(cluster.nodes.first { $0.port != from.port && $0.cli(["ROLE"]).hasPrefix("master") })
+        let a = try Self.client(cluster, loop: EventLoop(index: 0))
+        let b = try Self.client(cluster, loop: EventLoop(index: 1))
+        defer { a.shutdown(); b.shutdown() }
+        #expect(try Self.send(a, ["GET", key], key: key).get() == .null)
+        #expect(try Self.send(b, ["GET", key], key: key).get() == .null)
+        func movedAnswers() -> Int {
+            let line = from.cli(["INFO", "errorstats"]).split(whereSeparator: \.isNewline).first { $0.hasPrefix("errorstat_MOVED:") }
+            return line.flatMap { Int($0.split(separator: "=").last ?? "") } ?? 0
+        }
+        let before = movedAnswers()
+        // The slot (empty) moves; neither client knows.
+        let toID = to.cli(["CLUSTER", "MYID"])
+        for node in cluster.nodes where node.cli(["ROLE"]).hasPrefix("master") {
+            #expect(node.cli(["CLUSTER", "SETSLOT", "\(slot)", "NODE", toID]) == "OK")
+        }
+        // a meets MOVED, follows it and reads the map again.
+        #expect(try Self.send(a, ["GET", key], key: key).get() == .null)
+        #expect(movedAnswers() == before + 1)
+        #expect(waitUntil(10) { a.loop.queue.sync { a.currentTopology?.master(forSlot: slot)?.port } == to.port })
+        // b takes that map before its next command: it goes to the new owner at once.
+        #expect(try Self.send(b, ["GET", key], key: key).get() == .null)
+        #expect(movedAnswers() == before + 1, "b met the MOVED too")
+        #expect(b.loop.queue.sync { b.currentTopology?.master(forSlot: slot)?.port } == to.port)
+    }
+
     /// `RedisClient` with a `.cluster` topology, as every store uses it: a pipeline's commands
     /// reach their slots' masters and a keyless one (`CLUSTER MYID`, `WAIT`) the node of the
     /// keyed command before it; binary values; a scan offers every key of every master.

@@ -6,7 +6,9 @@ import PortcullisIO
 /// and TLS as configured in `base`).
 ///
 /// - The slot map comes from `CLUSTER SLOTS`, asked of a known node or a seed at start,
-///   after a `MOVED`, and after a node's connection fails (a failover promotes a replica).
+///   after a `MOVED`, and after a node's connection fails (a failover promotes a replica);
+///   a map any client of the process read for the same seeds is taken before the next
+///   command (`ClusterMapBoard`), so one `MOVED` updates every loop.
 /// - `MOVED`: the command goes to the named node at once and the map is refreshed;
 ///   `ASK` (a slot being migrated): `ASKING` then the command, on the named node, once;
 ///   `TRYAGAIN` and `CLUSTERDOWN` (a migration's multi-key moment, a failover in progress):
@@ -28,6 +30,10 @@ public final class RedisClusterClient: @unchecked Sendable {
     public static let maxRedirects = 5
 
     private var topology: ClusterTopology?
+    /// The map this process's clients of the same cluster share, and the generation of it
+    /// this client last took or posted.
+    private let board: ClusterMapBoard
+    private var boardGeneration = 0
     /// For each master of `topology` (same index): its address, parsed once per map, and its
     /// client once a command went there; a command finds its connection by its slot's index,
     /// without formatting or parsing an address (measured: the per-command string work was
@@ -47,6 +53,7 @@ public final class RedisClusterClient: @unchecked Sendable {
         self.seeds = seeds
         self.base = base
         self.loop = loop
+        board = ClusterMapBoard.shared(seeds: seeds)
         LoopMark.mark(loop)
     }
 
@@ -76,7 +83,9 @@ public final class RedisClusterClient: @unchecked Sendable {
     /// The index of the master serving `slot` in the slot map in use; nil off `loop.queue`
     /// (the map is confined to it) or before the map is known.
     public func master(ofSlot slot: Int) -> Int? {
-        guard loop.isCurrent, let topology else { return nil }
+        guard loop.isCurrent else { return nil }
+        takePostedMap()
+        guard let topology else { return nil }
         return topology.masterIndex(forSlot: slot)
     }
 
@@ -116,6 +125,7 @@ public final class RedisClusterClient: @unchecked Sendable {
     private func route(_ arguments: CommandArguments, slot: Int, timeout: Double?, hops: Int, asking: SocketAddress?,
                        completion: @escaping Completion) {
         if isShutdown { return completion(.failure(.shutdown)) }
+        takePostedMap()
         let target: SocketAddress
         let client: RedisClient
         if let asking {
@@ -260,17 +270,9 @@ public final class RedisClusterClient: @unchecked Sendable {
                 guard let map = ClusterTopology(clusterSlots: reply), !map.masters.isEmpty else {
                     return ask(candidates, index: index + 1, lastError: .protocolViolation("CLUSTER SLOTS"))
                 }
-                topology = map
-                masterAddresses = map.masters.map(address)
-                masterClients = Array(repeating: nil, count: map.masters.count)
+                install(map)
+                boardGeneration = board.post(map)
                 refreshing = false
-                let live = Set(masterAddresses.compactMap { $0?.description })
-                let seedNames = Set(seeds.map(\.description))
-                // Connections to nodes that serve nothing now (a demoted master) are closed.
-                for (name, client) in clients where !live.contains(name) && !seedNames.contains(name) {
-                    client.shutdown()
-                    clients[name] = nil
-                }
                 let waiting = waitingForMap
                 waitingForMap = []
                 for run in waiting { run(.success(())) }
@@ -278,6 +280,30 @@ public final class RedisClusterClient: @unchecked Sendable {
                 ask(candidates, index: index + 1, lastError: error)
             }
         }
+    }
+
+    /// Uses `map` from now on (on `loop.queue`).
+    private func install(_ map: ClusterTopology) {
+        topology = map
+        masterAddresses = map.masters.map(address)
+        masterClients = Array(repeating: nil, count: map.masters.count)
+        let live = Set(masterAddresses.compactMap { $0?.description })
+        let seedNames = Set(seeds.map(\.description))
+        // Connections to nodes that serve nothing now (a demoted master) are closed.
+        for (name, client) in clients where !live.contains(name) && !seedNames.contains(name) {
+            client.shutdown()
+            clients[name] = nil
+        }
+    }
+
+    /// Takes the map another client of the process posted since this one last looked (one
+    /// atomic load when nothing changed). On `loop.queue`.
+    @inline(__always)
+    private func takePostedMap() {
+        guard board.generation != boardGeneration else { return }
+        let (generation, map) = board.current()
+        boardGeneration = generation
+        if let map { install(map) }
     }
 
     private func client(for address: SocketAddress) -> RedisClient {
