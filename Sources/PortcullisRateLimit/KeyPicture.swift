@@ -32,8 +32,8 @@
 ///   is never told less than what was admitted: each use is charged before it happens, at
 ///   most `leaseLifetime` earlier, so over any window the fleet admits at most an eighth of
 ///   the burst more than GCRA would at those moments (whatever the number of instances), on
-///   top of the `maxAhead` bound above. Envoy's rate-limit quota service and Doorman assign
-///   quota the same way; this is the same trade, bounded by the rule's own burst.
+///   top of the `maxAhead` bound above. It is the trade quota assignment makes (Envoy's
+///   rate-limit quota service, Google's Doorman), bounded here by the rule's own burst.
 ///
 /// All of it lives in one entry per key, so a request looks its key up once on the way in
 /// (`admit`) and once when Redis answers (`learn`). Bounded as the embedded store is

@@ -107,12 +107,9 @@ struct RateLimitEndToEndTests {
         #expect(E2E.curl(["\(g.url)/other"]).status == 200)
     }
 
-    /// Two instances sharing one Redis (or one Redis Cluster) hold one limit together,
-    /// whichever instance and protocol the requests come on (#36: "the fleet-wide limit held
-    /// within one burst").
-    @Test(arguments: ["redis", "cluster"])
-    func twoInstancesOnOneRedisHoldOneLimitOnBothProtocols(_ kind: String) throws {
-        let redis = try SharedRedis(kind)
+    /// Two instances on `redis` with `rule` as their one rate limit (h2c on), before an echo
+    /// upstream, behind an HS256 provider `app` on the route `/api`.
+    static func fleet(on redis: SharedRedis, rule: String) throws -> (GatewayProcess, GatewayProcess, EchoUpstream) {
         let upstream = try EchoUpstream()
         let body = """
         providers:
@@ -123,11 +120,20 @@ struct RateLimitEndToEndTests {
           - {path: /api, upstream: app, auth: required}
         \(redis.storeYAML)
         rate_limits:
-          - {name: per-user, key: user, rate: 5/m, burst: 5}
+          - \(rule)
         """
         let listen = "  - {address: \"127.0.0.1:PORT\", h2c: true}"
-        let one = try GatewayProcess(body, adminToken: Self.adminToken, listen: listen)
-        let two = try GatewayProcess(body, adminToken: Self.adminToken, listen: listen)
+        return (try GatewayProcess(body, adminToken: Self.adminToken, listen: listen),
+                try GatewayProcess(body, adminToken: Self.adminToken, listen: listen), upstream)
+    }
+
+    /// Two instances sharing one Redis (or one Redis Cluster) hold one limit together,
+    /// whichever instance and protocol the requests come on (#36: "the fleet-wide limit held
+    /// within one burst").
+    @Test(arguments: ["redis", "cluster"])
+    func twoInstancesOnOneRedisHoldOneLimitOnBothProtocols(_ kind: String) throws {
+        let redis = try SharedRedis(kind)
+        let (one, two, upstream) = try Self.fleet(on: redis, rule: "{name: per-user, key: user, rate: 5/m, burst: 5}")
         let alice = try one.mint(["--provider", "app", "--sub", "alice"])
         _ = try upstream.seen()
         let h1 = Self.statuses("\(one.url)/api/a", count: 3, ["-H", alice])
@@ -152,21 +158,7 @@ struct RateLimitEndToEndTests {
     @Test(arguments: ["redis", "cluster"])
     func leasesKeepTheFleetWithinOneBurstAndRedisCountsEveryRequest(_ kind: String) throws {
         let redis = try SharedRedis(kind)
-        let upstream = try EchoUpstream()
-        let body = """
-        providers:
-          - {name: app, type: hs256, secret: "\(AuthFixtures.appSecret)"}
-        upstreams:
-          app: {url: "http://127.0.0.1:\(upstream.port)"}
-        routes:
-          - {path: /api, upstream: app, auth: required}
-        \(redis.storeYAML)
-        rate_limits:
-          - {name: per-user, key: user, rate: 64/h, burst: 64}
-        """
-        let listen = "  - {address: \"127.0.0.1:PORT\", h2c: true}"
-        let one = try GatewayProcess(body, adminToken: Self.adminToken, listen: listen)
-        let two = try GatewayProcess(body, adminToken: Self.adminToken, listen: listen)
+        let (one, two, upstream) = try Self.fleet(on: redis, rule: "{name: per-user, key: user, rate: 64/h, burst: 64}")
         let alice = try one.mint(["--provider", "app", "--sub", "alice"])
         _ = try upstream.seen()
         var statuses = Self.statuses("\(one.url)/api/a", count: 30, ["-H", alice]).map { String($0.prefix(3)) }
@@ -185,9 +177,7 @@ struct RateLimitEndToEndTests {
         let charged = time.count == 2 ? (tat - (time[0] * 1_000_000 + time[1]) + interval - 1) / interval : -1
         #expect(charged >= Int64(min(admitted, 64)) && charged <= 64 + 2 * 4, "\(charged) units for \(admitted) admitted")
         if let server = redis.server {
-            let stats = server.cli(["INFO", "commandstats"]).split(whereSeparator: \.isNewline)
-            let calls = stats.first { $0.hasPrefix("cmdstat_evalsha:") }?.split(separator: ",").first?.split(separator: "=").last
-                .flatMap { Int($0) } ?? 0
+            let calls = server.calls(of: "evalsha")
             print("leases, one redis-server: \(admitted) admitted, \(charged) units charged, \(calls) script calls")
             #expect(calls > 0 && calls < admitted / 2, "\(calls) script calls for \(admitted) admitted")
         }

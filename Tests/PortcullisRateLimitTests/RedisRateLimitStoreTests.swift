@@ -226,12 +226,7 @@ extension RedisRateLimitStoreTests {
         let rule = RateLimitRule(name: "per-user", routes: nil, key: .user, count: 1, periodSeconds: 60, burst: 3)
         func key(_ user: RateLimitKey) -> String { RedisRateLimitStore.key(rule: "per-user", user) }
         func scriptCalls() -> Int {
-            cluster.masterPorts.reduce(0) { sum, port in
-                let stats = cluster.nodes.first { $0.port == port }!.cli(["INFO", "commandstats"])
-                let line = stats.split(whereSeparator: \.isNewline).first { $0.hasPrefix("cmdstat_evalsha:") } ?? ""
-                let calls = line.split(separator: ",").first?.split(separator: "=").last.flatMap { Int($0) } ?? 0
-                return sum + calls
-            }
+            cluster.masterPorts.reduce(0) { sum, port in sum + cluster.nodes.first { $0.port == port }!.calls(of: "evalsha") }
         }
         // The slot map is known (the first call waits for it).
         #expect(try Self.decide(store, [(rule, RateLimitKey(identity: "warm-up"))])?.first?.allowed == true)
@@ -476,9 +471,7 @@ extension RedisRateLimitStoreTests {
         let time = server.cli(["TIME"]).split(whereSeparator: \.isNewline).compactMap { Int64($0) }
         let now = time[0] * 1_000_000 + time[1]
         let charged = (tat - now + rule.gcra.interval - 1) / rule.gcra.interval
-        let stats = server.cli(["INFO", "commandstats"]).split(whereSeparator: \.isNewline)
-        let calls = stats.first { $0.hasPrefix("cmdstat_evalsha:") }?.split(separator: ",").first?.split(separator: "=").last
-            .flatMap { Int($0) } ?? 0
+        let calls = server.calls(of: "evalsha")
         print("300 requests of one key: \(charged) units charged in \(calls) script calls")
         #expect(charged >= 300, "Redis was told less than what was admitted: \(charged)")
         #expect(charged <= 300 + KeyPicture.maxLease(rule), "at most one lease unused: \(charged)")

@@ -87,6 +87,13 @@ public final class RedisProcess: @unchecked Sendable {
 
     /// Runs `redis-cli -p <port> args…` and returns its stdout (trimmed).
     @discardableResult
+    /// How many times this server ran `command` (lowercase, as `INFO commandstats` names it;
+    /// failed calls included).
+    public func calls(of command: String) -> Int {
+        let line = cli(["INFO", "commandstats"]).split(whereSeparator: \.isNewline).first { $0.hasPrefix("cmdstat_\(command):") }
+        return line?.split(separator: ",").first?.split(separator: "=").last.flatMap { Int($0) } ?? 0
+    }
+
     public func cli(_ args: [String]) -> String {
         RedisProcess.capture(["/usr/bin/redis-cli", "-h", "127.0.0.1", "-p", "\(port)"] + cliTLS + args)
     }

@@ -6,14 +6,13 @@ import PortcullisIO
 /// loop's client (and each store's: revocations, sessions, rate limits, the key cache) has
 /// its own connections and its own copy of the map, but a map one of them read — after a
 /// `MOVED`, a failover, at start — is posted here, and every other client takes it before
-/// its next command instead of meeting the same `MOVED` itself (Redis's own clients share
-/// one map per connection pool in the same way). Posting bumps `generation`, which a
-/// client compares with the one it last took: one atomic load per command, the lock only
-/// when something changed.
+/// its next command instead of meeting the same `MOVED` itself. Posting bumps
+/// `generation`, which a client compares with the one it last took: one atomic load per
+/// command, the lock only when something changed.
 ///
 /// Threading: any thread. The registry holds boards weakly: a board lives as long as a
 /// client holds it.
-public final class ClusterMapBoard: Sendable {
+final class ClusterMapBoard: Sendable {
     private let posted = ManagedAtomic<Int>(0)
     private let latest = LockedValue<(generation: Int, map: ClusterTopology?)>((0, nil))
 
