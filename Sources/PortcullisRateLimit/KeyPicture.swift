@@ -136,49 +136,38 @@ final class KeyPicture: Sendable {
         let limit = Self.maxAhead(rule)
         return table.update(RuleKey(rule: rule.name, key: key), isIdle: { $0.isIdle(at: now) }) { entry, tallies in
             guard var found = entry else { return .ask }
+            defer { entry = found }  // what changed below is kept (the table writes the entry back anyway)
             // A unit already paid for is used first, even past a refusal: Redis counted it.
             if reserve, found.prepaid > 0 {
                 if now < found.paidUntil {
                     found.prepaid -= 1
-                    entry = found
                     tallies.add(rule.name, allowed: 1)
                     return .reserved(0)
                 }
                 found.prepaid = 0  // lapsed unused (the next lease is smaller, below)
-                entry = found
             }
             if found.refusedUntil > now {
                 return .refused(GCRA.Decision(allowed: false, tat: 0, remaining: 0, resetMicroseconds: found.whole &- now,
                                               retryAfterMicroseconds: found.refusedUntil &- now))
             }
-            if found.refusedUntil != 0 {  // lapsed
-                found.refusedUntil = 0
-                entry = found
-            }
-            guard reserve, limit > 0 else { return .ask }
-            guard found.unanswered < limit else {
-                entry = found
-                return .ask
-            }
-            // A new lease: bigger when the last one was used up while still fresh, smaller when
-            // it is long gone; one in flight at a time.
-            var units: Int64 = 1
+            if found.refusedUntil != 0 { found.refusedUntil = 0 }  // lapsed
+            guard reserve, limit > 0, found.unanswered < limit else { return .ask }
+            // A new lease (one in flight at a time): bigger when the last one was used up while
+            // still fresh, smaller when it is long gone; its size is kept once it is reserved.
+            var lease = found.lease, units: Int64 = 1
             let maxLease = Self.maxLease(rule)
             if leases, maxLease > 1, found.pendingUnits == found.unanswered {
-                found.lease = now < found.paidUntil ? min(found.lease &* 2, maxLease) : max(1, found.lease / 2)
-                units = found.lease
+                lease = now < found.paidUntil ? min(lease &* 2, maxLease) : max(1, lease / 2)
+                units = lease
             }
             let before = max(found.tat, now) &- now &+ found.pendingUnits &* gcra.interval
             if before &+ units &* gcra.interval > gcra.tolerance / 2 {
                 units = 1
-                guard before &+ gcra.interval <= gcra.tolerance / 2 else {
-                    entry = found
-                    return .ask
-                }
+                guard before &+ gcra.interval <= gcra.tolerance / 2 else { return .ask }
             }
+            found.lease = lease
             found.unanswered += 1
             found.pendingUnits += units
-            entry = found
             // Counted here, under the lock the reservation holds anyway (see `tallies`).
             tallies.add(rule.name, allowed: 1)
             return .reserved(units)

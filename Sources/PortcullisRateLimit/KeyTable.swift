@@ -38,11 +38,13 @@ final class KeyTable<Value>: @unchecked Sendable {
                         _ body: (inout Value?, inout RuleTallies) -> Result) -> Result {
         let shard = shards[Int(UInt(bitPattern: key.hashValue) % UInt(Self.shardCount))]
         return shard.lock.withLock {
+            // Below capacity, the entry is updated in place: one hash and probe per call.
+            guard shard.entries.count >= capacityPerShard else { return body(&shard.entries[key], &shard.tallies) }
             var value = shard.entries[key]
             let existed = value != nil
             let result = body(&value, &shard.tallies)
             if let value {
-                if !existed && shard.entries.count >= capacityPerShard { makeRoom(shard, isIdle: isIdle) }
+                if !existed { makeRoom(shard, isIdle: isIdle) }
                 shard.entries[key] = value
             } else if existed {
                 shard.entries[key] = nil

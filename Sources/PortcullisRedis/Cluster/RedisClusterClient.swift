@@ -303,7 +303,7 @@ public final class RedisClusterClient: @unchecked Sendable {
         guard board.generation != boardGeneration else { return }
         let (generation, map) = board.current()
         boardGeneration = generation
-        if let map { install(map) }
+        if let map, map != topology { install(map) }  // the same map read by another loop changes nothing
     }
 
     private func client(for address: SocketAddress) -> RedisClient {
