@@ -44,7 +44,9 @@ var package = Package(
         // Pure layers: no I/O.
         .target(name: "PortcullisCore"),
         .target(name: "PortcullisHTTP", dependencies: ["PortcullisCore"]),
-        .target(name: "PortcullisAuth", dependencies: ["COpenSSL", "PortcullisCore"]),
+        .target(name: "PortcullisAuth", dependencies: [
+            "COpenSSL", "PortcullisCore", .product(name: "Atomics", package: "swift-atomics"),
+        ]),
 
         // I/O: Dispatch event loops and sockets (plain, or with a record layer such as TLS).
         .target(name: "PortcullisIO", dependencies: [

@@ -111,13 +111,46 @@ public final class CredentialVerifier: Sendable {
     /// hex(SHA-256(raw)). Such calls bypass the verified-token cache.
     public func verifyBearer(_ token: UnsafeRawBufferPointer, providers allowed: Set<String>?, now: Double,
                              appleRawNonce: String?) -> VerificationResult {
+        if appleRawNonce == nil {
+            return verifyBearer(token, providers: allowed, now: now, after: lookUpBearer(token, providers: allowed, now: now))
+        }
+        return verifyUncached(token, allowed: allowed, now: now, appleRawNonce: appleRawNonce, cacheKey: nil)
+    }
+
+    /// A Bearer credential's entry in the verified-token cache, looked up before anything
+    /// else reads the token: a hit means these exact bytes were verified (and, as every
+    /// cached credential, are made of the JOSE compact alphabet only: letters, digits, `-`,
+    /// `_` and `.`), so a caller may skip its own syntax checks of them.
+    public struct BearerLookup {
+        /// The cached identity (a hit), unexpired at the lookup's `now` and from an allowed provider.
+        public let identity: VerifiedIdentity?
+        fileprivate let key: VerifiedTokenCache.Key?
+    }
+
+    /// Looks `token` up in the verified-token cache (one keyed hash of it, one shard lock).
+    @inline(__always)
+    public func lookUpBearer(_ token: UnsafeRawBufferPointer, providers allowed: Set<String>?, now: Double) -> BearerLookup {
+        guard cache.isEnabled, !token.isEmpty, token.count <= maxTokenSize else { return BearerLookup(identity: nil, key: nil) }
+        let key = cache.key(bearer: token)
+        return BearerLookup(identity: cache.lookup(key, now: now, allowed: { isAllowed($0, allowed) }), key: key)
+    }
+
+    /// `verifyBearer(_:providers:now:)` after `lookUpBearer` of the same token, providers and
+    /// time: the hit itself, or the full verification (cached under the lookup's key).
+    public func verifyBearer(_ token: UnsafeRawBufferPointer, providers allowed: Set<String>?, now: Double,
+                             after lookup: BearerLookup) -> VerificationResult {
+        if let identity = lookup.identity { return .verified(identity) }
+        return verifyUncached(token, allowed: allowed, now: now, appleRawNonce: nil, cacheKey: lookup.key)
+    }
+
+    private func verifyUncached(_ token: UnsafeRawBufferPointer, allowed: Set<String>?, now: Double, appleRawNonce: String?,
+                                cacheKey: VerifiedTokenCache.Key?) -> VerificationResult {
         guard !token.isEmpty else { return .failed(AuthFailure(.noCredential)) }
         guard token.count <= maxTokenSize else { return .failed(AuthFailure(.tooLarge)) }
-        let useCache = appleRawNonce == nil && cache.isEnabled
-        let cacheKey = useCache ? cache.key(bearer: token) : nil
-        if let cacheKey, let identity = cache.lookup(cacheKey, now: now, allowed: { isAllowed($0, allowed) }) {
-            return .verified(identity)
-        }
+        // Only a credential of the compact alphabet is cached (see `BearerLookup`): a JWS or
+        // JWE that verified is one, unless a decoder was lenient somewhere; checked here, on
+        // the miss path, so a hit can stand for the syntax check.
+        let cacheKey = cacheKey.flatMap { Self.isCompactAlphabet(token) ? $0 : nil }
         guard let segments = CompactSegments(token) else { return .failed(AuthFailure(.malformed)) }
         if segments.count == 5 { return verifyBearerJWE(token, allowed: allowed, now: now, cacheKey: cacheKey) }
         guard segments.count == 3 else { return .failed(AuthFailure(.malformed)) }
@@ -168,6 +201,17 @@ public final class CredentialVerifier: Sendable {
             }
         }
         return .failed(best ?? AuthFailure(.noMatchingProvider))
+    }
+
+    /// Whether every byte of `token` is a base64url character or `.`.
+    static func isCompactAlphabet(_ token: UnsafeRawBufferPointer) -> Bool {
+        token.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."): return true
+            default: return false
+            }
+        }
     }
 
     /// Convenience for tests and the command line.

@@ -12,6 +12,8 @@ import PortcullisProxy
 /// no credential and stay untouched for the upstream.
 enum PresentedCredential {
     case none
+    /// `Bearer 1*SP` and the rest of the field: the token68 syntax of that rest is not
+    /// checked yet (`isToken68`); a verified-token-cache hit stands for the check.
     case bearer(Range<Int>)
     case cookies(CookieJar)
     case malformed(AuthFailure.Reason)
@@ -56,7 +58,7 @@ enum PresentedCredential {
         if authorizationCount > 1 { return .malformed(.ambiguousCredential) }
         var bearer: Range<Int>?
         if let value = authorization {
-            switch parseBearer(bytes, value) {
+            switch bearerScheme(bytes, value) {
             case .notBearer: break
             case .malformed: return .malformed(.malformedAuthorization)
             case .token(let range): bearer = range
@@ -81,7 +83,9 @@ enum PresentedCredential {
             }
         }
         switch (bearer, jar) {
-        case (.some, .some): return .malformed(.ambiguousCredential)
+        case (.some(let range), .some):
+            let token = UnsafeRawBufferPointer(rebasing: bytes[range])
+            return .malformed(isToken68(token) ? .ambiguousCredential : .malformedAuthorization)
         case (.some(let range), nil): return .bearer(range)
         case (nil, .some(let jar)): return .cookies(jar)
         case (nil, nil): return .none
@@ -92,6 +96,13 @@ enum PresentedCredential {
 
     /// `Bearer 1*SP token68` (RFC 6750 §2.1); the scheme is case-insensitive.
     static func parseBearer(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) -> BearerParse {
+        let parsed = bearerScheme(bytes, value)
+        guard case .token(let range) = parsed else { return parsed }
+        return isToken68(UnsafeRawBufferPointer(rebasing: bytes[range])) ? parsed : .malformed
+    }
+
+    /// `Bearer 1*SP` and a non-empty rest, whose syntax `isToken68` checks.
+    static func bearerScheme(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) -> BearerParse {
         let scheme = "bearer".utf8
         var i = value.lowerBound
         for expected in scheme {
@@ -104,12 +115,15 @@ enum PresentedCredential {
         if i == value.upperBound { return .malformed }  // "Bearer" alone
         guard bytes[i] == 0x20 else { return .notBearer }  // e.g. "Bearerx …": another scheme
         while i < value.upperBound && bytes[i] == 0x20 { i += 1 }
-        let start = i
-        i = token68End(bytes, from: i, to: value.upperBound)
-        // Trailing '=' padding only at the end.
-        while i < value.upperBound && bytes[i] == UInt8(ascii: "=") { i += 1 }
-        guard i == value.upperBound, i > start, bytes[start] != UInt8(ascii: "=") else { return .malformed }
-        return .token(start..<i)
+        guard i < value.upperBound else { return .malformed }
+        return .token(i..<value.upperBound)
+    }
+
+    /// `token68`: token68 characters, then only `=` padding (not all of it).
+    static func isToken68(_ token: UnsafeRawBufferPointer) -> Bool {
+        var i = token68End(token, from: 0, to: token.count)
+        while i < token.count && token[i] == UInt8(ascii: "=") { i += 1 }
+        return i == token.count && i > 0 && token[0] != UInt8(ascii: "=")
     }
 
     /// Where the token68 characters (except '=') that start at `start` end.

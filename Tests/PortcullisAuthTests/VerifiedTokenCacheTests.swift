@@ -25,6 +25,30 @@ import PortcullisCore
         #expect(verifier.verifyBearer(token, now: 1_700_003_600 + 15).reason == .expired)
     }
 
+    /// `lookUpBearer` answers a hit only for bytes verified before, from a provider the
+    /// caller allows, unexpired; `verifyBearer(after:)` then stores under the lookup's key.
+    /// Only credentials of the compact alphabet are ever stored, so a hit stands for a
+    /// syntax check (the gateway skips its token68 scan on one).
+    @Test func aLookupHitsOnlyWhatWasVerifiedAndOnlyCompactCredentialsAreKept() throws {
+        let verifier = try Self.verifier()
+        let token = Array(try Self.token("a").utf8)
+        try token.withUnsafeBytes { bytes in
+            let miss = verifier.lookUpBearer(bytes, providers: nil, now: 1_700_000_100)
+            #expect(miss.identity == nil)
+            let verified = try #require(verifier.verifyBearer(bytes, providers: nil, now: 1_700_000_100, after: miss).identity)
+            #expect(verifier.lookUpBearer(bytes, providers: nil, now: 1_700_000_200).identity == verified)
+            #expect(verifier.lookUpBearer(bytes, providers: ["other"], now: 1_700_000_200).identity == nil)
+            #expect(verifier.lookUpBearer(bytes, providers: ["app"], now: 1_700_003_600 + 15).identity == nil)  // expired
+            #expect(verifier.lookUpBearer(UnsafeRawBufferPointer(rebasing: bytes.dropLast()), providers: nil,
+                                          now: 1_700_000_200).identity == nil)
+        }
+        let compact = Array("eyJhbGciOiJIUzI1NiJ9.e30.abc-_09XYZ".utf8)
+        #expect(compact.withUnsafeBytes { CredentialVerifier.isCompactAlphabet($0) })
+        for other in ["a b", "a=", "a+b", "a/b", "a~", "é", "a\u{0}"] {
+            #expect(!Array(other.utf8).withUnsafeBytes { CredentialVerifier.isCompactAlphabet($0) }, "\(other)")
+        }
+    }
+
     @Test func failuresAreNotCached() throws {
         let verifier = try Self.verifier()
         _ = verifier.verifyBearer(try Self.token("a"), now: 1_800_000_000)

@@ -51,7 +51,7 @@ import Testing
 
         init(_ settings: [(path: String, mode: AuthMode, auth: RouteAuthSettings)],
              identity: IdentitySettings = IdentitySettings(), claimHeaders: [(claim: String, header: String)] = [],
-             assertion: AssertionKeys? = nil) throws {
+             assertion: AssertionKeys? = nil, userIdHeader: String? = nil, sharing shared: CredentialVerifier? = nil) throws {
             var app = ProviderConfiguration(name: "app", kind: .hs256)
             app.secret = EdgeAuthenticatorTests.secret
             app.issuer = "app"
@@ -61,11 +61,12 @@ import Testing
             where !app.forwardedClaims.contains(claim) {
                 app.forwardedClaims.append(claim)
             }
-            let verifier = try CredentialVerifier(providers: [app], keys: [:])
+            let verifier = try shared ?? CredentialVerifier(providers: [app], keys: [:])
             var proxy = ProxyConfiguration(
                 routes: settings.map { RouteConfiguration(pathPrefix: $0.path, upstream: "app", auth: $0.mode) },
                 upstreams: [UpstreamConfiguration(name: "app", address: try SocketAddress(parsing: "127.0.0.1:9"))])
             proxy.claimHeaders = claimHeaders
+            if let userIdHeader { proxy.userIdHeader = userIdHeader }
             let configuration = EdgeAuthConfiguration(proxy: proxy, routeAuth: settings.map(\.auth), identity: identity)
             authenticator = EdgeAuthenticator(verifier: verifier, configuration: configuration, revocations: revocations,
                                               keys: nil, counters: nil, logger: Logger(label: "test"),
@@ -162,6 +163,57 @@ import Testing
         let response = try #require(Self.refusal(try fixture.decide(malformed)))
         #expect(response.status == 400)
         #expect(Self.json(response)?["error"] as? String == "invalid_request")
+    }
+
+    /// A header's token is looked up in the verified-token cache before its token68 syntax is
+    /// checked: whatever was cached, a token that is not token68 is still a 400, every time.
+    @Test func aCachedTokenSkipsTheSyntaxScanAndAMalformedOneIsRefusedEveryTime() throws {
+        let fixture = try Fixture(Self.required)
+        let token = try Self.token()
+        for _ in 0..<2 {
+            #expect(Self.grant(try fixture.decide("GET /a HTTP/1.1\nHost: x\nAuthorization: Bearer \(token)")) != nil)
+        }
+        #expect(fixture.authenticator.verifier.cacheStatistics().hits == 1)
+        // The cached token with bytes outside token68 around or inside it, and "=" where only
+        // padding may be: never a cache key that hits (the bytes differ), always the syntax's 400.
+        for value in ["\(token)!", "\(token) x", "=\(token)", "\(token)=a", "a\\\\\(token)", "\(token),"] {
+            for _ in 0..<2 {
+                let response = try #require(Self.refusal(try fixture.decide("GET /a HTTP/1.1\nHost: x\nAuthorization: Bearer \(value)")))
+                #expect(response.status == 400, "\(value.suffix(4))")
+                #expect(Self.json(response)?["error"] as? String == "invalid_request")
+            }
+        }
+        // Padding is token68: a token with it is verified (and refused as a JWS), not a syntax error.
+        let padded = try #require(Self.refusal(try fixture.decide("GET /a HTTP/1.1\nHost: x\nAuthorization: Bearer \(token)==")))
+        #expect(padded.status == 401)
+        #expect(fixture.authenticator.verifier.cacheStatistics().hits == 1)
+    }
+
+    /// The user id and identity headers are kept on the cached identity and reused; an
+    /// authenticator built later over the same verifier (a reload that changed the header
+    /// names) injects its own names, whichever of the two served the token first.
+    @Test func keptIdentityHeadersBelongToTheAuthenticatorThatMadeThem() throws {
+        let first = try Fixture(Self.required, claimHeaders: [(claim: "email", header: "X-Email")])
+        let second = try Fixture(Self.required, claimHeaders: [(claim: "email", header: "X-Mail")], userIdHeader: "X-Who",
+                                 sharing: first.authenticator.verifier)
+        let token = try Self.token(extra: [("email", "a@example.com")])
+        let head = "GET /a HTTP/1.1\nHost: x\nAuthorization: Bearer \(token)"
+        func names(_ fixture: Fixture) throws -> [String] {
+            try #require(Self.grant(try fixture.decide(head))).headers.map { "\($0.name)=\($0.value)" }
+        }
+        let mine = ["X-User-Id=user-1", "X-Auth-Provider=app", "X-Email=a@example.com"]
+        let theirs = ["X-Who=user-1", "X-Auth-Provider=app", "X-Mail=a@example.com"]
+        #expect(try names(first) == mine)
+        #expect(try names(second) == theirs)
+        #expect(try names(first) == mine)
+        #expect(try names(second) == theirs)
+        // The first authenticator's array is the one kept: its grants share one buffer.
+        let a = try #require(Self.grant(try first.decide(head)))
+        let b = try #require(Self.grant(try first.decide(head)))
+        a.headers.withUnsafeBufferPointer { x in
+            b.headers.withUnsafeBufferPointer { y in #expect(x.baseAddress == y.baseAddress) }
+        }
+        #expect(first.authenticator.verifier.cacheStatistics().hits >= 5)
     }
 
     @Test func optionalRoutesAndBypassedMethodsPassWithoutIdentity() throws {
