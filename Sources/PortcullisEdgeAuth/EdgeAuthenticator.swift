@@ -322,32 +322,32 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         }
         counters?.decided(loopIndex: loopIndex, provider: identity.provider, .verified)
 
-        var headers = injected.headers
         // A route the gateway answers itself (upstream -1) has no app to assert to.
-        if let assertions, upstream >= 0, let token = assertions.assertion(for: identity, userID: userID, upstream: upstream, now: now) {
-            headers.append((assertions.header, token))  // a copy of the kept array: one allocation
+        let assertion = upstream >= 0 ? assertions.flatMap { $0.assertion(for: identity, userID: userID, upstream: upstream, now: now) } : nil
+        let replacementCookie = policy.forwardSessionCookie ? nil : cookies.map { $0.header(removing: policy.cookieNames) }
+        let observer = policy.revokeOnStatuses.isEmpty ? nil : revocations.map {
+            RevokeOnSuccess(identity: identity, userID: userID, revocations: $0, statuses: policy.revokeOnStatuses, logger: logger)
         }
-        let grant = AuthGrant(headers: headers)
-        grant.identity = identity  // one retain: the identity is a single reference
-        grant.userID = userID
-        grant.provider = identity.provider
-        grant.dropAuthorization = !policy.forwardAuthorization
-        if !policy.forwardSessionCookie, let cookies {
-            grant.replacementCookie = cookies.header(removing: policy.cookieNames)
+        guard assertion != nil || replacementCookie != nil || observer != nil else {
+            // What this credential gets on every such route: the grant kept with it.
+            return .grant(policy.forwardAuthorization ? injected.forwarding : injected.dropping)
         }
-        if !policy.revokeOnStatuses.isEmpty, let revocations {
-            grant.observer = RevokeOnSuccess(identity: identity, userID: userID, revocations: revocations,
-                                             statuses: policy.revokeOnStatuses, logger: logger)
-        }
-        return .grant(grant)
+        var headers = injected.headers
+        if let assertion, let assertions { headers.append((assertions.header, assertion)) }  // a copy: one allocation
+        return .grant(AuthGrant(headers: headers, dropAuthorization: !policy.forwardAuthorization,
+                                replacementCookie: replacementCookie, observer: observer,
+                                identity: identity,  // one retain: the identity is a single reference
+                                userID: userID, provider: identity.provider))
     }
 
-    /// The user id and identity headers of a verified identity, made once per credential:
-    /// kept on its memo (`IdentityMemo.storeDerived`), which every hit of the verified-token
-    /// cache shares, so an authenticated request reuses the array instead of building it
-    /// (one allocation and two to four retains per request). Made by this authenticator
-    /// only: after a reload changed the header names, an identity still holding the old
-    /// authenticator's gets its own built per request until its cache entry goes.
+    /// The user id, identity headers and grants of a verified identity, made once per
+    /// credential: kept on its memo (`IdentityMemo.storeDerived`), which every hit of the
+    /// verified-token cache shares, so an authenticated request on a route with nothing of
+    /// its own to add (no assertion, no cookie to rewrite, no revoke-on-status observer)
+    /// takes a grant instead of making one (two allocations and a handful of retains
+    /// fewer per request). Made by this authenticator only: after a reload changed the
+    /// header names, an identity still holding the old authenticator's gets its own built
+    /// per request until its cache entry goes.
     private func injected(_ identity: VerifiedIdentity) -> InjectedIdentity {
         if let kept = identity.memo.derived as? InjectedIdentity, kept.owner === memoOwner { return kept }
         let userID = Self.userID(identity, prefixProvider: prefixProvider)
@@ -358,7 +358,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         for (claim, header) in claimHeaders {
             if let value = identity.claim(claim) { headers.append((header, value)) }
         }
-        let made = InjectedIdentity(owner: memoOwner, userID: userID, headers: headers)
+        let made = InjectedIdentity(owner: memoOwner, userID: userID, headers: headers, identity: identity)
         identity.memo.storeDerived(made)
         return made
     }
@@ -368,11 +368,21 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         let owner: MemoOwner
         let userID: String
         let headers: [(name: String, value: String)]
+        /// The grants of a route that forwards the `Authorization` header, and of one that drops it.
+        let forwarding: AuthGrant
+        let dropping: AuthGrant
 
-        init(owner: MemoOwner, userID: String, headers: [(name: String, value: String)]) {
+        /// The grants carry a copy of `identity` with storage of its own: the kept value
+        /// must not refer to the storage that keeps it (a cycle nothing would break).
+        init(owner: MemoOwner, userID: String, headers: [(name: String, value: String)], identity: VerifiedIdentity) {
             self.owner = owner
             self.userID = userID
             self.headers = headers
+            let carried = identity.withStorageOfItsOwn()
+            forwarding = AuthGrant(headers: headers, dropAuthorization: false, identity: carried, userID: userID,
+                                   provider: identity.provider)
+            dropping = AuthGrant(headers: headers, dropAuthorization: true, identity: carried, userID: userID,
+                                 provider: identity.provider)
         }
     }
 

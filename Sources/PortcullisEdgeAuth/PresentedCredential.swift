@@ -308,9 +308,8 @@ struct ForeignSessionCookies {
     let names: [Substring]
 
     /// `grant` with those cookies removed from what it forwards (its own replacement, if
-    /// it has one, or the request's Cookie value). The grant is the request's own, just made.
+    /// it has one, or the request's Cookie value): a new grant (grants are shared).
     func strip(from grant: AuthGrant) -> AuthGrant {
-        grant.replacementCookie = CookieJar.filter(grant.replacementCookie ?? jar.text) { names.contains($0) }
-        return grant
+        grant.replacingCookie(CookieJar.filter(grant.replacementCookie ?? jar.text) { names.contains($0) })
     }
 }

@@ -207,13 +207,39 @@ import Testing
         #expect(try names(second) == theirs)
         #expect(try names(first) == mine)
         #expect(try names(second) == theirs)
-        // The first authenticator's array is the one kept: its grants share one buffer.
+        // The first authenticator's grant is the one kept: the same object for every request.
         let a = try #require(Self.grant(try first.decide(head)))
-        let b = try #require(Self.grant(try first.decide(head)))
-        a.headers.withUnsafeBufferPointer { x in
-            b.headers.withUnsafeBufferPointer { y in #expect(x.baseAddress == y.baseAddress) }
-        }
-        #expect(first.authenticator.verifier.cacheStatistics().hits >= 5)
+        #expect(try #require(Self.grant(try first.decide(head))) === a)
+        #expect(try #require(Self.grant(try second.decide(head))) !== a)
+        #expect(a.userID == "user-1" && a.provider == "app" && !a.dropAuthorization)
+        #expect((a.identity as? VerifiedIdentity)?.subject == "user-1")
+        #expect(first.authenticator.verifier.cacheStatistics().hits >= 6)
+    }
+
+    /// A route that drops the `Authorization` header gets the kept grant that says so; a
+    /// route with something of its own to add (a revoke-on-status observer) gets a grant
+    /// made for the request. The kept values do not keep their identity alive: once the
+    /// verifier's cache and the grants are gone, so are they (no reference cycle).
+    @Test func keptGrantsFollowTheRoutePolicyAndDoNotOutliveTheirIdentity() throws {
+        var dropping = RouteAuthSettings()
+        dropping.forwardAuthorization = false
+        var logout = RouteAuthSettings()
+        logout.revokeOnStatuses.classes = [2]
+        weak var kept: AnyObject?
+        try {
+            let fixture = try Fixture([("/drop", .required, dropping), ("/logout", .required, logout), ("/", .required, RouteAuthSettings())])
+            let token = try Self.token()
+            let plain = try #require(Self.grant(try fixture.decide("GET /a HTTP/1.1\nHost: x\nAuthorization: Bearer \(token)")))
+            let dropped = try #require(Self.grant(try fixture.decide("GET /drop HTTP/1.1\nHost: x\nAuthorization: Bearer \(token)")))
+            let observed = try #require(Self.grant(try fixture.decide("GET /logout HTTP/1.1\nHost: x\nAuthorization: Bearer \(token)")))
+            #expect(!plain.dropAuthorization && dropped.dropAuthorization && plain !== dropped)
+            #expect(try #require(Self.grant(try fixture.decide("GET /drop HTTP/1.1\nHost: x\nAuthorization: Bearer \(token)"))) === dropped)
+            #expect(observed.observer != nil && observed !== plain)
+            #expect(try #require(Self.grant(try fixture.decide("GET /logout HTTP/1.1\nHost: x\nAuthorization: Bearer \(token)"))) !== observed)
+            kept = (plain.identity as? VerifiedIdentity).map { _ in plain }
+            #expect(kept != nil)
+        }()
+        #expect(kept == nil)
     }
 
     @Test func optionalRoutesAndBypassedMethodsPassWithoutIdentity() throws {

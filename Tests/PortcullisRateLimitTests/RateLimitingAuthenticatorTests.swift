@@ -83,11 +83,9 @@ import Testing
     }
 
     static func grant(user: String, claims: [String: String] = [:]) -> AuthOutcome {
-        let grant = AuthGrant(headers: [("X-User-Id", user)])
-        grant.userID = user
-        grant.identity = VerifiedIdentity(provider: "app", subject: user, issuer: "app", expiresAt: 2e9, issuedAt: nil,
-                                          tokenID: nil, sessionID: nil, claims: claims, source: .bearer)
-        return .grant(grant)
+        let identity = VerifiedIdentity(provider: "app", subject: user, issuer: "app", expiresAt: 2e9, issuedAt: nil,
+                                        tokenID: nil, sessionID: nil, claims: claims, source: .bearer)
+        return .grant(AuthGrant(headers: [("X-User-Id", user)], identity: identity, userID: user))
     }
 
     static func refusal(_ outcome: AuthOutcome?) -> LocalResponse? {

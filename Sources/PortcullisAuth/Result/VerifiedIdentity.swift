@@ -120,6 +120,14 @@ public struct VerifiedIdentity: Sendable, Equatable {
     /// are made once per credential and cache lifetime. A changed identity starts empty.
     public var memo: IdentityMemo { storage.memo }
 
+    /// The same identity on storage of its own (an empty memo): for a value kept on this
+    /// identity's memo that must carry the identity without referring to its keeper.
+    public func withStorageOfItsOwn() -> VerifiedIdentity {
+        var copy = self
+        copy.storage = storage.copy()
+        return copy
+    }
+
     /// The storage, copied first if another identity shares it.
     private mutating func uniqueStorage() -> Storage {
         if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }

@@ -5,32 +5,43 @@ import PortcullisIO
 ///
 /// A class: the grant travels from the decision through the exchange to the forwarded head
 /// by reference (as a struct with two existentials, an array and three strings, every hop
-/// copied it through its value witnesses: 1.9 % of the authenticated h2 row's CPU). Made
-/// fresh for each request and filled in by the authenticator before it returns the outcome;
-/// the exchange only reads it (a retried forward reads the same grant).
-public final class AuthGrant {
+/// copied it through its value witnesses: 1.9 % of the authenticated h2 row's CPU).
+/// Immutable, so one grant can serve many requests at once: the authenticator keeps one per
+/// verified credential and route policy (`EdgeAuthenticator`), and a change is a new grant
+/// (`replacingCookie`). The exchange only reads it (a retried forward reads the same grant).
+public final class AuthGrant: Sendable {
     /// Injected after every client identity header was stripped.
-    public var headers: [(name: String, value: String)]
+    public let headers: [(name: String, value: String)]
     /// Remove the client's `Authorization` header before forwarding.
-    public var dropAuthorization: Bool
+    public let dropAuthorization: Bool
     /// When set, every client `Cookie` field is replaced by this value (the
     /// session cookies removed); an empty string drops the field.
-    public var replacementCookie: String?
+    public let replacementCookie: String?
     /// Told the upstream's status once the response head arrives (logout routes).
-    public var observer: (any UpstreamResponseObserver)?
+    public let observer: (any UpstreamResponseObserver)?
     /// The verified identity itself, for a route the gateway answers (`RouteHandler`).
-    public var identity: (any Sendable)?
+    public let identity: (any Sendable)?
     /// The injected user id and the provider that verified it, for the access log (the
     /// strings the identity headers carry; nil for an anonymous grant).
-    public var userID: String?
-    public var provider: String?
+    public let userID: String?
+    public let provider: String?
 
     public init(headers: [(name: String, value: String)], dropAuthorization: Bool = false,
-                replacementCookie: String? = nil, observer: (any UpstreamResponseObserver)? = nil) {
+                replacementCookie: String? = nil, observer: (any UpstreamResponseObserver)? = nil,
+                identity: (any Sendable)? = nil, userID: String? = nil, provider: String? = nil) {
         self.headers = headers
         self.dropAuthorization = dropAuthorization
         self.replacementCookie = replacementCookie
         self.observer = observer
+        self.identity = identity
+        self.userID = userID
+        self.provider = provider
+    }
+
+    /// The same grant with `cookie` as the replacement Cookie value.
+    public func replacingCookie(_ cookie: String?) -> AuthGrant {
+        AuthGrant(headers: headers, dropAuthorization: dropAuthorization, replacementCookie: cookie, observer: observer,
+                  identity: identity, userID: userID, provider: provider)
     }
 }
 
