@@ -248,10 +248,7 @@ extension RedisRateLimitStoreTests {
         let slot = HashSlot.of(key(moving))
         #expect(stay.allSatisfy { HashSlot.of(key($0)) != slot })
         #expect(from.cli(["CLUSTER", "COUNTKEYSINSLOT", "\(slot)"]) == "0")
-        let toID = to.cli(["CLUSTER", "MYID"])
-        for node in cluster.nodes where node.cli(["ROLE"]).hasPrefix("master") {
-            _ = node.cli(["CLUSTER", "SETSLOT", "\(slot)", "NODE", toID])
-        }
+        #expect(cluster.moveSlot(slot, to: to))
         #expect(waitUntil(10) { cluster.master(ofKey: key(moving))?.port == to.port })
         let mixed = ([moving] + stay).map { [(rule: rule, key: $0)] }
         #expect(try Self.batch(store, mixed, on: loop).map { $0?.first?.remaining } == [2, 2, 2, 2])

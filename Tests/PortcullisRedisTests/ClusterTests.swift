@@ -192,9 +192,7 @@ import Testing
         #expect(from.cli(["CLUSTER", "COUNTKEYSINSLOT", "\(slot)"]) == "0")
         // The migration ends: every master learns the new owner; the client, still holding
         // the old map, gets MOVED, follows it and reads the map again.
-        for node in cluster.nodes where node.cli(["ROLE"]).hasPrefix("master") {
-            _ = node.cli(["CLUSTER", "SETSLOT", "\(slot)", "NODE", toID])
-        }
+        #expect(cluster.moveSlot(slot, to: to))
         #expect(try Self.send(client, ["GET", key], key: key).get().string == "moved-value")
         #expect(waitUntil(10) { client.loop.queue.sync { client.currentTopology?.master(forSlot: slot)?.port } == to.port })
     }
@@ -220,10 +218,7 @@ import Testing
         }
         let before = movedAnswers()
         // The slot (empty) moves; neither client knows.
-        let toID = to.cli(["CLUSTER", "MYID"])
-        for node in cluster.nodes where node.cli(["ROLE"]).hasPrefix("master") {
-            #expect(node.cli(["CLUSTER", "SETSLOT", "\(slot)", "NODE", toID]) == "OK")
-        }
+        #expect(cluster.moveSlot(slot, to: to))
         // a meets MOVED, follows it and reads the map again.
         #expect(try Self.send(a, ["GET", key], key: key).get() == .null)
         #expect(movedAnswers() == before + 1)

@@ -60,10 +60,7 @@ import Testing
         // subscriptions (`sunsubscribe`), the instances subscribe on the new one, and the
         // next revocation is announced and received there.
         let slot = HashSlot.of(channel)
-        let toID = other.cli(["CLUSTER", "MYID"])
-        for node in cluster.nodes where node.cli(["ROLE"]).hasPrefix("master") {
-            _ = node.cli(["CLUSTER", "SETSLOT", "\(slot)", "NODE", toID])
-        }
+        #expect(cluster.moveSlot(slot, to: other))
         #expect(waitUntil(10) { cluster.master(ofKey: channel)?.port == other.port })
         #expect(waitUntil(15) { Self.shardSubscribers(other) == 2 }, "both follow the slot to its new master")
         #expect(Self.shardSubscribers(owner) == 0)

@@ -45,6 +45,23 @@ public final class RedisCluster: @unchecked Sendable {
         nodes.filter { $0.pid > 0 && $0.cli(["ROLE"]).hasPrefix("master") }.map(\.port)
     }
 
+    /// Gives `slot` to `owner` on every master (`CLUSTER SETSLOT … NODE`), the new owner
+    /// first and with a config epoch of its own above all others (`CLUSTER BUMPEPOCH`): a
+    /// replica of the old owner that has not heard of the move yet advertises its master's
+    /// older claim, and without the higher epoch a master that hears it first hands the
+    /// slot back (seen under load as a move that never settled). True when every node said OK.
+    @discardableResult
+    public func moveSlot(_ slot: Int, to owner: RedisProcess) -> Bool {
+        let ownerID = owner.cli(["CLUSTER", "MYID"])
+        var ok = owner.cli(["CLUSTER", "SETSLOT", "\(slot)", "NODE", ownerID]) == "OK"
+        let bumped = owner.cli(["CLUSTER", "BUMPEPOCH"])  // STILL: its epoch is already the one highest
+        ok = (bumped.hasPrefix("BUMPED") || bumped.hasPrefix("STILL")) && ok
+        for node in nodes where node.port != owner.port && node.pid > 0 && node.cli(["ROLE"]).hasPrefix("master") {
+            ok = node.cli(["CLUSTER", "SETSLOT", "\(slot)", "NODE", ownerID]) == "OK" && ok
+        }
+        return ok
+    }
+
     /// The live master that serves `key`'s slot (the others answer `MOVED`); a channel name
     /// works too (a sharded channel lives in the slot of its name).
     public func master(ofKey key: String) -> RedisProcess? {
