@@ -180,7 +180,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
         case .bearer(let range):
             outcome = verifyToken(UnsafeRawBufferPointer(rebasing: request.bytes[range]), providers: policy.allowed,
                                   policy: policy, request: request, route: route, now: now, resumption: resumption,
-                                  foreign: found.foreign, presentedAs: .accessToken, syntaxChecked: false)
+                                  foreign: found.foreign, presentedAs: .accessToken, mustBeToken68: true)
         case .cookies(let jar):
             let result = verifier.verifySessionCookies(jar.pairs, providers: policy.allowed, now: now)
             outcome = decide(result, policy: policy, cookies: jar, request: request, loopIndex: request.loop.index, now: now,
@@ -242,7 +242,7 @@ public final class EdgeAuthenticator: RequestAuthenticator {
             let outcome = token.withUnsafeBytes { bytes in
                 verifyToken(bytes, providers: policy.bodyProviders, policy: policy, request: request, route: route,
                             now: WallClock.nowSeconds(), resumption: resumption, foreign: foreign, presentedAs: member,
-                            syntaxChecked: true)
+                            mustBeToken68: false)
             }
             return Self.stripping(foreign, from: outcome)
         }
@@ -256,9 +256,9 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     private func verifyToken(_ token: UnsafeRawBufferPointer, providers: Set<String>?, policy: RoutePolicy,
                              request: RequestView, route: Route, now: Double, resumption: AuthResumption,
                              foreign: ForeignSessionCookies? = nil, presentedAs: AuthFailure.PresentedAs,
-                             syntaxChecked: Bool) -> AuthOutcome {
+                             mustBeToken68: Bool) -> AuthOutcome {
         let lookup = verifier.lookUpBearer(token, providers: providers, now: now)
-        if lookup.identity == nil, !syntaxChecked, !PresentedCredential.isToken68(token) {
+        if lookup.identity == nil, mustBeToken68, !PresentedCredential.isToken68(token) {
             return rejectFailure(AuthFailure(.malformedAuthorization), loopIndex: request.loop.index, policy: policy)
         }
         let result = verifier.verifyBearer(token, providers: providers, now: now, after: lookup)

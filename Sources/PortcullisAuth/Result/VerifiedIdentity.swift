@@ -207,7 +207,7 @@ public final class IdentityMemo: Sendable {
     /// Distinct slots kept; the oldest stored is replaced beyond it.
     static let capacity = 8
     /// One object derived once from the identity by the request path (the gateway's
-    /// injected headers): set at most once, the first store wins, read with one atomic load.
+    /// injected headers and grants): set at most once, the first store wins, read with one atomic load.
     /// swift-atomics' reference rather than the standard library's `AtomicLazyReference`,
     /// whose `load` is not inlinable (a call into libswiftSynchronization and a generic
     /// metadata lookup per request: 0.16 µs in `perf` of the authenticated h2 row).
