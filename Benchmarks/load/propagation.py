@@ -27,6 +27,7 @@ import http.client
 import select
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -53,6 +54,7 @@ def start_cluster(work, processes):
         processes.append(subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                                            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                                            "--cluster-port", str(bus), "--cluster-node-timeout", "2000",
+                                           "--repl-diskless-sync-delay", "0",
                                            "--save", "", "--appendonly", "no", "--dir", node],
                                           stdout=subprocess.DEVNULL))
         ports.append(port)
@@ -60,10 +62,13 @@ def start_cluster(work, processes):
         wait_port(port)
     subprocess.run(["redis-cli", "--cluster", "create"] + [f"127.0.0.1:{p}" for p in ports]
                    + ["--cluster-replicas", "1", "--cluster-yes"], check=True, stdout=subprocess.DEVNULL, timeout=60)
+    def cli(port, *args):
+        return subprocess.run(["redis-cli", "-p", str(port)] + list(args), capture_output=True, timeout=5).stdout
     end = time.time() + 30
     while time.time() < end:
-        if all(b"cluster_state:ok" in subprocess.run(["redis-cli", "-p", str(p), "cluster", "info"], capture_output=True,
-                                                      timeout=5).stdout for p in ports):
+        # Every node ok and every replica in sync (a WAIT 1 before then waits its whole timeout).
+        if all(b"cluster_state:ok" in cli(p, "cluster", "info") for p in ports) and all(
+                re.search(rb"role:master|master_link_status:up", cli(p, "info", "replication")) for p in ports):
             return ports
         time.sleep(0.1)
     raise SystemExit("the Redis Cluster did not become ok")

@@ -70,7 +70,7 @@ start_redis_cluster() {
         mkdir -p "$dir/$port"
         (cd "$dir/$port" && exec redis-server --port "$port" --bind 127.0.0.1 --cluster-enabled yes \
             --cluster-config-file nodes.conf --cluster-port "$bus" --cluster-node-timeout 2000 \
-            --save "" --appendonly no) > "$dir/$port/out.log" 2>&1 &
+            --repl-diskless-sync-delay 0 --save "" --appendonly no) > "$dir/$port/out.log" 2>&1 &
         STARTED_PIDS+=("$!"); CLUSTER_PIDS+=("$!"); CLUSTER_PORTS+=("$port")
     done
     for port in "${CLUSTER_PORTS[@]}"; do
@@ -87,6 +87,16 @@ start_redis_cluster() {
         sleep 0.1
     done
     (( ok )) || { echo "error: the Redis Cluster did not become ok" >&2; exit 1; }
+    # Every replica in sync with its master: a WAIT 1 before then waits its whole timeout.
+    for _ in $(seq 1 300); do
+        ok=1
+        for port in "${CLUSTER_PORTS[@]}"; do
+            redis-cli -p "$port" info replication 2>/dev/null | grep -q -e 'role:master' -e 'master_link_status:up' || ok=0
+        done
+        (( ok )) && break
+        sleep 0.1
+    done
+    (( ok )) || { echo "error: the Redis Cluster's replicas did not sync" >&2; exit 1; }
     CLUSTER_STORE="store: {cluster: {nodes: [\"127.0.0.1:${CLUSTER_PORTS[0]}\", \"127.0.0.1:${CLUSTER_PORTS[1]}\"]}}"
 }
 

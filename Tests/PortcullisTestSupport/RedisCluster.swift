@@ -13,7 +13,10 @@ public final class RedisCluster: @unchecked Sendable {
         for _ in 0..<(masters * (1 + replicas)) {
             nodes.append(try RedisProcess(extra: ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                                                   "--cluster-port", "\(Loopback.freePort())",
-                                                  "--cluster-node-timeout", "\(nodeTimeoutMilliseconds)"]))
+                                                  "--cluster-node-timeout", "\(nodeTimeoutMilliseconds)",
+                                                  // A replica syncs at once (Redis waits 5 s by default for
+                                                  // more replicas to share a diskless transfer).
+                                                  "--repl-diskless-sync-delay", "0"]))
         }
         self.nodes = nodes
         let created = RedisProcess.capture(["/usr/bin/redis-cli", "--cluster", "create"]
@@ -26,11 +29,16 @@ public final class RedisCluster: @unchecked Sendable {
         // A write on every master (30 keys cover the three slot ranges), so each replica's
         // offset moves past 0: `CLUSTER SLOTS` lists only replicas that have replicated data.
         for i in 0..<30 { _ = nodes[0].cli(["-c", "SET", "portcullis-cluster-seed-\(i)", "1"]) }
-        // Replicas attached and in sync, and every node's view listing them.
+        // Replicas attached and in sync (a `WAIT 1` before then waits its whole timeout), and
+        // every node's view listing them.
         guard waitUntil(30, {
             let masterNodes = nodes.filter { $0.cli(["ROLE"]).hasPrefix("master") }
             return masterNodes.count == masters
                 && masterNodes.allSatisfy { $0.cli(["INFO", "replication"]).contains("connected_slaves:\(replicas)") }
+                && nodes.allSatisfy { node in
+                    let replication = node.cli(["INFO", "replication"])
+                    return replication.contains("role:master") || replication.contains("master_link_status:up")
+                }
                 && nodes.allSatisfy { node in
                     let listed = Set(node.cli(["CLUSTER", "SLOTS"]).split(separator: "\n").map(String.init))
                     return nodes.allSatisfy { listed.contains("\($0.port)") }
