@@ -44,9 +44,7 @@ var package = Package(
         // Pure layers: no I/O.
         .target(name: "PortcullisCore"),
         .target(name: "PortcullisHTTP", dependencies: ["PortcullisCore"]),
-        .target(name: "PortcullisAuth", dependencies: [
-            "COpenSSL", "PortcullisCore", .product(name: "Atomics", package: "swift-atomics"),
-        ]),
+        .target(name: "PortcullisAuth", dependencies: ["COpenSSL", "PortcullisCore"]),
 
         // I/O: Dispatch event loops and sockets (plain, or with a record layer such as TLS).
         .target(name: "PortcullisIO", dependencies: [

@@ -1,4 +1,3 @@
-import Atomics
 import Synchronization
 
 /// Who a verified credential says the caller is.
@@ -207,20 +206,26 @@ public final class IdentityMemo: Sendable {
     /// Distinct slots kept; the oldest stored is replaced beyond it.
     static let capacity = 8
     /// One object derived once from the identity by the request path (the gateway's
-    /// injected headers and grants): set at most once, the first store wins, read with one atomic load.
-    /// swift-atomics' reference rather than the standard library's `AtomicLazyReference`,
-    /// whose `load` is not inlinable (a call into libswiftSynchronization and a generic
-    /// metadata lookup per request: 0.16 µs in `perf` of the authenticated h2 row).
-    private let derivedObject = ManagedAtomicLazyReference<any AnyObject & Sendable>()
+    /// injected headers and grants): set at most once, the first store wins. A `Mutex`
+    /// (uncontended: two atomic operations per read) rather than the standard library's
+    /// `AtomicLazyReference`, whose `load` is not inlinable (a generic call into
+    /// libswiftSynchronization and a metadata lookup per request: 0.16 µs in `perf` of the
+    /// authenticated h2 row); swift-atomics would add a dependency to this module, which
+    /// the fuzz build compiles on its own.
+    private let derivedObject = Mutex<(any AnyObject & Sendable)?>(nil)
 
     /// What `storeDerived` kept, if anything (of any type: callers check theirs).
     @inline(__always)
-    public var derived: (any AnyObject & Sendable)? { derivedObject.load() }
+    public var derived: (any AnyObject & Sendable)? { derivedObject.withLock { $0 } }
 
     /// Keeps `object` unless another was kept first; returns the one kept.
     @discardableResult
     public func storeDerived(_ object: any AnyObject & Sendable) -> any AnyObject & Sendable {
-        derivedObject.storeIfNilThenLoad(object)
+        derivedObject.withLock { kept in
+            if let kept { return kept }
+            kept = object
+            return object
+        }
     }
 
     /// The value stored for `slot` while `now` is before its `until`.
