@@ -205,13 +205,7 @@ public final class CredentialVerifier: Sendable {
 
     /// Whether every byte of `token` is a base64url character or `.`.
     static func isCompactAlphabet(_ token: UnsafeRawBufferPointer) -> Bool {
-        token.allSatisfy { byte in
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."): return true
-            default: return false
-            }
-        }
+        token.allSatisfy { $0 == UInt8(ascii: ".") || Base64URL.isAlphabet($0) }
     }
 
     /// Convenience for tests and the command line.

@@ -367,17 +367,17 @@ public final class EdgeAuthenticator: RequestAuthenticator {
     final class InjectedIdentity: Sendable {
         let owner: MemoOwner
         let userID: String
-        let headers: [(name: String, value: String)]
         /// The grants of a route that forwards the `Authorization` header, and of one that drops it.
         let forwarding: AuthGrant
         let dropping: AuthGrant
+        /// The identity headers (both grants inject the same).
+        var headers: [(name: String, value: String)] { forwarding.headers }
 
         /// The grants carry a copy of `identity` with storage of its own: the kept value
         /// must not refer to the storage that keeps it (a cycle nothing would break).
         init(owner: MemoOwner, userID: String, headers: [(name: String, value: String)], identity: VerifiedIdentity) {
             self.owner = owner
             self.userID = userID
-            self.headers = headers
             let carried = identity.withStorageOfItsOwn()
             forwarding = AuthGrant(headers: headers, dropAuthorization: false, identity: carried, userID: userID,
                                    provider: identity.provider)

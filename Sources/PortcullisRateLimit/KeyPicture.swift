@@ -150,7 +150,7 @@ final class KeyPicture: Sendable {
                 return .refused(GCRA.Decision(allowed: false, tat: 0, remaining: 0, resetMicroseconds: found.whole &- now,
                                               retryAfterMicroseconds: found.refusedUntil &- now))
             }
-            if found.refusedUntil != 0 { found.refusedUntil = 0 }  // lapsed
+            found.refusedUntil = 0  // lapsed, if it was set
             guard reserve, limit > 0, found.unanswered < limit else { return .ask }
             // A new lease (one in flight at a time): bigger when the last one was used up while
             // still fresh, smaller when it is long gone; its size is kept once it is reserved.

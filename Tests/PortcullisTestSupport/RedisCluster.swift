@@ -34,10 +34,10 @@ public final class RedisCluster: @unchecked Sendable {
         guard waitUntil(30, {
             let masterNodes = nodes.filter { $0.cli(["ROLE"]).hasPrefix("master") }
             return masterNodes.count == masters
-                && masterNodes.allSatisfy { $0.cli(["INFO", "replication"]).contains("connected_slaves:\(replicas)") }
                 && nodes.allSatisfy { node in
                     let replication = node.cli(["INFO", "replication"])
-                    return replication.contains("role:master") || replication.contains("master_link_status:up")
+                    return replication.contains("role:master") ? replication.contains("connected_slaves:\(replicas)")
+                                                               : replication.contains("master_link_status:up")
                 }
                 && nodes.allSatisfy { node in
                     let listed = Set(node.cli(["CLUSTER", "SLOTS"]).split(separator: "\n").map(String.init))

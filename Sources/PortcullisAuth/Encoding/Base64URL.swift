@@ -13,6 +13,10 @@ enum Base64URL {
     private static let encodeTable: [UInt8] =
         Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
+    /// Whether `byte` is one of the 64 characters of the alphabet.
+    @inline(__always)
+    static func isAlphabet(_ byte: UInt8) -> Bool { decodeTable[Int(byte)] != 0xFF }
+
     /// The number of bytes `count` characters decode to, or nil when no
     /// unpadded encoding has that length.
     @inline(__always)
