@@ -34,6 +34,7 @@ import http.server
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -264,7 +265,9 @@ class Run:
         directory = tempfile.mkdtemp(dir=self.dir, prefix="redis-")
         persistence = ["--appendonly", "no"] if self.args.no_persistence else ["--appendonly", "yes", "--appendfsync", "always"]
         args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory, "--save", "",
-                *persistence, "--protected-mode", "no", *extra]
+                *persistence, "--protected-mode", "no",
+                # a replica's sync starts at once, not after Redis's default 5 s wait for more replicas
+                "--repl-diskless-sync-delay", "0", *extra]
         node = {"port": port, "args": args, "log": open(os.path.join(directory, "out.log"), "ab")}
         node["process"] = subprocess.Popen(args, stdout=node["log"], stderr=node["log"])
         if not wait_port(port):
@@ -293,14 +296,14 @@ class Run:
         return r.stdout.strip()
 
     def wait_cluster(self, timeout=30):
-        """Every live node says cluster_state:ok, and every master has its replica attached."""
+        """Every live node says cluster_state:ok, and every master has its replica attached and in sync."""
         end = time.time() + timeout
         while time.time() < end:
             live = [n for n in self.cluster if n["process"].poll() is None]
             ok = all("cluster_state:ok" in self.cli(n["port"], "CLUSTER", "INFO") for n in live)
             masters = [n for n in live if self.cli(n["port"], "ROLE").startswith("master")]
-            if ok and len(masters) == 3 and all("connected_slaves:1" in self.cli(m["port"], "INFO", "replication")
-                                                for m in masters):
+            if ok and len(masters) == 3 and all(re.search(r"connected_slaves:1\b[\s\S]*state=online",
+                                                          self.cli(m["port"], "INFO", "replication")) for m in masters):
                 return True
             time.sleep(0.1)
         return False
