@@ -24,7 +24,9 @@
 ///   and the next `n - 1` requests here use the units already paid for without sending
 ///   anything. The lease size follows the demand seen here: it starts at 1 (one charge per
 ///   request, as without leases), doubles when a request finds the last lease used up
-///   within its lifetime, halves when one lapsed, and stays within `maxLease` (a sixteenth
+///   within its lifetime, halves when one lapsed with more than half its units unused,
+///   stays the same otherwise (used up or half used within its lifetime, then a pause:
+///   a key that comes back after a pause pays no second ramp), and stays within `maxLease` (a sixteenth
 ///   of the burst, at most 64: a burst under 32 never leases) and the half-burst headroom
 ///   rule above, one lease in flight per key. Paid units are only used within
 ///   `leaseLifetime` of their request's admission (an eighth of the burst's window, at most
@@ -138,13 +140,15 @@ final class KeyPicture: Sendable {
             guard var found = entry else { return .ask }
             defer { entry = found }  // what changed below is kept (the table writes the entry back anyway)
             // A unit already paid for is used first, even past a refusal: Redis counted it.
+            var lapsed: Int64 = 0
             if reserve, found.prepaid > 0 {
                 if now < found.paidUntil {
                     found.prepaid -= 1
                     tallies.add(rule.name, allowed: 1)
                     return .reserved(0)
                 }
-                found.prepaid = 0  // lapsed unused (the next lease is smaller, below)
+                lapsed = found.prepaid  // not used within the lifetime (the next lease may be smaller, below)
+                found.prepaid = 0
             }
             if found.refusedUntil > now {
                 return .refused(GCRA.Decision(allowed: false, tat: 0, remaining: 0, resetMicroseconds: found.whole &- now,
@@ -152,12 +156,20 @@ final class KeyPicture: Sendable {
             }
             found.refusedUntil = 0  // lapsed, if it was set
             guard reserve, limit > 0, found.unanswered < limit else { return .ask }
-            // A new lease (one in flight at a time): bigger when the last one was used up while
-            // still fresh, smaller when it is long gone; its size is kept once it is reserved.
+            // A new lease (one in flight at a time), sized by how the last one went: used up
+            // while still fresh, twice as big; lapsed with most of its units unused, half; else
+            // (used up, or at least half used, within its lifetime: demand was about one lease
+            // per lifetime) the same, so a key that comes back after a pause does not pay the
+            // ramp again. Its size is kept once it is reserved.
             var lease = found.lease, units: Int64 = 1
             let maxLease = Self.maxLease(rule)
             if leases, maxLease > 1, found.pendingUnits == found.unanswered {
-                lease = now < found.paidUntil ? min(lease &* 2, maxLease) : max(1, lease / 2)
+                if now < found.paidUntil {
+                    lease = min(lease &* 2, maxLease)
+                } else if lapsed &* 2 > lease {
+                    lease = max(1, lease / 2)
+                }
+                lease = min(lease, maxLease)  // a rule reloaded with a smaller burst
                 units = lease
             }
             let before = max(found.tat, now) &- now &+ found.pendingUnits &* gcra.interval

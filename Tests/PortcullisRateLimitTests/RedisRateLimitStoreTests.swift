@@ -394,6 +394,38 @@ extension RedisRateLimitStoreTests {
         #expect(Self.units(picture, at: late + 20 + Self.rule.gcra.interval) == 1, "and the lease starts over at 1")
     }
 
+    @Test func aKeyBackFromAPauseKeepsTheLeaseItUsed() {
+        let picture = KeyPicture()
+        let now = Self.start
+        let lifetime = KeyPicture.leaseLifetime(Self.rule)
+        picture.learn(Self.rule, key: Self.key, GCRA.Decision(allowed: true, tat: 0, remaining: 511, resetMicroseconds: 1000,
+                                                              retryAfterMicroseconds: 0), reserved: false, now: now)
+        var size: Int64 = 1, t = now
+        while size < 8 {
+            #expect(Self.units(picture, at: t) == size)
+            Self.answer(picture, units: size, admitted: t, spent: 2 * size, at: t + 10)
+            for _ in 1..<size { #expect(Self.units(picture, at: t + 20) == 0) }
+            size *= 2
+            t += 100
+        }
+        // A lease of 8 used up, then a pause longer than its lifetime: demand was a lease per
+        // lifetime, so the next is 8 again (it halved before: a second ramp after every pause).
+        #expect(Self.units(picture, at: t) == 8)
+        Self.answer(picture, units: 8, admitted: t, spent: 16, at: t + 10)
+        for _ in 1..<8 { #expect(Self.units(picture, at: t + 20) == 0) }
+        t += 3 * lifetime
+        #expect(Self.units(picture, at: t) == 8, "used up, back after a pause: the same size")
+        Self.answer(picture, units: 8, admitted: t, spent: 8, at: t + 10)
+        // Half of it used (its own request and three more), then it lapses: the same size again.
+        for _ in 1..<4 { #expect(Self.units(picture, at: t + 20) == 0) }
+        t += lifetime + 100
+        #expect(Self.units(picture, at: t) == 8, "lapsed half used: the same size")
+        Self.answer(picture, units: 8, admitted: t, spent: 8, at: t + 10)
+        // Only its own request's unit used: most of it lapses, and the next lease halves.
+        t += lifetime + 100
+        #expect(Self.units(picture, at: t) == 4, "lapsed mostly unused: halved")
+    }
+
     @Test func headroomSmallBurstsAndOtherChecksLimitLeases() {
         // A lease never takes the key past half its burst: 250 of 512 spent leaves room for 6.
         let picture = KeyPicture()
