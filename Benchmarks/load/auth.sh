@@ -18,7 +18,9 @@
 #       connections each), their req/s summed, CPU summed over both instances; p50/p99 are the
 #       larger of the two wrk figures
 #   The rows on Redis (limitRN, limitCN, fleetCN, fleetLimitCN) also show the redis-servers'
-#   CPU per request (all six nodes on the cluster, replicas included): what Redis pays
+#   CPU per request (all six nodes on the cluster, replicas included): what Redis pays;
+#   the limited ones also the rate-limit script's calls and the keys it charged per 1,000
+#   requests (the masters' INFO commandstats, reset before each run)
 # Tokens come from `portcullis mint` with a throwaway RSA key; every row sends
 # them through the same wrk Lua script (one header per request, rotating
 # through the token file), so wrk's own cost is alike. Bounded in time.
@@ -107,10 +109,10 @@ end
 LUA
 }
 
-ROW_NAMES=(); declare -A ROW_LABEL ROW_URL ROW_PIDS ROW_LUA ROW_STORE_PIDS
+ROW_NAMES=(); declare -A ROW_LABEL ROW_URL ROW_PIDS ROW_LUA ROW_STORE_PIDS ROW_LIMIT_PORTS
 # add_row NAME LABEL URLS PIDS LUA [STORE_PIDS]: STORE_PIDS, the redis-servers the row's
 # gateways share, whose CPU per request gets a column of its own.
-add_row() { ROW_NAMES+=("$1"); ROW_LABEL[$1]="$2"; ROW_URL[$1]="$3"; ROW_PIDS[$1]="$4"; ROW_LUA[$1]="$5"; ROW_STORE_PIDS[$1]="${6-}"; }
+add_row() { ROW_NAMES+=("$1"); ROW_LABEL[$1]="$2"; ROW_URL[$1]="$3"; ROW_PIDS[$1]="$4"; ROW_LUA[$1]="$5"; ROW_STORE_PIDS[$1]="${6-}"; ROW_LIMIT_PORTS[$1]="${7-}"; }
 
 if [[ -n "$TARGET" ]]; then
     make_lua "$(realpath "$TOKENS")" "$WORKDIR/target.lua"
@@ -222,10 +224,10 @@ identity: {assertion: {issuer: \"https://api.example.test\", lifetime: 60s}}" "$
         wants assertN && add_row baseAN "Portcullis baseline + assertion, $DISTINCT tokens" "http://127.0.0.1:$BASE_ASSERT_PORT/" "$BASE_ASSERT_PID" "$WORKDIR/many.lua"
     fi
     wants limitN && add_row limitN "Portcullis RS256 + rate limit, $DISTINCT tokens" "http://127.0.0.1:$LIMIT_PORT/" "$LIMIT_PID" "$WORKDIR/many.lua"
-    wants limitRN && add_row limitRN "Portcullis RS256 + rate limit on Redis, $DISTINCT tokens" "http://127.0.0.1:$LIMITR_PORT/" "$LIMITR_PID" "$WORKDIR/many.lua" "$REDIS_PID"
-    wants limitCN && add_row limitCN "Portcullis RS256 + rate limit on Redis Cluster, $DISTINCT tokens" "http://127.0.0.1:$LIMITC_PORT/" "$LIMITC_PID" "$WORKDIR/many.lua" "${CLUSTER_PIDS[*]}"
+    wants limitRN && add_row limitRN "Portcullis RS256 + rate limit on Redis, $DISTINCT tokens" "http://127.0.0.1:$LIMITR_PORT/" "$LIMITR_PID" "$WORKDIR/many.lua" "$REDIS_PID" "$REDIS_PORT"
+    wants limitCN && add_row limitCN "Portcullis RS256 + rate limit on Redis Cluster, $DISTINCT tokens" "http://127.0.0.1:$LIMITC_PORT/" "$LIMITC_PID" "$WORKDIR/many.lua" "${CLUSTER_PIDS[*]}" "${CLUSTER_PORTS[*]}"
     wants fleetCN && add_row fleetCN "2 Portcullis on Redis Cluster, RS256, $DISTINCT tokens" "${FLEET_URLS% }" "${FLEET_PIDS% }" "$WORKDIR/many.lua" "${CLUSTER_PIDS[*]}"
-    wants fleetLimitCN && add_row fleetLimitCN "2 Portcullis on Redis Cluster, RS256 + rate limit, $DISTINCT tokens" "${FLEET_LIMIT_URLS% }" "${FLEET_LIMIT_PIDS% }" "$WORKDIR/many.lua" "${CLUSTER_PIDS[*]}"
+    wants fleetLimitCN && add_row fleetLimitCN "2 Portcullis on Redis Cluster, RS256 + rate limit, $DISTINCT tokens" "${FLEET_LIMIT_URLS% }" "${FLEET_LIMIT_PIDS% }" "$WORKDIR/many.lua" "${CLUSTER_PIDS[*]}" "${CLUSTER_PORTS[*]}"
     wants portcullisCold && add_row portcullisCold "Portcullis RS256, cache off, $DISTINCT tokens" "http://127.0.0.1:$COLD_PORT/" "$COLD_PID" "$WORKDIR/many.lua"
 fi
 
@@ -249,6 +251,8 @@ for round in $(seq 1 "$ROUNDS"); do
         out="$WORKDIR/wrk-$row-$round.txt"; before=""; cpu="null"; hz=100; store_before=""; store="null"
         [[ -n "${ROW_PIDS[$row]}" ]] && before="$($HELPER cpu ${ROW_PIDS[$row]})"
         [[ -n "${ROW_STORE_PIDS[$row]}" ]] && store_before="$($HELPER cpu ${ROW_STORE_PIDS[$row]})"
+        charges="null null"
+        [[ -n "${ROW_LIMIT_PORTS[$row]}" ]] && $HELPER redisstats reset ${ROW_LIMIT_PORTS[$row]}
         read -r -a urls <<< "${ROW_URL[$row]}"
         if (( ${#urls[@]} == 1 )); then
             wrk -t1 "-c$CONNECTIONS" "-d${DURATION}s" --timeout 5s --latency -s "${ROW_LUA[$row]}" "${urls[0]}" > "$out" 2>&1 \
@@ -272,8 +276,10 @@ for round in $(seq 1 "$ROUNDS"); do
         if [[ -n "$store_before" ]]; then
             after="$($HELPER cpu ${ROW_STORE_PIDS[$row]})"; store=$(( ${after% *} - ${store_before% *} ))
         fi
-        printf '{"row": "%s", "label": "%s", "round": %d, "file": "%s", "cpu_ticks": %s, "store_ticks": %s, "hz": %s}\n' \
-            "$row" "${ROW_LABEL[$row]}" "$round" "$out" "$cpu" "$store" "$hz" >> "$RESULTS"
+        [[ -n "${ROW_LIMIT_PORTS[$row]}" ]] && charges="$($HELPER redisstats read ${ROW_LIMIT_PORTS[$row]})"
+        read -r calls keys <<< "$charges"
+        printf '{"row": "%s", "label": "%s", "round": %d, "file": "%s", "cpu_ticks": %s, "store_ticks": %s, "hz": %s, "script_calls": %s, "keys_charged": %s}\n' \
+            "$row" "${ROW_LABEL[$row]}" "$round" "$out" "$cpu" "$store" "$hz" "$calls" "$keys" >> "$RESULTS"
         printf 'round %d/%d  %-40s %s req/s\n' "$round" "$ROUNDS" "${ROW_LABEL[$row]}" \
             "$(grep -m1 'Requests/sec' "$out" | awk '{print $2}')" >&2
     done

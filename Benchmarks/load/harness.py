@@ -9,6 +9,10 @@ Subcommands:
   wrk FILE                   parse one wrk output file, print JSON
   mergewrk OUT FILE...       one wrk output from several runs at the same time (a fleet)
   lua HEADER...              print a wrk Lua script that sets the given headers
+  redisstats reset|read PORT...
+                             reset: CONFIG RESETSTAT on each redis-server; read: print
+                             "CALLS KEYS", the rate-limit script's calls and the keys it
+                             charged on the masters among them since (see redis_charges)
   table ROWSJSON [--summary FILE --script NAME --section S]
                              print the Markdown table from collected results
                              (with --summary: also append one JSON line per row
@@ -33,6 +37,7 @@ import math
 import os
 import socket
 import statistics
+import subprocess
 import sys
 
 
@@ -95,6 +100,32 @@ def cpu_ticks(pids):
         total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
         todo.extend(kids.get(pid, []))
     return total
+
+
+def redis_charges(ports, reset=False):
+    """The rate-limit script's work on the masters among `ports` since their last
+    CONFIG RESETSTAT: (script calls, keys charged), from INFO commandstats: EVALSHA and EVAL
+    calls, and the SETs they made (one per key charged and allowed; a replica applying them
+    counts its own, so replicas are skipped). reset: CONFIG RESETSTAT on every port instead."""
+    def cli(port, *args):
+        return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
+                              capture_output=True, text=True, timeout=10).stdout
+    if reset:
+        for port in ports:
+            cli(port, "CONFIG", "RESETSTAT")
+        return None
+    calls = keys = 0
+    for port in ports:
+        if not cli(port, "ROLE").startswith("master"):
+            continue
+        for line in cli(port, "INFO", "commandstats").splitlines():
+            name, _, fields = line.partition(":")
+            counted = dict(f.split("=", 1) for f in fields.split(",") if "=" in f)
+            if name in ("cmdstat_evalsha", "cmdstat_eval"):
+                calls += int(counted.get("calls", 0))
+            elif name == "cmdstat_set":
+                keys += int(counted.get("calls", 0))
+    return calls, keys
 
 
 def rss_kib(pid):
@@ -214,7 +245,9 @@ def write_summary(path, script, entries):
     {"script", "section", "row" (a stable key: the row names of the script's --only and
     table code), "label", "unit", "rate" (median req/s or handshakes/s; null when the row
     failed), "cpu_us" (median server CPU µs per request or handshake), "store_cpu_us" (the
-    redis-servers' CPU per request, for rows whose gateways share Redis; else absent), "rounds" (the
+    redis-servers' CPU per request, for rows whose gateways share Redis; else absent),
+    "script_calls_per_1k" and "keys_charged_per_1k" (the rate-limit script's calls and the
+    keys it charged per 1,000 requests, on the masters, for rows with a limit on Redis), "rounds" (the
     per-round rates), "p50", "p99" (ms, when measured), "errors", "failed" (the reason,
     or null)}. The medians are the ones the script's own table prints."""
     if not path:
@@ -228,6 +261,8 @@ def write_summary(path, script, entries):
                     "errors": e.get("errors", 0), "failed": e.get("failed")}
             if e.get("store_cpu_us") is not None:
                 line["store_cpu_us"] = e["store_cpu_us"]
+            if e.get("calls_per_1k") is not None:
+                line["script_calls_per_1k"], line["keys_charged_per_1k"] = e["calls_per_1k"], e["keys_per_1k"]
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
 
 
@@ -251,11 +286,14 @@ def table(path, summary_path=None, script="run.sh", section=None):
         rs = runs[row]
         cpu = []
         store = []
+        charges = []
         for w in rs:
             if w.get("cpu_ticks") is not None and w["requests"] > 0:
                 cpu.append(w["cpu_ticks"] / w["hz"] * 1e6 / w["requests"])
             if w.get("store_ticks") is not None and w["requests"] > 0:
                 store.append(w["store_ticks"] / w["hz"] * 1e6 / w["requests"])
+            if w.get("script_calls") is not None and w["requests"] > 0:
+                charges.append((w["script_calls"] * 1000 / w["requests"], w["keys_charged"] * 1000 / w["requests"]))
         summary[row] = {
             "label": rs[0]["label"],
             "rps": med([w["rps"] for w in rs]),
@@ -263,6 +301,8 @@ def table(path, summary_path=None, script="run.sh", section=None):
             "p99": med([w["p99"] for w in rs]),
             "cpu": med(cpu) if cpu else None,
             "store_cpu": med(store) if store else None,
+            "calls_per_1k": med([c for c, _ in charges]) if charges else None,
+            "keys_per_1k": med([k for _, k in charges]) if charges else None,
             "rounds": len(rs),
             "rps_all": [w["rps"] for w in rs],
             "errors": sum(w["socket_errors"] + w["non2xx"] for w in rs),
@@ -280,6 +320,10 @@ def table(path, summary_path=None, script="run.sh", section=None):
     if show_store:
         head += " Redis CPU µs per request |"
         sep += "---:|"
+    show_charges = any(s["calls_per_1k"] is not None for s in summary.values())
+    if show_charges:
+        head += " script calls / keys charged per 1,000 requests |"
+        sep += "---:|"
     head += " errors | req/s per round |"
     sep += "---:|---|"
     print(head)
@@ -295,6 +339,8 @@ def table(path, summary_path=None, script="run.sh", section=None):
             line += f" {_fmt(s['cpu'], '.1f')} |"
         if show_store:
             line += f" {_fmt(s['store_cpu'], '.1f')} |"
+        if show_charges:
+            line += (f" {s['calls_per_1k']:.0f} / {s['keys_per_1k']:.0f} |" if s["calls_per_1k"] is not None else " — |")
         line += f" {s['errors']} | {', '.join(f'{x:,.0f}' for x in s['rps_all'])} |"
         print(line)
     problems = [t for row in order for t in
@@ -307,7 +353,9 @@ def table(path, summary_path=None, script="run.sh", section=None):
             print(f"- {p}")
     write_summary(summary_path, script, [
         {"section": section, "row": row, "label": summary[row]["label"], "rate": summary[row]["rps"],
-         "cpu_us": summary[row]["cpu"], "store_cpu_us": summary[row]["store_cpu"], "rounds": summary[row]["rps_all"], "p50": summary[row]["p50"],
+         "cpu_us": summary[row]["cpu"], "store_cpu_us": summary[row]["store_cpu"],
+         "calls_per_1k": summary[row]["calls_per_1k"], "keys_per_1k": summary[row]["keys_per_1k"],
+         "rounds": summary[row]["rps_all"], "p50": summary[row]["p50"],
          "p99": summary[row]["p99"], "errors": summary[row]["errors"]} for row in order])
 
 
@@ -745,6 +793,10 @@ def main():
         print(json.dumps(parse_wrk(args[0])))
     elif cmd == "mergewrk":
         merge_wrk(args[0], args[1:])
+    elif cmd == "redisstats":
+        result = redis_charges([int(a) for a in args[1:]], reset=args[0] == "reset")
+        if result:
+            print(*result)
     elif cmd == "lua":
         sys.stdout.write(lua(args))
     elif cmd == "table":
