@@ -24,9 +24,10 @@
 ///   and the next `n - 1` requests here use the units already paid for without sending
 ///   anything. The lease size follows the demand seen here: it starts at 1 (one charge per
 ///   request, as without leases), doubles when a request finds the last lease used up
-///   within its lifetime, halves when one lapsed with more than half its units unused,
-///   stays the same otherwise (used up or half used within its lifetime, then a pause:
-///   a key that comes back after a pause pays no second ramp), and stays within `maxLease` (a sixteenth
+///   within its lifetime, and otherwise (the last lease lapsed, or was used up before a
+///   pause) is what the key used here in its last lifetime window and a quarter more (a
+///   key whose demand fell gets less; one back from a pause gets what its last burst took,
+///   not a new ramp); it stays within `maxLease` (a sixteenth
 ///   of the burst, at most 64: a burst under 32 never leases) and the half-burst headroom
 ///   rule above, one lease in flight per key. Paid units are only used within
 ///   `leaseLifetime` of their request's admission (an eighth of the burst's window, at most
@@ -61,6 +62,30 @@ final class KeyPicture: Sendable {
         var paidUntil: Int64 = 0
         /// Units of this key's next lease.
         var lease: Int64 = 1
+        /// Demand seen here, by lease lifetime: the requests admitted ahead since
+        /// `windowStart` (monotonic microseconds), and in the last window that had any (a
+        /// pause does not erase it: a key that comes back is expected to want as much again).
+        var windowStart: Int64 = 0
+        var usedNow: Int32 = 0
+        var usedBefore: Int32 = 0
+
+        /// Counts one request admitted ahead at `now`; a window lasts `window` microseconds.
+        mutating func countUse(at now: Int64, window: Int64) {
+            if now &- windowStart >= window {
+                usedBefore = usedNow
+                usedNow = 0
+                windowStart = now
+            }
+            usedNow &+= 1
+        }
+
+        /// A lease for the demand seen in the last full window (while one runs, the larger of
+        /// it and the one before), with a quarter more so a burst a little larger than the
+        /// last one is still one charge.
+        func leaseForDemand(at now: Int64, window: Int64) -> Int64 {
+            let demand = Int64(now &- windowStart >= window ? usedNow : max(usedBefore, usedNow))
+            return max(1, demand &+ demand / 4)
+        }
 
         static let unknown = Int64.max / 2
 
@@ -140,15 +165,15 @@ final class KeyPicture: Sendable {
             guard var found = entry else { return .ask }
             defer { entry = found }  // what changed below is kept (the table writes the entry back anyway)
             // A unit already paid for is used first, even past a refusal: Redis counted it.
-            var lapsed: Int64 = 0
+            let lifetime = Self.leaseLifetime(rule)
             if reserve, found.prepaid > 0 {
                 if now < found.paidUntil {
                     found.prepaid -= 1
+                    found.countUse(at: now, window: lifetime)
                     tallies.add(rule.name, allowed: 1)
                     return .reserved(0)
                 }
-                lapsed = found.prepaid  // not used within the lifetime (the next lease may be smaller, below)
-                found.prepaid = 0
+                found.prepaid = 0  // lapsed unused
             }
             if found.refusedUntil > now {
                 return .refused(GCRA.Decision(allowed: false, tat: 0, remaining: 0, resetMicroseconds: found.whole &- now,
@@ -156,20 +181,15 @@ final class KeyPicture: Sendable {
             }
             found.refusedUntil = 0  // lapsed, if it was set
             guard reserve, limit > 0, found.unanswered < limit else { return .ask }
-            // A new lease (one in flight at a time), sized by how the last one went: used up
-            // while still fresh, twice as big; lapsed with most of its units unused, half; else
-            // (used up, or at least half used, within its lifetime: demand was about one lease
-            // per lifetime) the same, so a key that comes back after a pause does not pay the
-            // ramp again. Its size is kept once it is reserved.
+            // A new lease (one in flight at a time): twice the last when that one was used up
+            // while still fresh (demand outgrows it); else (it lapsed, or was used up and the key
+            // paused) what the key used here in its last lifetime window, a quarter more: a key
+            // whose demand fell gets less, one that comes back after a pause gets what its last
+            // burst took (one charge per burst, not a new ramp). Its size is kept once reserved.
             var lease = found.lease, units: Int64 = 1
             let maxLease = Self.maxLease(rule)
             if leases, maxLease > 1, found.pendingUnits == found.unanswered {
-                if now < found.paidUntil {
-                    lease = min(lease &* 2, maxLease)
-                } else if lapsed &* 2 > lease {
-                    lease = max(1, lease / 2)
-                }
-                lease = min(lease, maxLease)  // a rule reloaded with a smaller burst
+                lease = min(now < found.paidUntil ? lease &* 2 : found.leaseForDemand(at: now, window: lifetime), maxLease)
                 units = lease
             }
             let before = max(found.tat, now) &- now &+ found.pendingUnits &* gcra.interval
@@ -180,6 +200,7 @@ final class KeyPicture: Sendable {
             found.lease = lease
             found.unanswered += 1
             found.pendingUnits += units
+            found.countUse(at: now, window: lifetime)
             // Counted here, under the lock the reservation holds anyway (see `tallies`).
             tallies.add(rule.name, allowed: 1)
             return .reserved(units)
@@ -192,6 +213,7 @@ final class KeyPicture: Sendable {
         table.update(RuleKey(rule: rule.name, key: key), isIdle: { _ in false }) { entry, tallies in
             tallies.add(rule.name, allowed: -1)
             guard var found = entry else { return }
+            found.usedNow = max(0, found.usedNow - 1)  // not a use after all
             if units == 0 {
                 found.prepaid += 1
             } else {
@@ -236,7 +258,9 @@ final class KeyPicture: Sendable {
                     found.paidUntil = until
                 }
             } else if reserved, units > 1 {
-                found.lease = 1  // refused: the key is near its limit
+                found.lease = 1  // refused: the key is near its limit; its demand starts over
+                found.usedNow = 0
+                found.usedBefore = 0
             }
             if !decision.allowed, decision.retryAfterMicroseconds > 0 {
                 found.refusedUntil = now &+ decision.retryAfterMicroseconds

@@ -369,7 +369,7 @@ extension RedisRateLimitStoreTests {
         #expect(picture.tallies()["busy"]?.allowed == 9)
     }
 
-    @Test func unitsLapseAfterTheLifetimeAndTheNextLeaseIsSmaller() {
+    @Test func unitsLapseAfterTheLifetimeAndTheNextLeaseFollowsDemand() {
         let picture = KeyPicture()
         let now = Self.start
         picture.learn(Self.rule, key: Self.key, GCRA.Decision(allowed: true, tat: 0, remaining: 511, resetMicroseconds: 1000,
@@ -386,44 +386,51 @@ extension RedisRateLimitStoreTests {
         #expect(Self.units(picture, at: t) == 8)
         Self.answer(picture, units: 8, admitted: t, spent: 16, at: t + 10)
         #expect(Self.units(picture, at: t + 20) == 0)
-        // Six units left when the lifetime ends: they are not used, and the next lease halves.
+        // Six units left when the lifetime ends: they are not used, and the next lease is what
+        // the key used in that window (1 + 2 + 4 + 2 requests) and a quarter more.
         let late = t + KeyPicture.leaseLifetime(Self.rule)
-        #expect(Self.units(picture, at: late) == 4, "lapsed: 8 halved, no paid unit used")
-        Self.answer(picture, units: 4, admitted: late, spent: 4, allowed: false, at: late + 10)
+        #expect(Self.units(picture, at: late) == 11, "lapsed: sized to the last window's 9 requests, no paid unit used")
+        Self.answer(picture, units: 11, admitted: late, spent: 11, allowed: false, at: late + 10)
         #expect(Self.units(picture, at: late + 20) == nil, "a refused lease leaves a standing refusal")
         #expect(Self.units(picture, at: late + 20 + Self.rule.gcra.interval) == 1, "and the lease starts over at 1")
     }
 
-    @Test func aKeyBackFromAPauseKeepsTheLeaseItUsed() {
+    /// `count` requests of `key` 10 µs apart from `start`, each charge answered at once; the
+    /// units of each charge sent (a request paid for by a lease sends none).
+    static func burst(_ picture: KeyPicture, _ count: Int, at start: Int64) -> [Int64] {
+        var charges: [Int64] = []
+        for i in 0..<count {
+            let t = start + Int64(i) * 10
+            guard let units = Self.units(picture, at: t) else {
+                Issue.record("request \(i) did not go ahead")
+                continue
+            }
+            guard units > 0 else { continue }
+            charges.append(units)
+            Self.answer(picture, units: units, admitted: t, spent: 2 * units, at: t + 5)
+        }
+        return charges
+    }
+
+    @Test func aKeyThatComesInBurstsPaysOneChargePerBurst() {
         let picture = KeyPicture()
         let now = Self.start
-        let lifetime = KeyPicture.leaseLifetime(Self.rule)
+        let pause = 3 * KeyPicture.leaseLifetime(Self.rule)
         picture.learn(Self.rule, key: Self.key, GCRA.Decision(allowed: true, tat: 0, remaining: 511, resetMicroseconds: 1000,
                                                               retryAfterMicroseconds: 0), reserved: false, now: now)
-        var size: Int64 = 1, t = now
-        while size < 8 {
-            #expect(Self.units(picture, at: t) == size)
-            Self.answer(picture, units: size, admitted: t, spent: 2 * size, at: t + 10)
-            for _ in 1..<size { #expect(Self.units(picture, at: t + 20) == 0) }
-            size *= 2
-            t += 100
-        }
-        // A lease of 8 used up, then a pause longer than its lifetime: demand was a lease per
-        // lifetime, so the next is 8 again (it halved before: a second ramp after every pause).
-        #expect(Self.units(picture, at: t) == 8)
-        Self.answer(picture, units: 8, admitted: t, spent: 16, at: t + 10)
-        for _ in 1..<8 { #expect(Self.units(picture, at: t + 20) == 0) }
-        t += 3 * lifetime
-        #expect(Self.units(picture, at: t) == 8, "used up, back after a pause: the same size")
-        Self.answer(picture, units: 8, admitted: t, spent: 8, at: t + 10)
-        // Half of it used (its own request and three more), then it lapses: the same size again.
-        for _ in 1..<4 { #expect(Self.units(picture, at: t + 20) == 0) }
-        t += lifetime + 100
-        #expect(Self.units(picture, at: t) == 8, "lapsed half used: the same size")
-        Self.answer(picture, units: 8, admitted: t, spent: 8, at: t + 10)
-        // Only its own request's unit used: most of it lapses, and the next lease halves.
-        t += lifetime + 100
-        #expect(Self.units(picture, at: t) == 4, "lapsed mostly unused: halved")
+        // The first burst ramps (each lease used up while fresh doubles the next).
+        #expect(Self.burst(picture, 10, at: now) == [1, 2, 4, 8])
+        // Back after pauses longer than the lifetime: one lease sized to the last burst (10
+        // requests, a quarter more), not a new ramp from a halved lease.
+        #expect(Self.burst(picture, 10, at: now + pause) == [12])
+        #expect(Self.burst(picture, 10, at: now + 2 * pause) == [12])
+        // A burst a little larger still fits; one much larger doubles once more.
+        #expect(Self.burst(picture, 12, at: now + 3 * pause) == [12])
+        #expect(Self.burst(picture, 20, at: now + 4 * pause) == [15, 30])
+        // Demand falls: the next lease is what the key used in its last window.
+        #expect(Self.burst(picture, 2, at: now + 5 * pause) == [25])
+        #expect(Self.burst(picture, 2, at: now + 6 * pause) == [2])
+        #expect(Self.burst(picture, 2, at: now + 7 * pause) == [2])
     }
 
     @Test func headroomSmallBurstsAndOtherChecksLimitLeases() {
