@@ -102,23 +102,26 @@ def cpu_ticks(pids):
     return total
 
 
+def redis_cli(port, *args):
+    """One redis-cli command to the server on 127.0.0.1:`port`; its output as text."""
+    return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
+                          capture_output=True, text=True, timeout=10).stdout
+
+
 def redis_charges(ports, reset=False):
     """The rate-limit script's work on the masters among `ports` since their last
     CONFIG RESETSTAT: (script calls, keys charged), from INFO commandstats: EVALSHA and EVAL
     calls, and the SETs they made (one per key charged and allowed; a replica applying them
     counts its own, so replicas are skipped). reset: CONFIG RESETSTAT on every port instead."""
-    def cli(port, *args):
-        return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
-                              capture_output=True, text=True, timeout=10).stdout
     if reset:
         for port in ports:
-            cli(port, "CONFIG", "RESETSTAT")
+            redis_cli(port, "CONFIG", "RESETSTAT")
         return None
     calls = keys = 0
     for port in ports:
-        if not cli(port, "ROLE").startswith("master"):
+        if not redis_cli(port, "ROLE").startswith("master"):
             continue
-        for line in cli(port, "INFO", "commandstats").splitlines():
+        for line in redis_cli(port, "INFO", "commandstats").splitlines():
             name, _, fields = line.partition(":")
             counted = dict(f.split("=", 1) for f in fields.split(",") if "=" in f)
             if name in ("cmdstat_evalsha", "cmdstat_eval"):

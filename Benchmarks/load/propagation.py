@@ -39,7 +39,7 @@ import time
 
 import jwt  # python3-jwt
 
-from harness import free_port  # noqa: E402 (beside this file)
+from harness import free_port, redis_cli  # noqa: E402 (beside this file)
 
 PROPAGATION_TRACE = bool(os.environ.get("PROPAGATION_TRACE"))
 
@@ -62,13 +62,11 @@ def start_cluster(work, processes):
         wait_port(port)
     subprocess.run(["redis-cli", "--cluster", "create"] + [f"127.0.0.1:{p}" for p in ports]
                    + ["--cluster-replicas", "1", "--cluster-yes"], check=True, stdout=subprocess.DEVNULL, timeout=60)
-    def cli(port, *args):
-        return subprocess.run(["redis-cli", "-p", str(port)] + list(args), capture_output=True, timeout=5).stdout
     end = time.time() + 30
     while time.time() < end:
         # Every node ok and every replica in sync (a WAIT 1 before then waits its whole timeout).
-        if all(b"cluster_state:ok" in cli(p, "cluster", "info") for p in ports) and all(
-                re.search(rb"role:master|master_link_status:up", cli(p, "info", "replication")) for p in ports):
+        if all("cluster_state:ok" in redis_cli(p, "cluster", "info") for p in ports) and all(
+                re.search(r"role:master|master_link_status:up", redis_cli(p, "info", "replication")) for p in ports):
             return ports
         time.sleep(0.1)
     raise SystemExit("the Redis Cluster did not become ok")
@@ -176,10 +174,8 @@ routes:
             # The master of the channel's slot: the one node that answers a GET of that name
             # without MOVED.
             redis_port = next(p for p in ports
-                              if b"MOVED" not in subprocess.run(["redis-cli", "-p", str(p), "GET", channel], capture_output=True,
-                                                                 timeout=5).stdout
-                              and b"role:master" in subprocess.run(["redis-cli", "-p", str(p), "INFO", "replication"],
-                                                                   capture_output=True, timeout=5).stdout)
+                              if "MOVED" not in redis_cli(p, "GET", channel.decode())
+                              and "role:master" in redis_cli(p, "INFO", "replication"))
         admin, probe, subscriber = connect(a_admin), connect(b_port), connect(redis_port)
         kinds = [b"SUBSCRIBE", b"SSUBSCRIBE"] if args.cluster else [b"SUBSCRIBE"]
         for kind in kinds:
